@@ -1,0 +1,63 @@
+# Development entry points. `make demo` and `make test` are the README's two commands.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+COLLECTIONS := $(CURDIR)/.collections
+INSTALLED := $(COLLECTIONS)/ansible_collections/talos_linux/talos
+VERSION := $(shell sed -n 's/^version: *//p' galaxy.yml)
+
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_LOCAL_TEMP := $(CURDIR)/.cache/ansible-tmp
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup install build demo test unit sanity integration molecule lint changelog generate bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-generate.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements-dev.txt
+	$(VENV)/bin/pip install -q --no-deps -r requirements-generate.txt
+	$(VENV)/bin/pip install -q -r tests/sanity/requirements.txt
+	touch $@
+
+setup: $(VENV)/.installed install
+
+# Make the working tree the installed collection (a link, so edits take effect
+# at once); `make build` proves the release artifact builds and installs.
+install: $(VENV)/.installed
+	@mkdir -p $(dir $(INSTALLED))
+	@if [ ! -L $(INSTALLED) ]; then rm -rf $(INSTALLED); ln -s $(CURDIR) $(INSTALLED); fi
+	@echo "talos_linux.talos $(VERSION) is installed from $(CURDIR) into $(COLLECTIONS)"
+
+build: $(VENV)/.installed
+	@mkdir -p build
+	ansible-galaxy collection build --force --output-path build .
+
+# Start an emulated Talos cluster in maintenance mode, provision it with the
+# cluster role, print the facts, stop the emulator.
+demo: setup
+	tests/run-demo
+
+test: setup
+	tests/run-all
+
+unit: install
+	pytest -q tests/unit
+
+sanity: install
+	tests/run-sanity
+
+integration: install
+	pytest -q tests/integration
+
+molecule: install
+	cd $(CURDIR) && molecule test --all
+
+generate: $(VENV)/.installed
+	python tools/generate_protos.py
+
+bench: install
+	python tests/bench/bench_client.py
+
+clean:
+	rm -rf $(VENV) $(COLLECTIONS) build .cache
