@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Generate the Talos API Python package from protos/.
 
 Message classes come from grpc_tools.protoc (pinned in requirements-dev.txt so
@@ -56,7 +56,7 @@ def rewrite(text, tops):
 def generate(out_dir):
     from grpc_tools import protoc
     import grpc_tools
-    import google.rpc.status_pb2 as status_pb2
+    from google.rpc import status_pb2
 
     files = proto_files()
     tops = local_packages(files)
@@ -95,8 +95,7 @@ def generate(out_dir):
         for dirpath, _dirs, _names in os.walk(out_dir):
             init = os.path.join(dirpath, "__init__.py")
             if not os.path.exists(init):
-                with open(init, "w") as f:
-                    f.write(HEADER)
+                open(init, "w").close()
 
 
 def main():

@@ -8,14 +8,17 @@ non-standard PEM label ``ED25519 PRIVATE KEY`` and ECDSA keys as SEC1 under
 ``EC PRIVATE KEY``; stdlib ``ssl`` only knows the standard label, so
 ``to_standard_pem`` relabels before a key is handed to it.
 
-What the Talos API server checks and ``ssl`` alone does not: OpenSSL accepts a
-client certificate whose extended key usage lacks clientAuth as long as it
-chains to the CA (there is no purpose check on the server side unless asked),
-while Talos refuses any non-CA certificate in the chain whose EKU is not
-exactly ``[clientAuth]``. A server built on this module must check
-``client_certificate_has_client_auth`` on the peer certificate right after
-the handshake and drop the connection when it returns False.
+Client certificate EKU: stdlib ``ssl`` on the server side (OpenSSL's TLS
+client purpose check) already refuses a client certificate whose EKU lacks
+clientAuth, with "unsuitable certificate purpose". Talos is stricter: every
+non-CA certificate in the chain must have EKU exactly ``[clientAuth]``, so a
+certificate with ``[clientAuth, serverAuth]`` passes OpenSSL but not Talos. A
+server imitating Talos checks ``client_certificate_has_client_auth`` on the
+peer certificate after the handshake and drops the connection when it is False.
 """
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
 
 import datetime
 import hashlib

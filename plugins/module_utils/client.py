@@ -1,0 +1,448 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""TalosClient: the synchronous client every module uses.
+
+One private asyncio loop drives grpclib; each endpoint gets one Channel (one
+HTTP/2 connection) that all calls share. Nodes are targeted with the ``node``
+metadata key, one call per node, as talosctl v1.14 does. Every failure leaves
+this module as a TalosError (see errors.py).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import asyncio
+import random
+import ssl
+
+try:
+    import grpclib.client
+    from grpclib.config import Configuration
+    from grpclib.const import Cardinality
+    from grpclib.exceptions import GRPCError, StreamTerminatedError
+except ImportError:  # reported by TalosModule through missing_required_lib
+    HAS_GRPCLIB = False
+else:
+    HAS_GRPCLIB = True
+
+try:
+    import yaml
+except ImportError:  # reported by TalosModule through missing_required_lib
+    yaml = None
+
+try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_grpc, state_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc, lifecycle_grpc, machine_grpc
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_grpc
+except ImportError:  # grpclib, protobuf or googleapis-common-protos missing
+    HAS_TALOS_API = False
+else:
+    HAS_TALOS_API = True
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import errors
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
+
+# Talos's own limit (constants.GRPCMaxMessageSize). grpclib sets no receive
+# limit of its own, so Talos-sized replies arrive whole; the HTTP/2 windows are
+# widened to this size so a large reply is not throttled by flow control.
+MAX_MESSAGE_SIZE = 32 * 1024 * 1024
+
+# Connecting to one endpoint may take this long before the next one is tried.
+CONNECT_TIMEOUT = 10.0
+
+_BACKOFF_FIRST = 0.2
+_BACKOFF_MAX = 5.0
+
+# Calls that change nothing on the node: retried on Unavailable until the
+# deadline. Everything else is retried only on the codes its caller names.
+READ_METHODS = frozenset([
+    "machine.MachineService/Version",
+    "machine.MachineService/Hostname",
+    "machine.MachineService/ServiceList",
+    "machine.MachineService/EtcdMemberList",
+    "machine.MachineService/EtcdStatus",
+    "machine.MachineService/EtcdAlarmList",
+    "machine.MachineService/EtcdSnapshot",
+    "machine.MachineService/Memory",
+    "machine.MachineService/Mounts",
+    "machine.MachineService/LoadAvg",
+    "machine.MachineService/SystemStat",
+    "machine.MachineService/CPUInfo",
+    "machine.MachineService/Read",
+    "machine.MachineService/Kubeconfig",
+    "machine.MachineService/Events",
+    "storage.StorageService/Disks",
+    "cosi.resource.State/Get",
+    "cosi.resource.State/List",
+    "cosi.resource.State/Watch",
+])
+
+# Per-node stream frames with these codes end the stream rather than fail it,
+# as the Go client's ReadStream does.
+_END_OF_STREAM_CODES = ("Canceled", "DeadlineExceeded")
+
+
+class _Method:
+    """One RPC: its path, cardinality and message classes."""
+
+    def __init__(self, path, cardinality, request_type, reply_type):
+        self.path = path
+        self.cardinality = cardinality
+        self.request_type = request_type
+        self.reply_type = reply_type
+
+
+def _method_table():
+    """Every RPC of the generated stubs, keyed by ``package.Service/Method``."""
+    cardinalities = {
+        grpclib.client.UnaryUnaryMethod: Cardinality.UNARY_UNARY,
+        grpclib.client.UnaryStreamMethod: Cardinality.UNARY_STREAM,
+        grpclib.client.StreamUnaryMethod: Cardinality.STREAM_UNARY,
+        grpclib.client.StreamStreamMethod: Cardinality.STREAM_STREAM,
+    }
+    table = {}
+    stubs = (machine_grpc.MachineServiceStub, lifecycle_grpc.LifecycleServiceStub, image_grpc.ImageServiceStub,
+             storage_grpc.StorageServiceStub, state_grpc.StateStub)
+    for stub_class in stubs:
+        # A stub only records its channel; the methods' types are what we want.
+        for method in vars(stub_class(None)).values():
+            if type(method) in cardinalities:
+                table[method.name.lstrip("/")] = _Method(method.name, cardinalities[type(method)],
+                                                         method.request_type, method.reply_type)
+    return table
+
+
+METHODS = _method_table() if HAS_GRPCLIB and HAS_TALOS_API else {}
+
+
+def _backoff(attempt):
+    """Exponential backoff with jitter: 0.1-0.2 s, 0.2-0.4 s, ... capped at 5 s."""
+    delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** attempt))
+    return random.uniform(delay / 2, delay)
+
+
+def resource_to_dict(resource):
+    """A COSI resource as ``{"metadata": {...}, "spec": <parsed yaml_spec>}``."""
+    meta = resource.metadata
+    return {
+        "metadata": {
+            "namespace": meta.namespace,
+            "type": meta.type,
+            "id": meta.id,
+            "version": meta.version,
+            "owner": meta.owner,
+            "phase": meta.phase,
+            "created": meta.created.ToJsonString() if meta.HasField("created") else None,
+            "updated": meta.updated.ToJsonString() if meta.HasField("updated") else None,
+            "finalizers": list(meta.finalizers),
+            "labels": dict(meta.labels),
+            "annotations": dict(meta.annotations),
+        },
+        "spec": yaml.safe_load(resource.spec.yaml_spec) if resource.spec.yaml_spec else None,
+    }
+
+
+class _Retryable(Exception):
+    """Internal: an attempt failed with ``error`` and may be repeated."""
+
+    def __init__(self, error):
+        super(_Retryable, self).__init__(error.message)
+        self.error = error
+
+
+class TalosClient:
+    """Synchronous Talos API client over grpclib; see docs/architecture.md for the contract.
+
+    Nothing is dialled until the first call. Use it as a context manager (or
+    call ``close()``) so the connections and the loop are released.
+    """
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._loop = None
+        self._ssl_context = None
+        self._channels = {}
+        self._active = 0
+        self._connect_lock = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        """Close every connection and the private loop; the client may not be used afterwards."""
+        if self._loop is None:
+            return
+        for channel in self._channels.values():
+            channel.close()
+        self._channels = {}
+        # One more turn lets the transports finish closing before the loop goes.
+        self._loop.run_until_complete(asyncio.sleep(0))
+        self._loop.close()
+        self._loop = None
+
+    @property
+    def nodes(self):
+        """Target nodes: the node/nodes options, else the talosconfig nodes, else [None] (the endpoint itself)."""
+        return list(self.settings.nodes)
+
+    @property
+    def active_endpoint(self):
+        """The endpoint calls go to first: the last one that answered."""
+        return self.settings.endpoints[self._active]
+
+    def with_settings(self, **overrides):
+        """A new client for the same cluster with some connection options replaced (e.g. ``insecure=False``)."""
+        return TalosClient(self.settings.replace(**overrides))
+
+    # -- public calls ------------------------------------------------------
+
+    def call(self, method, request=None, node=None, retry_codes=None, deadline=None):
+        """Unary call to one node; returns the reply envelope's ``messages`` items."""
+        spec = self._method(method, Cardinality.UNARY_UNARY)
+        return self._run(self._call(spec, request, node, retry_codes, deadline))
+
+    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None):
+        """The same unary call to several nodes at once: ``{node: items or TalosError}``."""
+        spec = self._method(method, Cardinality.UNARY_UNARY)
+        targets = self.nodes if nodes is None else list(nodes)
+
+        async def gather():
+            results = await asyncio.gather(*[self._call(spec, request, node, retry_codes, deadline) for node in targets],
+                                           return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(result, TalosError):
+                    raise result
+            return dict(zip(targets, results))
+
+        return self._run(gather())
+
+    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None):
+        """Server-streaming call.
+
+        Returns the list of reply messages, or for ``common.Data`` streams the
+        concatenated bytes. ``on_message(message)`` sees every message as it
+        arrives; returning True from it stops reading (for Watch and Events).
+        """
+        spec = self._method(method, Cardinality.UNARY_STREAM)
+        messages = self._run(self._stream(spec, request, node, on_message, retry_codes, deadline))
+        if spec.reply_type is common_pb2.Data:
+            return b"".join(message.bytes for message in messages)
+        return messages
+
+    def read_bytes(self, method, request=None, node=None, deadline=None):
+        """A ``common.Data`` stream (Read, Kubeconfig, EtcdSnapshot) as bytes."""
+        spec = self._method(method, Cardinality.UNARY_STREAM)
+        if spec.reply_type is not common_pb2.Data:
+            raise ValueError("%s does not stream common.Data" % method)
+        return self.stream(method, request, node=node, deadline=deadline)
+
+    def upload(self, method, chunks, node=None, deadline=None):
+        """Client-streaming call of ``common.Data`` chunks (bytes or Data messages); returns the reply items."""
+        spec = self._method(method, Cardinality.STREAM_UNARY)
+        messages = [chunk if isinstance(chunk, common_pb2.Data) else common_pb2.Data(bytes=chunk) for chunk in chunks]
+        return self._run(self._upload(spec, messages, node, deadline))
+
+    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
+        """One COSI resource as a dict; a missing one raises TalosApiError with code NotFound."""
+        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
+        items = self.call("cosi.resource.State/Get", request, node=node, deadline=deadline)
+        return resource_to_dict(items[0].resource)
+
+    def list_resources(self, namespace, resource_type, node=None, deadline=None):
+        """Every COSI resource of a type in a namespace, as dicts."""
+        request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
+        replies = self.stream("cosi.resource.State/List", request, node=node, deadline=deadline)
+        return [resource_to_dict(reply.resource) for reply in replies]
+
+    # -- machinery ---------------------------------------------------------
+
+    def _method(self, method, cardinality):
+        spec = METHODS.get(method)
+        if spec is None:
+            raise ValueError("unknown Talos API method %r" % method)
+        if spec.cardinality != cardinality:
+            raise ValueError("%s is a %s call" % (method, spec.cardinality.name.lower().replace("_", "-")))
+        return spec
+
+    def _run(self, coroutine):
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coroutine)
+
+    def _metadata(self, node):
+        # `runtime` is what the Go client sends; no `node` key makes the endpoint answer itself.
+        metadata = [("runtime", "Talos")]
+        if self.settings.cluster:
+            metadata.append(("context", self.settings.cluster))
+        if node:
+            metadata.append(("node", node))
+        return metadata
+
+    def _request(self, spec, request):
+        if request is None:
+            return spec.request_type()
+        if not isinstance(request, spec.request_type):
+            raise TypeError("%s expects %s, got %s" % (spec.path, spec.request_type.__name__, type(request).__name__))
+        return request
+
+    def _new_channel(self, endpoint):
+        if self._ssl_context is None:
+            self._ssl_context = self.settings.ssl_context()
+        host, port = split_endpoint(endpoint)
+        config = Configuration(http2_connection_window_size=MAX_MESSAGE_SIZE, http2_stream_window_size=MAX_MESSAGE_SIZE)
+        return grpclib.client.Channel(host, port, ssl=self._ssl_context, config=config)
+
+    async def _channel(self, remaining):
+        """The channel of the first reachable endpoint, starting with the one that worked last."""
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            endpoints = self.settings.endpoints
+            failures = []
+            for offset in range(len(endpoints)):
+                index = (self._active + offset) % len(endpoints)
+                endpoint = endpoints[index]
+                channel = self._channels.get(endpoint)
+                if channel is None:
+                    channel = self._channels[endpoint] = self._new_channel(endpoint)
+                try:
+                    await asyncio.wait_for(channel.__connect__(), timeout=max(0.01, min(remaining, CONNECT_TIMEOUT)))
+                except ssl.SSLError as err:
+                    channel.close()
+                    ca_source = "no CA (insecure)" if self.settings.insecure else self.settings.ca_source
+                    raise errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], ca_source)
+                except (OSError, asyncio.TimeoutError) as err:
+                    channel.close()
+                    failures.append((endpoint, err))
+                    continue
+                self._active = index
+                return channel, endpoint
+            error = errors.unreachable_error(failures)
+            error.code = "Unavailable"
+            raise error
+
+    def _translate(self, err, spec, node, endpoint):
+        method = spec.path.lstrip("/")
+        if isinstance(err, GRPCError):
+            return errors.from_grpc_error(err, method, node, endpoint=endpoint, client_roles=self.settings.client_roles)
+        if isinstance(err, ssl.SSLError):
+            return errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], self.settings.ca_source)
+        if isinstance(err, (StreamTerminatedError, OSError)):
+            return TalosConnectionError("The connection to endpoint %s was lost during %s on %s (%s)."
+                                        % (endpoint, method, "node %s" % node if node else "the endpoint",
+                                           errors.describe_os_error(err)), code="Unavailable", node=node)
+        raise err
+
+    async def _attempt(self, spec, node, remaining, exchange):
+        """One try: connect (with failover), run ``exchange(stream)``, translate failures."""
+        channel, endpoint = await self._channel(remaining)
+        progress = {"received": False}
+        try:
+            async with channel.request(spec.path, spec.cardinality, spec.request_type, spec.reply_type,
+                                       timeout=remaining, metadata=self._metadata(node)) as stream:
+                return await exchange(stream, progress)
+        except asyncio.TimeoutError:
+            raise
+        except TalosError:
+            raise
+        except (GRPCError, StreamTerminatedError, OSError) as err:
+            error = self._translate(err, spec, node, endpoint)
+            if progress["received"]:
+                raise error
+            raise _Retryable(error)
+
+    async def _with_retries(self, spec, node, retry_codes, deadline, exchange):
+        method = spec.path.lstrip("/")
+        if retry_codes is None:
+            retry_codes = ("Unavailable",) if method in READ_METHODS else ()
+        seconds = float(deadline if deadline is not None else self.settings.timeout)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        attempt = 0
+        last_error = None
+        while True:
+            remaining = end - loop.time()
+            if remaining <= 0:
+                raise errors.timeout_error(method, node, seconds, last_error)
+            try:
+                return await self._attempt(spec, node, remaining, exchange)
+            except asyncio.TimeoutError:
+                raise errors.timeout_error(method, node, seconds, last_error)
+            except _Retryable as retryable:
+                if retryable.error.code not in retry_codes:
+                    raise retryable.error
+                last_error = retryable.error
+            except TalosConnectionError as err:  # no endpoint reachable
+                if err.code not in retry_codes:
+                    raise
+                last_error = err
+            delay = _backoff(attempt)
+            attempt += 1
+            if loop.time() + delay >= end:
+                raise errors.timeout_error(method, node, seconds, last_error)
+            await asyncio.sleep(delay)
+
+    async def _call(self, spec, request, node, retry_codes, deadline):
+        request = self._request(spec, request)
+
+        async def exchange(stream, progress):
+            await stream.send_message(request, end=True)
+            reply = await stream.recv_message()
+            progress["received"] = True
+            return reply
+
+        reply = await self._with_retries(spec, node, retry_codes, deadline, exchange)
+        return _unpack(reply, node)
+
+    async def _stream(self, spec, request, node, on_message, retry_codes, deadline):
+        request = self._request(spec, request)
+
+        async def exchange(stream, progress):
+            await stream.send_message(request, end=True)
+            messages = []
+            async for message in stream:
+                progress["received"] = True
+                metadata = getattr(message, "metadata", None)
+                if isinstance(metadata, common_pb2.Metadata) and metadata.error:
+                    error = errors.node_error(metadata, node)
+                    if error.code in _END_OF_STREAM_CODES:
+                        break
+                    raise error
+                messages.append(message)
+                if on_message is not None and on_message(message):
+                    await stream.cancel()
+                    break
+            return messages
+
+        return await self._with_retries(spec, node, retry_codes, deadline, exchange)
+
+    async def _upload(self, spec, messages, node, deadline):
+        async def exchange(stream, progress):
+            if not messages:
+                await stream.send_request(end=True)
+            for index, message in enumerate(messages):
+                await stream.send_message(message, end=index == len(messages) - 1)
+            progress["received"] = True  # the data is gone: never send it twice
+            return await stream.recv_message()
+
+        reply = await self._with_retries(spec, node, (), deadline, exchange)
+        return _unpack(reply, node)
+
+
+def _unpack(reply, node):
+    """The ``messages`` items of a reply envelope; an item with ``metadata.error`` raises TalosNodeError."""
+    if "messages" not in reply.DESCRIPTOR.fields_by_name:
+        return [reply]
+    items = list(reply.messages)
+    for item in items:
+        if "metadata" in item.DESCRIPTOR.fields_by_name and item.metadata.error:
+            raise errors.node_error(item.metadata, node)
+    return items

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""TalosModule: the AnsibleModule every talos_linux.talos module is built on.
+
+It merges the shared connection options into the module's argument spec,
+reports missing Python libraries with missing_required_lib, builds the
+TalosClient on first use and turns every TalosError into one fail_json.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import importlib
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+
+CONNECTION_ARGUMENT_SPEC = dict(
+    talosconfig=dict(type="path", fallback=(env_fallback, ["TALOSCONFIG"])),
+    context=dict(type="str"),
+    endpoints=dict(type="list", elements="str"),
+    node=dict(type="str"),
+    nodes=dict(type="list", elements="str"),
+    ca=dict(type="str", no_log=True),
+    crt=dict(type="str", no_log=True),
+    key=dict(type="str", no_log=True),
+    insecure=dict(type="bool", default=False),
+    timeout=dict(type="int", default=60),
+)
+
+CONNECTION_MUTUALLY_EXCLUSIVE = [("node", "nodes")]
+
+WAIT_ARGUMENT_SPEC = dict(
+    wait=dict(type="bool", default=True),
+    wait_timeout=dict(type="int", default=600),
+)
+
+# (name on PyPI, module to import) for every library the client needs.
+REQUIRED_LIBRARIES = (
+    ("grpclib", "grpclib"),
+    ("protobuf", "google.protobuf"),
+    ("googleapis-common-protos", "google.rpc.status_pb2"),
+    ("PyYAML", "yaml"),
+    ("cryptography", "cryptography.x509"),
+)
+
+
+def missing_libraries():
+    """``[(pypi_name, traceback_text)]`` for every required library that cannot be imported."""
+    missing = []
+    for pypi_name, module_name in REQUIRED_LIBRARIES:
+        try:
+            importlib.import_module(module_name)
+        except ImportError:
+            missing.append((pypi_name, traceback.format_exc()))
+    return missing
+
+
+class TalosModule(AnsibleModule):
+    """An AnsibleModule with the connection options, a lazy ``client`` and ``run()``.
+
+    ``wait=True`` adds the ``wait``/``wait_timeout`` options (doc fragment
+    talos_linux.talos.wait).
+    """
+
+    def __init__(self, argument_spec, wait=False, mutually_exclusive=None, **kwargs):
+        spec = dict(CONNECTION_ARGUMENT_SPEC)
+        if wait:
+            spec.update(WAIT_ARGUMENT_SPEC)
+        spec.update(argument_spec)
+        exclusive = list(CONNECTION_MUTUALLY_EXCLUSIVE) + list(mutually_exclusive or [])
+        super(TalosModule, self).__init__(argument_spec=spec, mutually_exclusive=exclusive, **kwargs)
+        missing = missing_libraries()
+        if missing:
+            names = ", ".join(name for name, _tb in missing)
+            self.fail_json(msg=missing_required_lib(names), exception=missing[0][1])
+        self._settings = None
+        self._client = None
+
+    @property
+    def settings(self):
+        """ConnectionSettings from the module's connection options (raises TalosConfigError)."""
+        if self._settings is None:
+            self._settings = ConnectionSettings.from_params(self.params)
+        return self._settings
+
+    @property
+    def client(self):
+        """The TalosClient, created on first use; closed by ``run()``."""
+        if self._client is None:
+            self._client = TalosClient(self.settings)
+        return self._client
+
+    @property
+    def target_nodes(self):
+        """The nodes the task addresses; ``[None]`` means the endpoint itself."""
+        return list(self.settings.nodes)
+
+    def close_client(self):
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def fail_from_error(self, error, **result):
+        """fail_json for a TalosError, with its code, node and server message as result keys."""
+        result.update(error.to_result())
+        self.fail_json(msg=error.message, **result)
+
+    def run(self, fn):
+        """Call ``fn(self)``; a TalosError becomes fail_json; the client is always closed."""
+        try:
+            fn(self)
+        except TalosError as error:
+            self.fail_from_error(error)
+        finally:
+            self.close_client()

@@ -1,0 +1,295 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Connection settings: talosconfig parsing, option precedence and the TLS context.
+
+Precedence follows talosctl: explicit options (endpoints, nodes/node, ca, crt,
+key) override the chosen talosconfig context field by field.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import binascii
+import os
+import re
+import ssl
+import tempfile
+
+try:
+    import yaml
+except ImportError:  # reported by TalosModule through missing_required_lib
+    yaml = None
+
+try:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+except ImportError:  # reported by TalosModule through missing_required_lib
+    x509 = NameOID = None
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+
+DEFAULT_PORT = 50000
+DEFAULT_TIMEOUT = 60
+IN_POD_TALOSCONFIG = "/var/run/secrets/talos.dev/config"
+
+# Talos writes Ed25519 keys as PKCS#8 under a label of its own that ssl and
+# cryptography refuse; the bytes inside are standard PKCS#8.
+_TALOS_KEY_LABEL = re.compile(r"-----(BEGIN|END) ED25519 PRIVATE KEY-----")
+
+# The connection options a module accepts (see talos_module.CONNECTION_ARGUMENT_SPEC).
+CONNECTION_OPTIONS = ("talosconfig", "context", "endpoints", "node", "nodes", "ca", "crt", "key", "insecure", "timeout")
+
+
+def default_talosconfig_paths(environ=None):
+    """Where talosctl looks for its config when no path is given, in order."""
+    environ = os.environ if environ is None else environ
+    paths = []
+    if environ.get("TALOSCONFIG"):
+        paths.append(environ["TALOSCONFIG"])
+    talos_home = environ.get("TALOS_HOME", "")
+    if talos_home and os.path.isabs(talos_home):
+        paths.append(os.path.join(talos_home, "config"))
+    else:
+        paths.append(os.path.join(os.path.expanduser("~"), ".talos", "config"))
+    paths.append(IN_POD_TALOSCONFIG)
+    return paths
+
+
+def normalize_endpoint(endpoint):
+    """``host`` -> ``host:50000``; ``https://host`` -> ``host:443``; bare IPv6 gets brackets."""
+    value = endpoint.strip()
+    default_port = DEFAULT_PORT
+    scheme = re.match(r"^([a-z][a-z0-9+.-]*)://", value, re.I)
+    if scheme:
+        if scheme.group(1).lower() == "https":
+            default_port = 443
+        value = value[scheme.end():].split("/", 1)[0]
+    if not value:
+        raise TalosConfigError("Endpoint %r names no host." % endpoint)
+    if value.startswith("["):
+        host, _sep, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif value.count(":") > 1:  # bare IPv6 address
+        host, port = value, ""
+    else:
+        host, _sep, port = value.partition(":")
+    if port and not port.isdigit():
+        raise TalosConfigError("Endpoint %r has an invalid port %r." % (endpoint, port))
+    host_text = "[%s]" % host if ":" in host else host
+    return "%s:%s" % (host_text, port or default_port)
+
+
+def split_endpoint(endpoint):
+    """``"host:port"`` (as normalize_endpoint writes it) -> ``("host", port)``."""
+    host, _sep, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def relabel_private_key(pem):
+    """Give a Talos ``ED25519 PRIVATE KEY`` PEM the standard PKCS#8 label."""
+    return _TALOS_KEY_LABEL.sub(lambda m: "-----%s PRIVATE KEY-----" % m.group(1), pem)
+
+
+def certificate_roles(crt_pem):
+    """The Talos roles of a client certificate: its Subject Organization values."""
+    try:
+        cert = x509.load_pem_x509_certificate(crt_pem.encode("ascii"))
+    except ValueError:
+        return []
+    return [attr.value for attr in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME) if attr.value]
+
+
+def _pem_text(value, name, source):
+    """PEM text from an option or a talosconfig field: PEM as is, or base64 of PEM."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    text = value.strip()
+    if "-----BEGIN" in text:
+        return text + "\n"
+    try:
+        decoded = base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        decoded = ""
+    if "-----BEGIN" not in decoded:
+        raise TalosConfigError("The %s from %s is neither PEM text nor base64-encoded PEM." % (name, source))
+    return decoded.strip() + "\n"
+
+
+class ConnectionSettings:
+    """Everything needed to reach a Talos cluster, resolved from options and talosconfig.
+
+    ``endpoints`` are ``host:port`` strings, ``nodes`` the target nodes
+    (``[None]`` means the endpoint answers itself), ``ca``/``crt``/``key`` PEM
+    text (``key`` already relabelled for ssl), ``ca_source`` names where the CA
+    came from, for error messages.
+    """
+
+    def __init__(self, endpoints, nodes=None, ca=None, crt=None, key=None, insecure=False,
+                 timeout=DEFAULT_TIMEOUT, context=None, config_path=None, cluster=None,
+                 ca_source="the ca option", params=None):
+        self.endpoints = [normalize_endpoint(e) for e in endpoints]
+        self.nodes = list(nodes) if nodes else [None]
+        self.ca = ca
+        self.crt = crt
+        self.key = relabel_private_key(key) if key else key
+        self.insecure = bool(insecure)
+        self.timeout = float(timeout)
+        self.context = context
+        self.config_path = config_path
+        self.cluster = cluster
+        self.ca_source = ca_source
+        self._params = dict(params or {})
+        if not self.endpoints:
+            raise TalosConfigError(
+                "No Talos endpoint is configured: set the endpoints option or use a talosconfig context that lists endpoints.")
+        if self.timeout <= 0:
+            raise TalosConfigError("The timeout option must be a positive number of seconds, got %s." % timeout)
+        if not self.insecure:
+            missing = [name for name in ("ca", "crt", "key") if not getattr(self, name)]
+            if missing:
+                where = "talosconfig context %r (%s)" % (context, config_path) if config_path else "the options"
+                raise TalosConfigError(
+                    "Mutual TLS needs %s but %s does not provide %s: set the options or use a complete talosconfig context "
+                    "(insecure: true is only for nodes in maintenance mode)." % (", ".join(missing), where, " or ".join(missing)))
+
+    @classmethod
+    def from_params(cls, params, environ=None):
+        """Resolve module parameters (CONNECTION_OPTIONS) against the talosconfig file."""
+        environ = os.environ if environ is None else environ
+        params = dict((name, params.get(name)) for name in CONNECTION_OPTIONS)
+        context_data, context_name, path = {}, None, None
+
+        path = params["talosconfig"] or environ.get("TALOSCONFIG") or None
+        if path:
+            path = os.path.expanduser(path)
+            if not os.path.isfile(path):
+                raise TalosConfigError("The talosconfig file %s does not exist." % path)
+        else:
+            path = next((p for p in default_talosconfig_paths(environ) if os.path.isfile(p)), None)
+        if path:
+            context_name, context_data = _load_context(path, params["context"])
+        elif params["context"]:
+            raise TalosConfigError("The context option %r needs a talosconfig file, but none was found at %s."
+                                   % (params["context"], ", ".join(default_talosconfig_paths(environ))))
+
+        endpoints = params["endpoints"] or context_data.get("endpoints") or []
+        if not endpoints and context_data.get("target"):
+            endpoints = [context_data["target"]]
+        if params["nodes"]:
+            nodes = params["nodes"]
+        elif params["node"]:
+            nodes = [params["node"]]
+        else:
+            nodes = context_data.get("nodes") or []
+
+        file_source = "talosconfig context %r (%s)" % (context_name, path)
+        pems = {}
+        for name in ("ca", "crt", "key"):
+            if params[name]:
+                pems[name] = _pem_text(params[name], name, "the %s option" % name)
+            elif context_data.get(name):
+                pems[name] = _pem_text(context_data[name], name, file_source)
+            else:
+                pems[name] = None
+        ca_source = "the ca option" if params["ca"] else file_source
+
+        timeout = params["timeout"] if params["timeout"] is not None else DEFAULT_TIMEOUT
+        return cls(endpoints=[str(e) for e in endpoints], nodes=[str(n) for n in nodes], insecure=params["insecure"],
+                   timeout=timeout, context=context_name, config_path=path, cluster=context_data.get("cluster") or None,
+                   ca_source=ca_source, params=params, **pems)
+
+    def replace(self, **overrides):
+        """New settings from the same options with some of them replaced (``insecure=False``...)."""
+        unknown = set(overrides) - set(CONNECTION_OPTIONS)
+        if unknown:
+            raise TypeError("unknown connection options: %s" % ", ".join(sorted(unknown)))
+        params = dict(self._params)
+        if "node" in overrides or "nodes" in overrides:
+            params["node"] = params["nodes"] = None
+        params.update(overrides)
+        return ConnectionSettings.from_params(params)
+
+    @property
+    def client_roles(self):
+        """Roles of the client certificate, or None on an insecure (certificate-less) connection."""
+        if self.insecure:
+            return None
+        return certificate_roles(self.crt)
+
+    def ssl_context(self):
+        """The client TLS context: TLS >= 1.2, ALPN h2, CA and SAN verification, client certificate.
+
+        With ``insecure`` (maintenance mode) the server is not verified and no
+        client certificate is sent, as talosctl does.
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["h2"])
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
+        try:
+            context.load_verify_locations(cadata=self.ca)
+        except (ssl.SSLError, ValueError) as err:
+            raise TalosConfigError("The CA from %s is not a valid PEM certificate (%s)." % (self.ca_source, _ssl_reason(err)))
+        _load_client_certificate(context, self.crt, self.key, self.ca_source.replace("the ca option", "the crt/key options"))
+        return context
+
+
+def _ssl_reason(err):
+    return getattr(err, "reason", None) or type(err).__name__
+
+
+def _load_client_certificate(context, crt, key, source):
+    """Load certificate and key from memory.
+
+    ssl only loads a key pair from a file, so it goes through a private (0600)
+    temporary file that is removed as soon as it is loaded.
+    """
+    handle, path = tempfile.mkstemp(prefix="talos-client-", suffix=".pem")
+    try:
+        with os.fdopen(handle, "w") as pem_file:
+            pem_file.write(crt)
+            pem_file.write(key)
+        context.load_cert_chain(path)
+    except (ssl.SSLError, ValueError) as err:
+        raise TalosConfigError("The client certificate and key from %s cannot be loaded (%s): they must be a PEM certificate "
+                               "and its matching private key." % (source, _ssl_reason(err)))
+    finally:
+        os.unlink(path)
+
+
+def _load_context(path, context_option):
+    """Read ``path`` and return ``(context_name, context_dict)``."""
+    try:
+        with open(path) as config_file:
+            data = yaml.safe_load(config_file)
+    except (OSError, IOError) as err:
+        raise TalosConfigError("The talosconfig file %s cannot be read: %s." % (path, err.strerror or err))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = " at line %d" % (mark.line + 1) if mark else ""
+        raise TalosConfigError("The talosconfig file %s is not valid YAML%s." % (path, where))
+    if not data:
+        raise TalosConfigError("The talos config file %s is empty." % path)
+    if not isinstance(data, dict):
+        raise TalosConfigError("The talosconfig file %s is not a mapping of context, contexts." % path)
+    contexts = data.get("contexts") or {}
+    available = ", ".join(sorted(contexts)) or "none"
+    if context_option:
+        if context_option not in contexts:
+            raise TalosConfigError("The context %r was not found in talosconfig %s (contexts: %s)."
+                                   % (context_option, path, available))
+        name = context_option
+    else:
+        name = data.get("context")
+        if not name or name not in contexts:
+            raise TalosConfigError("The default context %r was not found in talosconfig %s (contexts: %s); set the context option."
+                                   % (name or "", path, available))
+    context = contexts[name] or {}
+    if not isinstance(context, dict):
+        raise TalosConfigError("The context %r in talosconfig %s is not a mapping." % (name, path))
+    return name, context

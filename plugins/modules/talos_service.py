@@ -1,0 +1,332 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_service
+short_description: Start, stop or restart a Talos service through the Talos API
+version_added: 0.1.0
+description:
+  - Starts, stops or restarts one service of a Talos node with the ServiceStart, ServiceStop and ServiceRestart RPCs.
+  - The current state is read with ServiceList first, so O(state=started) and O(state=stopped) change nothing when the
+    service is already there; O(state=restarted) always restarts.
+  - Talos lets the API control only services that implement its API hooks. C(kubelet) can be started and restarted
+    (not stopped), and system extension services (C(ext-<name>)) can be started, stopped and restarted. Every other
+    service (C(etcd), C(apid), C(trustd), C(containerd), C(cri), ...) is managed by Talos itself; the module refuses
+    it before making any call.
+  - Manages one node per task, the one named by O(node) (or the only node of the talosconfig context).
+author:
+  - Talos Linux Ansible collection contributors
+options:
+  name:
+    description:
+      - The service ID as ServiceList reports it, for example V(kubelet) or V(ext-tailscale).
+    type: str
+    required: true
+  state:
+    description:
+      - V(started) starts the service unless it is already starting or running.
+      - V(stopped) stops the service unless it is already stopped. Not allowed for V(kubelet).
+      - V(restarted) always restarts the service (a stopped service is started).
+    type: str
+    required: true
+    choices: [started, stopped, restarted]
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.wait
+attributes:
+  check_mode:
+    support: full
+    details: The decision comes from ServiceList; no start, stop or restart is sent.
+  diff_mode:
+    support: full
+    details: Shows the service state before and after.
+  idempotent:
+    support: partial
+    details: V(started) and V(stopped) are idempotent; V(restarted) restarts on every run.
+  action_group:
+    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
+    support: full
+    membership:
+      - talos_linux.talos.talos
+seealso:
+  - module: talos_linux.talos.talos_facts
+notes:
+  - Starting, stopping and restarting services needs the C(os:admin) or C(os:operator) role; reading the state needs
+    C(os:reader) or better.
+"""
+
+EXAMPLES = r"""
+- name: Restart kubelet on every node, one node at a time
+  talos_linux.talos.talos_service:
+    talosconfig: ./talosconfig
+    node: "{{ inventory_hostname }}"
+    name: kubelet
+    state: restarted
+    wait: true
+  throttle: 1
+
+- name: Stop an extension service
+  talos_linux.talos.talos_service:
+    node: 10.5.0.3
+    name: ext-tailscale
+    state: stopped
+
+- name: Make sure kubelet runs
+  talos_linux.talos.talos_service:
+    node: 10.5.0.3
+    name: kubelet
+    state: started
+"""
+
+RETURN = r"""
+name:
+  description: The service ID.
+  returned: always
+  type: str
+  sample: kubelet
+node:
+  description: The node the service runs on (null when the endpoint answered for itself).
+  returned: always
+  type: str
+  sample: 10.5.0.3
+state:
+  description:
+    - The service state after the task, as ServiceList reports it (C(Running), C(Finished), C(Waiting), ...).
+    - In check mode, the state the service would reach.
+  returned: always
+  type: str
+  sample: Running
+health:
+  description: The service health after the task (see RV(before.health)).
+  returned: always
+  type: dict
+  sample: {"unknown": false, "healthy": true, "last_message": "", "last_change": "2026-01-01T10:00:00Z"}
+before:
+  description: The service as ServiceList reported it before the task.
+  returned: always
+  type: dict
+  contains:
+    state:
+      description: The service state.
+      type: str
+      sample: Finished
+    health:
+      description:
+        - The result of the service's health check; C(unknown) is true when the service has no health check result.
+      type: dict
+      sample: {"unknown": true, "healthy": false, "last_message": "", "last_change": null}
+    events:
+      description: The most recent service events (up to ten), oldest first.
+      type: list
+      elements: dict
+      sample: [{"msg": "Service started as goroutine", "state": "Running", "ts": "2026-01-01T10:00:00Z"}]
+after:
+  description:
+    - The service as ServiceList reported it after the task, with the same fields as RV(before).
+    - In check mode, RV(before) with the state the service would reach.
+  returned: always
+  type: dict
+response:
+  description: The node's answer to the start, stop or restart request.
+  returned: when a request was sent
+  type: str
+  sample: Service "kubelet" restarted
+"""
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import wait_until
+
+try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+except ImportError:  # reported by TalosModule through missing_required_lib
+    machine_pb2 = None
+
+# The operations Talos lets the API run, per service (system/system.go: only
+# services implementing the API hooks; kubelet cannot be stopped).
+ALLOWED_ACTIONS = {
+    "kubelet": ("started", "restarted"),
+}
+EXTENSION_ACTIONS = ("started", "stopped", "restarted")
+
+# States of a service that is running or on its way to running: starting it
+# again is a no-op on the server.
+STARTED_STATES = ("Preparing", "Waiting", "Starting", "Running")
+STOPPED_STATE = "Finished"
+RECENT_EVENTS = 10
+
+REQUESTS = {
+    "started": ("machine.MachineService/ServiceStart", "ServiceStartRequest"),
+    "stopped": ("machine.MachineService/ServiceStop", "ServiceStopRequest"),
+    "restarted": ("machine.MachineService/ServiceRestart", "ServiceRestartRequest"),
+}
+
+
+def allowed_actions(name):
+    """The states the API can bring service ``name`` to."""
+    if name.startswith("ext-"):
+        return EXTENSION_ACTIONS
+    return ALLOWED_ACTIONS.get(name, ())
+
+
+def refusal(name, state):
+    """Why Talos will not let the API bring ``name`` to ``state``, or None when it will."""
+    actions = allowed_actions(name)
+    if state in actions:
+        return None
+    verb = {"started": "start", "stopped": "stop", "restarted": "restart"}[state]
+    if actions:
+        return ("Talos does not let the API %s service %s: it can only be %s through the API, because Talos keeps "
+                "managing it itself." % (verb, name, " or ".join(actions)))
+    return ("Service %s cannot be controlled through the Talos API: Talos only lets the API start and restart kubelet "
+            "and start, stop and restart system extension services (ext-<name>); every other service is managed "
+            "by Talos itself." % name)
+
+
+def _timestamp(value):
+    if not value.seconds and not value.nanos:
+        return None
+    return value.ToJsonString()
+
+
+def service_to_dict(info):
+    """A ``ServiceInfo`` message as the module returns it."""
+    return {
+        "state": info.state,
+        "health": {
+            "unknown": info.health.unknown,
+            "healthy": info.health.healthy,
+            "last_message": info.health.last_message,
+            "last_change": _timestamp(info.health.last_change),
+        },
+        "events": [{"msg": event.msg, "state": event.state, "ts": _timestamp(event.ts)}
+                   for event in info.events.events[-RECENT_EVENTS:]],
+    }
+
+
+def list_services(client, node):
+    """The ``ServiceInfo`` messages of ``node`` by service ID."""
+    items = client.call("machine.MachineService/ServiceList", node=node)
+    return dict((info.id, info) for item in items for info in item.services)
+
+
+def last_event_time(info):
+    """Seconds since the epoch of the service's newest event (0 when it has none)."""
+    return max([event.ts.seconds + event.ts.nanos / 1e9 for event in info.events.events] or [0])
+
+
+def in_state(service, state):
+    """True when ``service`` (a dict) satisfies ``state`` without any request."""
+    if state == "started":
+        return service["state"] in STARTED_STATES
+    if state == "stopped":
+        return service["state"] not in STARTED_STATES
+    return False
+
+
+def reached(info, state, restarted_after):
+    """True when the service (a ``ServiceInfo``) has settled in the state the task asked for.
+
+    Running services with a health check must also be healthy. After a
+    restart the service must have logged an event newer than the newest one
+    seen before the request, so that its pre-restart Running state does not
+    count.
+    """
+    if state == "stopped":
+        return info.state not in STARTED_STATES and info.state != "Stopping"
+    if info.state != "Running":
+        return False
+    if not info.health.unknown and not info.health.healthy:
+        return False
+    if state == "restarted":
+        return last_event_time(info) > restarted_after
+    return True
+
+
+def target_node(module):
+    nodes = module.client.nodes
+    if len(nodes) > 1:
+        module.fail_json(msg="talos_service manages one node per task but %d nodes are targeted (%s): set node, "
+                             "for example node: '{{ inventory_hostname }}'." % (len(nodes), ", ".join(nodes)))
+    return nodes[0]
+
+
+def run(module):
+    name = module.params["name"]
+    state = module.params["state"]
+    reason = refusal(name, state)
+    if reason:
+        module.fail_json(msg=reason, name=name)
+
+    client = module.client
+    node = target_node(module)
+    services = list_services(client, node)
+    if name not in services:
+        module.fail_json(msg="Service %s is not defined on %s (its services are: %s): extension services appear "
+                             "only when their system extension is installed." % (
+                                 name, describe(node), ", ".join(sorted(services))),
+                         name=name, node=node)
+    info = services[name]
+    before = service_to_dict(info)
+
+    result = {"changed": not in_state(before, state), "name": name, "node": node, "before": before}
+    if not result["changed"]:
+        after = before
+    elif module.check_mode:
+        after = dict(before, state=STOPPED_STATE if state == "stopped" else "Running")
+    else:
+        method, request_type = REQUESTS[state]
+        items = client.call(method, getattr(machine_pb2, request_type)(id=name), node=node)
+        result["response"] = items[0].resp if items else ""
+        if module.params["wait"]:
+            info = wait_for_state(module, client, node, name, state, last_event_time(info))
+        else:
+            info = list_services(client, node)[name]
+        after = service_to_dict(info)
+
+    result.update(after=after, state=after["state"], health=after["health"])
+    result["diff"] = {"before": {"state": before["state"]}, "after": {"state": after["state"]}}
+    module.exit_json(**result)
+
+
+def describe(node):
+    return "node %s" % node if node else "the endpoint"
+
+
+def wait_for_state(module, client, node, name, state, restarted_after):
+    """Wait up to wait_timeout until the service settles in ``state``; returns its ``ServiceInfo``."""
+    seen = {}
+
+    def settled():
+        try:
+            seen["info"] = list_services(client, node).get(name)
+        except TalosError as err:
+            if err.code not in ("Unavailable", "DeadlineExceeded"):
+                raise
+            return False
+        return seen["info"] is not None and reached(seen["info"], state, restarted_after)
+
+    wait_until(settled, timeout=module.params["wait_timeout"],
+               description="service %s on %s to be %s" % (name, describe(node), state))
+    return seen["info"]
+
+
+def main():
+    module = TalosModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", required=True, choices=["started", "stopped", "restarted"]),
+        ),
+        supports_check_mode=True,
+        wait=True,
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The audit log: every mutating call a node processed, for tests to inspect.
+
+Tests read it to prove that check mode and idempotent re-runs changed nothing.
+Entries are kept in memory and appended as JSON lines to ``audit.jsonl`` in
+the cluster's state directory.
+"""
+
+import json
+import threading
+import time
+
+# Calls that change a node or the cluster. Dry runs are recorded too, marked.
+MUTATING_METHODS = frozenset([
+    "machine.MachineService/ApplyConfiguration",
+    "machine.MachineService/Bootstrap",
+    "machine.MachineService/EtcdAlarmDisarm",
+    "machine.MachineService/EtcdDefragment",
+    "machine.MachineService/EtcdForfeitLeadership",
+    "machine.MachineService/EtcdLeaveCluster",
+    "machine.MachineService/EtcdRecover",
+    "machine.MachineService/EtcdRemoveMemberByID",
+    "machine.MachineService/Reboot",
+    "machine.MachineService/Reset",
+    "machine.MachineService/ServiceRestart",
+    "machine.MachineService/ServiceStart",
+    "machine.MachineService/ServiceStop",
+    "machine.MachineService/Shutdown",
+    "machine.MachineService/Upgrade",
+    "machine.LifecycleService/Install",
+    "machine.LifecycleService/Upgrade",
+    "machine.ImageService/Pull",
+])
+
+
+def short_method(method):
+    """``/machine.MachineService/Reboot`` or ``machine.MachineService/Reboot`` -> ``Reboot``."""
+    return method.rsplit("/", 1)[-1]
+
+
+def method_matches(method, wanted):
+    """True when ``wanted`` names ``method``: full path with or without the slash, or the RPC name."""
+    return wanted.lstrip("/") == method.lstrip("/") or ("/" not in wanted and wanted == short_method(method))
+
+
+class AuditLog:
+    def __init__(self, path=None):
+        self._path = path
+        self._entries = []
+        self._lock = threading.Lock()
+
+    def record(self, method, node, roles, code="OK", **details):
+        entry = {
+            "time": time.time(),
+            "method": method.lstrip("/"),
+            "node": node.name,
+            "address": node.address,
+            "roles": list(roles),
+            "code": code,
+            "dry_run": bool(details.pop("dry_run", False)),
+        }
+        entry.update(details)
+        with self._lock:
+            self._entries.append(entry)
+            if self._path:
+                with open(self._path, "a") as log:
+                    log.write(json.dumps(entry, sort_keys=True) + "\n")
+        return entry
+
+    def entries(self, method=None, node=None, include_dry_run=True, include_failed=True):
+        with self._lock:
+            entries = list(self._entries)
+        return [
+            entry for entry in entries
+            if (method is None or method_matches(entry["method"], method))
+            and (node is None or node in (entry["node"], entry["address"]))
+            and (include_dry_run or not entry["dry_run"])
+            and (include_failed or entry["code"] == "OK")
+        ]
+
+    def clear(self):
+        with self._lock:
+            self._entries = []

@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The per-boot runtime event buffer behind MachineService/Events.
+
+machined keeps events in memory, so a reboot starts a fresh buffer. Each
+event's ``data`` is an Any whose type URL is ``talos/runtime/machine.<Name>``.
+"""
+
+import asyncio
+import itertools
+import time
+
+from google.protobuf import any_pb2
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+
+_ids = itertools.count(1)
+
+
+def _event_id():
+    # Talos uses xids: sortable, unique strings.
+    return "%020x" % next(_ids)
+
+
+def pack(message):
+    return any_pb2.Any(type_url="talos/runtime/machine." + message.DESCRIPTOR.name, value=message.SerializeToString())
+
+
+class EventLog:
+    def __init__(self):
+        self._events = []
+        self._subscribers = set()
+
+    def emit(self, message, actor_id=""):
+        event = machine_pb2.Event(id=_event_id(), actor_id=actor_id, data=pack(message))
+        self._events.append((time.time(), event))
+        for queue in list(self._subscribers):
+            queue.put_nowait(event)
+        return event
+
+    def history(self, tail_events=0, tail_id="", tail_seconds=0):
+        """Past events a new subscriber asked for (tail_events -1 = all)."""
+        events = self._events
+        if tail_id:
+            ids = [event.id for _, event in events]
+            events = events[ids.index(tail_id) + 1:] if tail_id in ids else []
+        elif tail_seconds:
+            since = time.time() - tail_seconds
+            events = [(stamp, event) for stamp, event in events if stamp >= since]
+        elif tail_events >= 0:
+            events = events[len(events) - tail_events:] if tail_events else []
+        return [event for _, event in events]
+
+    def subscribe(self):
+        queue = asyncio.Queue()
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue):
+        self._subscribers.discard(queue)

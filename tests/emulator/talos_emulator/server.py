@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A node's API listener: grpclib over stdlib ssl on the node's own address.
+
+Normal mode is mutual TLS against the node's OS CA. OpenSSL rejects, during
+the handshake, a client certificate from another CA and one whose EKU lacks
+clientAuth (its TLS-client purpose check). Talos also refuses a certificate
+whose EKU is anything but exactly ``[clientAuth]`` or has none; OpenSSL lets
+those through, so the listener checks the verified peer certificate as soon
+as the handshake completes and aborts the connection before any HTTP/2 frame
+is exchanged. Maintenance mode is server-only TLS with a fresh self-signed
+certificate and no client certificate requested.
+"""
+
+import os
+import ssl
+import tempfile
+
+from grpclib.protocol import H2Protocol
+from grpclib.server import Server
+
+from . import pki
+
+
+class _CheckedH2Protocol(H2Protocol):
+    """grpclib's HTTP/2 protocol with Talos's client-certificate EKU check and connection tracking."""
+
+    def __init__(self, listener, *args):
+        super(_CheckedH2Protocol, self).__init__(*args)
+        self._listener = listener
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        if self._listener.mutual:
+            ssl_object = transport.get_extra_info("ssl_object")
+            peer = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if not peer or not pki.client_certificate_has_client_auth(peer):
+                transport.abort()
+                return
+        self._listener.connections.add(self)
+        super(_CheckedH2Protocol, self).connection_made(transport)
+
+    def connection_lost(self, exc):
+        self._listener.connections.discard(self)
+        if hasattr(self, "processor"):
+            super(_CheckedH2Protocol, self).connection_lost(exc)
+
+
+class _Listener(Server):
+    def __init__(self, handlers, mutual):
+        super(_Listener, self).__init__(handlers)
+        self.mutual = mutual
+        self.connections = set()
+
+    def _protocol_factory(self):
+        protocol = super(_Listener, self)._protocol_factory()
+        return _CheckedH2Protocol(self, protocol.handler, protocol.config, protocol.h2_config)
+
+
+class NodeServer:
+    """Starts and stops the API listener of one node, with the TLS material of the current boot."""
+
+    def __init__(self, node):
+        self.node = node
+        self._listener = None
+        self.ca_pem = None
+        self.maintenance_fingerprint = None
+
+    @property
+    def listening(self):
+        return self._listener is not None
+
+    def _ssl_context(self):
+        ca_pem, crt_pem, key_pem, client_ca_pem = self.node.server_tls_material()
+        self.ca_pem = ca_pem
+        self.maintenance_fingerprint = pki.spki_fingerprint(crt_pem) if client_ca_pem is None else None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["h2"])
+        # ssl loads a certificate chain only from files.
+        with tempfile.TemporaryDirectory(prefix="talos-emulator-") as scratch:
+            crt_path = os.path.join(scratch, "server.crt")
+            key_path = os.path.join(scratch, "server.key")
+            with open(crt_path, "wb") as crt_file:
+                crt_file.write(crt_pem)
+            with open(key_path, "wb") as key_file:
+                key_file.write(pki.to_standard_pem(key_pem))
+            context.load_cert_chain(crt_path, key_path)
+        if client_ca_pem is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cadata=client_ca_pem.decode())
+        return context, client_ca_pem is not None
+
+    async def start(self):
+        from .routing import Apid
+
+        context, mutual = self._ssl_context()
+        listener = _Listener(Apid(self.node).handlers(), mutual)
+        await listener.start(self.node.address, self.node.port, ssl=context, reuse_address=True)
+        self._listener = listener
+
+    async def stop(self):
+        """Stop listening and drop every open connection, as a powered-off node does."""
+        listener, self._listener = self._listener, None
+        if listener is None:
+            return
+        listener.close()
+        for protocol in list(listener.connections):
+            if protocol.transport is not None:
+                protocol.transport.abort()
+        await listener.wait_closed()

@@ -1,0 +1,204 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests for the etcd helpers: member lookup, quorum arithmetic, leader detection, snapshot files."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import hashlib
+import os
+import stat
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError, TalosNodeError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+
+
+def member(name, member_id, address=None, learner=False):
+    address = address or "10.5.0.%d" % int(member_id, 16)
+    return {"id": member_id, "hostname": name, "is_learner": learner,
+            "peer_urls": ["https://%s:2380" % address], "client_urls": ["https://%s:2379" % address]}
+
+
+def status(member_id, leader, errors=()):
+    return {"member_id": member_id, "leader": leader, "is_learner": False, "errors": list(errors)}
+
+
+ONE, TWO, THREE, FOUR, FIVE = ("%016x" % i for i in range(1, 6))
+
+
+# Member IDs and lookup
+
+def test_member_ids_round_trip_as_talosctl_prints_them():
+    assert etcd.format_member_id(0x8e9e05c52164694d) == "8e9e05c52164694d"
+    assert etcd.format_member_id(1) == "0000000000000001"
+    assert etcd.parse_member_id("8E9E05C52164694D") == 0x8e9e05c52164694d
+    assert etcd.parse_member_id("0x1") == 1
+    assert etcd.parse_member_id("cp-1") is None
+    assert etcd.parse_member_id("1" * 17) is None
+
+
+def test_find_member_by_hostname_first_then_by_id():
+    members = [member("cp-1", ONE), member("cp-2", TWO)]
+    assert etcd.find_member(members, "cp-2")["id"] == TWO
+    assert etcd.find_member(members, "1")["hostname"] == "cp-1"
+    assert etcd.find_member(members, ONE)["hostname"] == "cp-1"
+    assert etcd.find_member(members, "cp-9") is None
+    assert etcd.find_member(members, "ff") is None
+    # A hostname that also reads as hex still names the member with that hostname.
+    named_like_an_id = [member("cp-1", ONE), member("2", THREE)]
+    assert etcd.find_member(named_like_an_id, "2")["id"] == THREE
+
+
+def test_member_address_comes_from_client_then_peer_urls():
+    assert etcd.member_address(member("cp-1", ONE, address="10.5.0.7")) == "10.5.0.7"
+    peer_only = dict(member("cp-1", ONE, address="10.5.0.8"), client_urls=[])
+    assert etcd.member_address(peer_only) == "10.5.0.8"
+    assert etcd.member_address(dict(peer_only, peer_urls=[])) is None
+
+
+def test_list_members_converts_the_reply():
+    class Client:
+        def call(self, method, request, node=None):
+            assert method == "machine.MachineService/EtcdMemberList"
+            assert request.query_local is False and node == "10.5.0.2"
+            return [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(
+                id=0x8e9e05c52164694d, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"],
+                client_urls=["https://10.5.0.2:2379"], is_learner=True)])]
+
+    assert etcd.list_members(Client(), "10.5.0.2") == [{
+        "id": "8e9e05c52164694d", "hostname": "cp-1", "peer_urls": ["https://10.5.0.2:2380"],
+        "client_urls": ["https://10.5.0.2:2379"], "is_learner": True}]
+
+
+def test_member_statuses_asks_each_members_node_and_keeps_errors():
+    members = [member("cp-1", ONE), member("cp-2", TWO)]
+    unreachable = TalosConnectionError("node 10.5.0.2 is unreachable", code="Unavailable")
+
+    class Client:
+        def call_many(self, method, request=None, nodes=None):
+            assert method == "machine.MachineService/EtcdStatus"
+            assert nodes == ["10.5.0.1", "10.5.0.2"]
+            reply = machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=1, leader=1, db_size=4096))
+            return {"10.5.0.1": [reply], "10.5.0.2": unreachable}
+
+    statuses = etcd.member_statuses(Client(), members)
+    assert statuses[ONE]["leader"] == ONE and statuses[ONE]["db_size"] == 4096
+    assert statuses[TWO] is unreachable
+    assert etcd.is_healthy(statuses[ONE]) and not etcd.is_healthy(statuses[TWO])
+
+
+# Quorum and leader
+
+@pytest.mark.parametrize("voters, needed", [(0, 1), (1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])
+def test_quorum(voters, needed):
+    assert etcd.quorum(voters) == needed
+
+
+def test_removal_from_three_healthy_members_is_safe():
+    members = [member("cp-1", ONE), member("cp-2", TWO), member("cp-3", THREE)]
+    statuses = dict((m["id"], status(m["id"], ONE)) for m in members)
+    check = etcd.removal_check(members, statuses, members[2])
+    assert check == {"safe": True, "voters_after": 2, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}
+
+
+def test_removing_a_healthy_member_next_to_an_unhealthy_one_is_refused():
+    members = [member("cp-1", ONE), member("cp-2", TWO), member("cp-3", THREE)]
+    statuses = {ONE: status(ONE, ONE), TWO: status(TWO, ONE), THREE: TalosError("unreachable")}
+    check = etcd.removal_check(members, statuses, members[0])
+    assert check["safe"] is False
+    assert (check["voters_after"], check["quorum_after"], check["healthy_after"]) == (2, 2, 1)
+    assert check["unhealthy"] == ["cp-3"]
+    # Removing the unhealthy member itself leaves two healthy members: safe.
+    assert etcd.removal_check(members, statuses, members[2])["safe"] is True
+
+
+def test_member_with_etcd_errors_counts_as_unhealthy():
+    members = [member("cp-%d" % i, "%016x" % i) for i in range(1, 6)]
+    statuses = dict((m["id"], status(m["id"], ONE)) for m in members)
+    statuses[FOUR] = status(FOUR, ONE, errors=["memberID:4 alarm:NOSPACE"])
+    statuses[FIVE] = status(FIVE, ONE, errors=["etcdserver: no leader"])
+    # Five members, two unhealthy: removing a healthy one leaves 4 voters needing 3, only 2 healthy.
+    assert etcd.removal_check(members, statuses, members[0])["safe"] is False
+    # Removing an unhealthy one leaves 4 voters needing 3 with 3 healthy.
+    assert etcd.removal_check(members, statuses, members[4])["safe"] is True
+
+
+def test_learners_neither_vote_nor_block_their_removal():
+    members = [member("cp-1", ONE), member("cp-2", TWO, learner=True)]
+    statuses = {ONE: status(ONE, ONE), TWO: TalosError("not started")}
+    assert etcd.removal_check(members, statuses, members[1])["safe"] is True
+    # The last voting member cannot go without losing etcd.
+    check = etcd.removal_check(members, statuses, members[0])
+    assert check["safe"] is False and check["voters_after"] == 0 and check["quorum_after"] == 1
+
+
+def test_leader_is_what_most_healthy_members_report():
+    statuses = {ONE: status(ONE, TWO), TWO: status(TWO, TWO), THREE: status(THREE, ONE),
+                FOUR: status(FOUR, ONE, errors=["stale"]), FIVE: TalosError("down")}
+    assert etcd.leader_id(statuses) == TWO
+    assert etcd.leader_id({ONE: status(ONE, None)}) is None
+
+
+# Snapshots
+
+class SnapshotClient:
+    """Streams ``data`` in 1 KiB common.Data frames, as Talos does; ``fail_after`` frames raises."""
+
+    def __init__(self, data, fail_after=None):
+        self.data = data
+        self.fail_after = fail_after
+        self.calls = []
+
+    def stream(self, method, request=None, node=None, on_message=None):
+        self.calls.append((method, node))
+        frames = [self.data[i:i + 1024] for i in range(0, len(self.data), 1024)]
+        for index, chunk in enumerate(frames):
+            if self.fail_after is not None and index == self.fail_after:
+                raise TalosNodeError("Node %s answered with an error (Unavailable): stream cut." % node, code="Unavailable")
+            on_message(common_pb2.Data(bytes=chunk))
+        return self.data
+
+
+def test_snapshot_written_complete_with_mode_0600_and_its_sha256(tmp_path):
+    data = os.urandom(5000)
+    path = tmp_path / "etcd.snapshot"
+    client = SnapshotClient(data)
+    saved = etcd.save_snapshot(client, "10.5.0.2", str(path))
+    assert client.calls == [("machine.MachineService/EtcdSnapshot", "10.5.0.2")]
+    assert path.read_bytes() == data
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert saved == {"path": str(path), "size": 5000, "sha256": hashlib.sha256(data).hexdigest(), "changed": True}
+    assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
+
+
+def test_snapshot_with_same_content_is_unchanged_and_check_mode_writes_nothing(tmp_path):
+    data = os.urandom(3000)
+    path = tmp_path / "etcd.snapshot"
+    etcd.save_snapshot(SnapshotClient(data), None, str(path))
+    mtime = path.stat().st_mtime_ns
+    assert etcd.save_snapshot(SnapshotClient(data), None, str(path))["changed"] is False
+    assert path.stat().st_mtime_ns == mtime
+
+    newer = os.urandom(3000)
+    assert etcd.save_snapshot(SnapshotClient(newer), None, str(path), check_mode=True)["changed"] is True
+    assert path.read_bytes() == data
+    assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
+
+
+def test_interrupted_snapshot_leaves_the_previous_file_and_no_partial_file(tmp_path):
+    path = tmp_path / "etcd.snapshot"
+    path.write_bytes(b"previous snapshot")
+    with pytest.raises(TalosNodeError):
+        etcd.save_snapshot(SnapshotClient(os.urandom(4096), fail_after=2), None, str(path))
+    assert path.read_bytes() == b"previous snapshot"
+    assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
+
+
+def test_snapshot_into_a_missing_directory_fails_clearly(tmp_path):
+    with pytest.raises(TalosError, match="directory .* does not exist"):
+        etcd.save_snapshot(SnapshotClient(b"x"), None, str(tmp_path / "missing" / "etcd.snapshot"))

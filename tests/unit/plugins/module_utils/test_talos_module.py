@@ -1,0 +1,169 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import contextlib
+import json
+import sys
+
+import pytest
+from ansible.module_utils import basic
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import talos_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosApiError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import (
+    CONNECTION_ARGUMENT_SPEC,
+    WAIT_ARGUMENT_SPEC,
+    TalosModule,
+)
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core before 2.19
+    from unittest import mock
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
+            yield
+
+
+def run_module(capsys, args, body, **module_kwargs):
+    """Build a TalosModule with ``args``, run ``body`` through module.run and return the JSON result."""
+    module_kwargs.setdefault("argument_spec", dict(name=dict(type="str")))
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            module = TalosModule(**module_kwargs)
+            module.run(body)
+    return json.loads(capsys.readouterr().out)
+
+
+INSECURE = {"endpoints": ["127.0.0.1"], "insecure": True}
+
+
+def test_connection_spec_is_merged_and_secrets_are_no_log(capsys):
+    seen = {}
+
+    def body(module):
+        seen["params"] = dict(module.params)
+        seen["no_log"] = set(module.no_log_values)
+        module.exit_json(changed=False)
+
+    result = run_module(capsys, dict(INSECURE, name="x", key="very-secret-key-text"), body)
+    assert result["changed"] is False
+    assert seen["params"]["name"] == "x"
+    assert seen["params"]["timeout"] == 60
+    assert seen["params"]["insecure"] is True
+    assert "wait" not in seen["params"]
+    assert "very-secret-key-text" in seen["no_log"]
+    for name in ("ca", "crt", "key"):
+        assert CONNECTION_ARGUMENT_SPEC[name]["no_log"] is True
+
+
+def test_wait_options_are_added_on_request(capsys):
+    seen = {}
+
+    def body(module):
+        seen.update(module.params)
+        module.exit_json(changed=False)
+
+    run_module(capsys, dict(INSECURE), body, argument_spec={}, wait=True)
+    assert seen["wait"] is WAIT_ARGUMENT_SPEC["wait"]["default"]
+    assert seen["wait_timeout"] == 600
+
+
+def test_node_and_nodes_are_mutually_exclusive(capsys):
+    result = run_module(capsys, dict(INSECURE, node="a", nodes=["b"]), lambda module: module.exit_json(changed=False))
+    assert result["failed"] is True
+    assert "mutually exclusive" in result["msg"] and "node" in result["msg"]
+
+
+def test_talos_error_becomes_fail_json_with_code_and_node(capsys):
+    def body(module):
+        raise TalosApiError("Bootstrap failed on node 10.5.0.2 with FailedPrecondition: not yet.",
+                            code="FailedPrecondition", node="10.5.0.2", server_message="not yet")
+
+    result = run_module(capsys, dict(INSECURE), body)
+    assert result["failed"] is True
+    assert result["msg"] == "Bootstrap failed on node 10.5.0.2 with FailedPrecondition: not yet."
+    assert (result["code"], result["node"], result["server_message"]) == ("FailedPrecondition", "10.5.0.2", "not yet")
+    assert "exception" not in result
+
+
+def test_config_errors_are_reported_as_a_failure_not_a_traceback(capsys, tmp_path):
+    result = run_module(capsys, {"talosconfig": str(tmp_path / "missing")}, lambda module: module.client.nodes)
+    assert result["failed"] is True
+    assert result["msg"] == "The talosconfig file %s does not exist." % (tmp_path / "missing")
+
+
+def test_talosconfig_falls_back_to_the_environment(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TALOSCONFIG", str(tmp_path / "from-env"))
+    seen = {}
+
+    def body(module):
+        seen["talosconfig"] = module.params["talosconfig"]
+        module.exit_json(changed=False)
+
+    run_module(capsys, {}, body)
+    assert seen["talosconfig"] == str(tmp_path / "from-env")
+
+
+def test_target_nodes(capsys):
+    seen = {}
+
+    def body(module):
+        seen["nodes"] = module.target_nodes
+        module.exit_json(changed=False)
+
+    run_module(capsys, dict(INSECURE, nodes=["10.5.0.2", "10.5.0.3"]), body)
+    assert seen["nodes"] == ["10.5.0.2", "10.5.0.3"]
+    run_module(capsys, dict(INSECURE, node="10.5.0.4"), body)
+    assert seen["nodes"] == ["10.5.0.4"]
+    run_module(capsys, dict(INSECURE), body)
+    assert seen["nodes"] == [None]
+
+
+def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
+    closed = []
+    seen = {}
+
+    class RecordingClient(object):
+        def __init__(self, settings):
+            self.settings = settings
+
+        def close(self):
+            closed.append(self)
+
+    monkeypatch.setattr(talos_module, "TalosClient", RecordingClient)
+
+    def body(module):
+        seen["before"] = module._client
+        seen["client"] = module.client
+        raise TalosApiError("failed.", code="Internal")
+
+    result = run_module(capsys, dict(INSECURE), body)
+    assert result["failed"] is True
+    assert seen["before"] is None
+    assert closed == [seen["client"]]
+    assert seen["client"].settings.endpoints == ["127.0.0.1:50000"]
+
+
+@pytest.mark.parametrize("library, pypi_name", [
+    ("grpclib", "grpclib"),
+    ("google.protobuf", "protobuf"),
+    ("google.rpc.status_pb2", "googleapis-common-protos"),
+    ("yaml", "PyYAML"),
+    ("cryptography.x509", "cryptography"),
+])
+def test_missing_library_ends_in_missing_required_lib(capsys, monkeypatch, library, pypi_name):
+    monkeypatch.setitem(sys.modules, library, None)  # makes `import library` raise ImportError
+    ran = []
+    result = run_module(capsys, dict(INSECURE), lambda module: ran.append(module))
+    assert ran == []
+    assert result["failed"] is True
+    assert "Failed to import the required Python library (%s)" % pypi_name in result["msg"]
+    assert "Traceback" not in result["msg"]
