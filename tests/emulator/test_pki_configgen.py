@@ -122,7 +122,7 @@ def test_client_certificate_roles_and_eku(os_ca):
 
 
 def test_client_certificate_without_client_auth(os_ca):
-    crt_pem, _ = os_ca.issue_client(["os:admin"], client_auth=False)
+    crt_pem, dummy_key = os_ca.issue_client(["os:admin"], client_auth=False)
     assert _eku(_cert(crt_pem)) == [ExtendedKeyUsageOID.SERVER_AUTH]
     assert pki.client_certificate_has_client_auth(crt_pem) is False
     assert pki.client_certificate_has_client_auth(_cert(crt_pem).public_bytes(Encoding.DER)) is False
@@ -140,12 +140,12 @@ def test_maintenance_certificate():
     assert _eku(cert) == [ExtendedKeyUsageOID.SERVER_AUTH]
     assert isinstance(ca_cert.public_key(), ed25519.Ed25519PublicKey)
     assert isinstance(pki.load_private_key(key_pem), ed25519.Ed25519PrivateKey)
-    other_ca_pem, _, _ = pki.maintenance_certificate(["127.0.0.9"])
+    other_ca_pem = pki.maintenance_certificate(["127.0.0.9"])[0]
     assert other_ca_pem != ca_pem
 
 
 def test_spki_fingerprint_depends_on_the_key_only(os_ca):
-    crt_pem, _ = os_ca.issue_server("node", ip_addresses=["127.0.0.2"])
+    crt_pem = os_ca.issue_server("node", ip_addresses=["127.0.0.2"])[0]
     fingerprint = pki.spki_fingerprint(crt_pem)
     assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0
     assert fingerprint == pki.spki_fingerprint(crt_pem)
@@ -189,7 +189,7 @@ def _handshake(server_ca, server_pair, client_ca_pem, client_pair, server_hostna
 
         def serve():
             try:
-                raw, _ = listener.accept()
+                raw = listener.accept()[0]
                 raw.settimeout(10)
                 with server_context.wrap_socket(raw, server_side=True) as tls:
                     outcome["server"] = ("ok", tls.getpeercert(binary_form=True), tls.version())
@@ -228,7 +228,7 @@ def test_mutual_tls_with_ed25519_certificates(os_ca):
 def test_hostname_check_uses_the_ip_san(os_ca):
     server_pair = os_ca.issue_server("cp-1", ip_addresses=["127.0.0.5"])
     client_pair = os_ca.issue_client(["os:admin"])
-    _, client = _handshake(os_ca, server_pair, os_ca.crt_pem, client_pair)
+    client = _handshake(os_ca, server_pair, os_ca.crt_pem, client_pair)[1]
     assert client[0] == "error"
     assert isinstance(client[1], ssl.SSLCertVerificationError)
     assert "IP address mismatch" in client[1].verify_message
@@ -266,7 +266,8 @@ def test_secrets_bundle_shapes(bundle):
         assert isinstance(ca.key, ec.EllipticCurvePrivateKey)
     assert isinstance(pki.load_private_key(bundle.service_account_key_pem), ec.EllipticCurvePrivateKey)
     for token in (bundle.bootstrap_token, bundle.machine_token):
-        prefix, _, suffix = token.partition(".")
+        prefix, separator, suffix = token.partition(".")
+        assert separator == "."
         assert len(prefix) == 6 and len(suffix) == 16
         assert (prefix + suffix).isalnum() and (prefix + suffix).lower() == prefix + suffix
     assert bundle.bootstrap_token != bundle.machine_token

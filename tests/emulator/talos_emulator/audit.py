@@ -40,13 +40,13 @@ def short_method(method):
 
 
 def method_matches(method, wanted):
-    """True when ``wanted`` names ``method``: full path with or without the slash, or the RPC name."""
-    return wanted.lstrip("/") == method.lstrip("/") or ("/" not in wanted and wanted == short_method(method))
+    """True when ``wanted`` names ``method``: full path with or without the slash, the RPC name, or ``*``."""
+    return wanted == "*" or wanted.lstrip("/") == method.lstrip("/") or ("/" not in wanted and wanted == short_method(method))
 
 
 class AuditLog:
     def __init__(self, path=None):
-        self._path = path
+        self.path = path
         self._entries = []
         self._lock = threading.Lock()
 
@@ -63,8 +63,8 @@ class AuditLog:
         entry.update(details)
         with self._lock:
             self._entries.append(entry)
-            if self._path:
-                with open(self._path, "a") as log:
+            if self.path:
+                with open(self.path, "a") as log:
                     log.write(json.dumps(entry, sort_keys=True) + "\n")
         return entry
 

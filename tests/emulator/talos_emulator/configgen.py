@@ -52,7 +52,7 @@ class ConfigError(Exception):
 
 
 def _random_token(length):
-    return "".join(random_source.choice(_TOKEN_ALPHABET) for _ in range(length))
+    return "".join(random_source.choice(_TOKEN_ALPHABET) for dummy in range(length))
 
 
 def _kubeadm_style_token():

@@ -42,14 +42,14 @@ class EventLog:
         """Past events a new subscriber asked for (tail_events -1 = all)."""
         events = self._events
         if tail_id:
-            ids = [event.id for _, event in events]
+            ids = [event.id for _stamp, event in events]
             events = events[ids.index(tail_id) + 1:] if tail_id in ids else []
         elif tail_seconds:
             since = time.time() - tail_seconds
             events = [(stamp, event) for stamp, event in events if stamp >= since]
         elif tail_events >= 0:
             events = events[len(events) - tail_events:] if tail_events else []
-        return [event for _, event in events]
+        return [event for _stamp, event in events]
 
     def subscribe(self):
         queue = asyncio.Queue()

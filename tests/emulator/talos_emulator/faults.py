@@ -11,10 +11,10 @@ or None for every node.
 import asyncio
 import threading
 
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from .audit import method_matches
+from .codes import status_from_name
 
 
 class _Rule:
@@ -44,6 +44,7 @@ class Faults:
         self._failures = []
         self._cuts = []
         self._pauses = []
+        self._installer_failures = []
 
     def make_unreachable(self, node):
         """Stop the node's API listener and drop its connections (connection refused)."""
@@ -60,7 +61,7 @@ class Faults:
 
     def fail(self, method, code, message="injected failure", times=1, node=None):
         """Answer the next ``times`` calls of ``method`` with gRPC ``code`` (a Status or its name); -1 = always."""
-        status = code if isinstance(code, Status) else Status[_status_name(code)]
+        status = status_from_name(code)
         with self._lock:
             self._failures.append(_Rule(method, node, times, status=status, message=message))
 
@@ -74,12 +75,25 @@ class Faults:
         with self._lock:
             self._pauses.append(_Rule(method, node, times, seconds=seconds))
 
+    def fail_installer(self, exit_code=1, times=1, node=None):
+        """Make the next ``times`` installer runs (LifecycleService) end with ``exit_code``."""
+        with self._lock:
+            self._installer_failures.append(_Rule("*", node, times, exit_code=exit_code))
+
+    def mark_image_unavailable(self, image_ref):
+        """The registry no longer has ``image_ref``: pulls and legacy upgrades of it fail."""
+        with self._lock:
+            self._cluster.unavailable_images.add(image_ref)
+
     def clear(self):
+        """Remove every fault (unreachable nodes stay so until ``make_reachable``)."""
         with self._lock:
             self._latency.clear()
             self._failures = []
             self._cuts = []
             self._pauses = []
+            self._installer_failures = []
+            self._cluster.unavailable_images.clear()
 
     async def before_call(self, node, method):
         """Latency and injected failures, applied by the serving node before anything else."""
@@ -100,6 +114,10 @@ class Faults:
         if rule is not None:
             await asyncio.sleep(rule.seconds)
 
+    def installer_exit_code(self, node):
+        rule = self._take(self._installer_failures, "*", node)
+        return 0 if rule is None else rule.exit_code
+
     def _take(self, rules, method, node):
         with self._lock:
             for rule in rules:
@@ -107,15 +125,3 @@ class Faults:
                     rule.consume()
                     return rule
         return None
-
-
-def _status_name(code):
-    """``"PermissionDenied"``, ``"PERMISSION_DENIED"`` or ``"permission_denied"`` -> ``"PERMISSION_DENIED"``."""
-    if "_" in code or code.isupper():
-        return code.upper()
-    name = ""
-    for char in code:
-        if char.isupper() and name:
-            name += "_"
-        name += char.upper()
-    return name

@@ -7,16 +7,19 @@ attributes from their own thread and change state through ``EmulatedCluster``.
 """
 
 import asyncio
+import ipaddress
+import os
 import time
 import uuid
 
-import yaml
 from google.protobuf import timestamp_pb2
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 from . import configgen, pki
 from .events import EventLog
+from .routing import Machined
 from .server import NodeServer
 from .versions import image_tag
 
@@ -28,6 +31,8 @@ _HEALTH_CHECKED = frozenset(["apid", "containerd", "cri", "etcd", "kubelet", "tr
 _MAINTENANCE_SERVICES = ("apid", "auditd", "containerd", "dashboard", "machined", "syslogd", "udevd")
 _NODE_SERVICES = _MAINTENANCE_SERVICES + ("cri", "kubelet")
 _CONTROL_PLANE_SERVICES = ("etcd", "trustd")
+_GOING_DOWN_SECONDS = 0.1
+_IDENTITY_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def _timestamp(seconds):
@@ -76,22 +81,20 @@ class ServiceState:
 
 
 class EmulatedNode:
-    def __init__(self, cluster, name, address, port, role, talos_version, config_bytes=None):
+    def __init__(self, cluster, name, address, port, role, talos_version):
         self.cluster = cluster
         self.name = name
         self.address = address
         self.port = port
         self.role = role
+        # A node's discovery identity: random, stable for the node's life.
+        self.identity = "".join(_IDENTITY_ALPHABET[byte % len(_IDENTITY_ALPHABET)] for byte in os.urandom(43))
         self.talos_version = talos_version
         self.installed_version = talos_version
-        self.installed = config_bytes is not None
+        self.installed = False
         self.config_bytes = None
         self.config = None
         self.persistent_config_bytes = None
-        self.staged_config_bytes = None
-        if config_bytes is not None:
-            self._set_active_config(config_bytes)
-            self.persistent_config_bytes = config_bytes
         self.boot_id = None
         self.booted_at = None
         self.stage = "booting"
@@ -108,6 +111,8 @@ class EmulatedNode:
         self.reachable = False
         self.powered = False
         self.reboots = 0
+        self.sequence = None
+        self.machined = Machined(self)
         self.server = NodeServer(self)
         self._held_unreachable = False
 
@@ -139,10 +144,6 @@ class EmulatedNode:
         return configured or self.name
 
     @property
-    def cluster_name(self):
-        return ((self.config or {}).get("cluster") or {}).get("clusterName", "")
-
-    @property
     def cert_sans(self):
         return list((self.config or {}).get("machine", {}).get("certSANs") or [])
 
@@ -150,13 +151,22 @@ class EmulatedNode:
     def has_etcd_ca(self):
         return bool((((self.config or {}).get("cluster") or {}).get("etcd") or {}).get("ca"))
 
-    def _set_active_config(self, config_bytes):
-        self.config_bytes = config_bytes
-        self.config = configgen.parse_machine_config(config_bytes)
+    @property
+    def staged_config_bytes(self):
+        """The config written to disk but not running yet (STAGED apply), or None."""
+        if self.persistent_config_bytes is not None and self.persistent_config_bytes != self.config_bytes:
+            return self.persistent_config_bytes
+        return None
+
+    def load_installed_config(self, config_bytes):
+        """Start as an installed, configured node (before the first boot)."""
+        self.installed = True
+        self.persistent_config_bytes = config_bytes
 
     def apply_active_config(self, config_bytes):
-        """Make ``config_bytes`` the running config (NO_REBOOT, TRY)."""
-        self._set_active_config(config_bytes)
+        """Make ``config_bytes`` the running config (NO_REBOOT, TRY, boot)."""
+        self.config_bytes = config_bytes
+        self.config = configgen.parse_machine_config(config_bytes)
 
     def config_text(self):
         return self.config_bytes.decode() if self.config_bytes else ""
@@ -207,10 +217,6 @@ class EmulatedNode:
 
     # Life cycle.
 
-    @property
-    def machine_stage(self):
-        return self.stage
-
     def _emit_stage(self, stage, ready, actor_id=""):
         self.stage = stage
         status = machine_pb2.MachineStatusEvent.MachineStatus(ready=ready)
@@ -225,11 +231,8 @@ class EmulatedNode:
         self.boot_id = str(uuid.uuid4())
         self.booted_at = time.time()
         self.powered = True
-        if self.staged_config_bytes is not None:
-            self.persistent_config_bytes = self.staged_config_bytes
-            self.staged_config_bytes = None
         if self.persistent_config_bytes is not None:
-            self._set_active_config(self.persistent_config_bytes)
+            self.apply_active_config(self.persistent_config_bytes)
         else:
             self.config = None
             self.config_bytes = None
@@ -237,7 +240,9 @@ class EmulatedNode:
         self._emit_stage("booting", False)
         self._build_services()
         if self.is_control_plane and self.cluster.etcd.bootstrapped:
-            self.join_etcd()
+            self._start_etcd()
+        if not self.maintenance and not self.is_control_plane:
+            await self.cluster.wait_for_authority(configgen.machine_os_ca(self.config)[0])
         if not self._held_unreachable:
             await self.server.start()
             self.reachable = True
@@ -246,29 +251,89 @@ class EmulatedNode:
     async def power_off(self):
         self.reachable = False
         self.powered = False
-        self._cancel_try_rollback()
+        self.cancel_try_rollback()
         await self.server.stop()
+        self.machined.drop_calls()
 
-    def schedule(self, coroutine):
-        return self.cluster.spawn(coroutine)
+    def run_sequence(self, name, coroutine, actor_id=""):
+        """Run a machined sequence (reboot, reset, shutdown, upgrade, install) in the background.
+
+        One sequence at a time: a second one is not started, which shows only as
+        a SequenceEvent error on the Events stream, as on Talos.
+        """
+        if self.sequence is not None:
+            coroutine.close()
+            self.events.emit(machine_pb2.SequenceEvent(
+                sequence=name, action=machine_pb2.SequenceEvent.NOOP,
+                error=common_pb2.Error(code=common_pb2.LOCKED, message="sequence not started: %s sequence is running" % self.sequence),
+            ), actor_id=actor_id)
+            return None
+        self.sequence = name
+
+        async def run():
+            try:
+                await coroutine
+            finally:
+                self.sequence = None
+        return self.cluster.spawn(run())
 
     async def reboot(self, actor_id="", sequence="reboot", stage="rebooting"):
         """The reboot sequence: announce, go away for ``reboot_seconds``, come back with a new boot ID."""
         self.events.emit(machine_pb2.SequenceEvent(sequence=sequence, action=machine_pb2.SequenceEvent.START), actor_id=actor_id)
         self._emit_stage(stage, False, actor_id)
         self._stop_all_services(actor_id)
-        # Let the reply that triggered the reboot reach the caller first.
-        await asyncio.sleep(0.05)
+        # Let the reply that triggered the reboot, and watchers, see the node going down first.
+        await asyncio.sleep(_GOING_DOWN_SECONDS)
         await self.power_off()
         await asyncio.sleep(self.cluster.reboot_seconds)
         self.reboots += 1
         await self.boot()
 
+    async def legacy_upgrade(self, image_ref, actor_id):
+        """MachineService/Upgrade: run the installer, then reboot into the new version."""
+        if self.is_control_plane:
+            self.cluster.upgrade_lock = self
+        try:
+            self.install_version(image_ref)
+            await self.reboot(actor_id, sequence="upgrade", stage="upgrading")
+        finally:
+            if self.cluster.upgrade_lock is self:
+                self.cluster.upgrade_lock = None
+
+    async def reset(self, actor_id, graceful, reboot, wiped_volumes):
+        """The reset sequence: leave etcd when graceful, wipe the volumes, then reboot or power off."""
+        self.events.emit(machine_pb2.SequenceEvent(sequence="reset", action=machine_pb2.SequenceEvent.START), actor_id=actor_id)
+        etcd = self.cluster.etcd
+        if graceful and self.is_control_plane and etcd.member_of(self) is not None:
+            if len(etcd.members) == 1:
+                error = "failed to leave cluster: etcdserver: re-configuration failed due to not enough started members"
+                self.events.emit(machine_pb2.SequenceEvent(
+                    sequence="reset", action=machine_pb2.SequenceEvent.STOP,
+                    error=common_pb2.Error(code=common_pb2.FATAL, message=error),
+                ), actor_id=actor_id)
+                return
+            self.leave_etcd()
+        self._emit_stage("resetting", False, actor_id)
+        self._stop_all_services(actor_id)
+        if "EPHEMERAL" in wiped_volumes:
+            self.etcd_data = False
+            self.images = {}
+        if "STATE" in wiped_volumes:
+            self.persistent_config_bytes = None
+        if set(wiped_volumes) >= {"EFI", "BOOT", "META", "STATE", "EPHEMERAL"}:
+            self.installed = False
+        await asyncio.sleep(_GOING_DOWN_SECONDS)
+        await self.power_off()
+        if reboot:
+            await asyncio.sleep(self.cluster.reboot_seconds)
+            self.reboots += 1
+            await self.boot()
+
     async def shutdown(self, actor_id=""):
         self.events.emit(machine_pb2.SequenceEvent(sequence="shutdown", action=machine_pb2.SequenceEvent.START), actor_id=actor_id)
         self._emit_stage("shutting down", False, actor_id)
         self._stop_all_services(actor_id)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(_GOING_DOWN_SECONDS)
         await self.power_off()
 
     def _stop_all_services(self, actor_id):
@@ -292,16 +357,13 @@ class EmulatedNode:
         """Maintenance apply: install Talos with this config, then reboot into it."""
         self.persistent_config_bytes = config_bytes
         self.installed = True
-        return self.schedule(self.reboot(stage="installing"))
+        return self.run_sequence("install", self.reboot(sequence="install", stage="installing"))
 
     def start_try_rollback(self, seconds):
-        self._cancel_try_rollback()
+        self.cancel_try_rollback()
         self.try_rollback = self.cluster.loop.call_later(seconds, self._rollback_try)
 
     def cancel_try_rollback(self):
-        self._cancel_try_rollback()
-
-    def _cancel_try_rollback(self):
         if self.try_rollback is not None:
             self.try_rollback.cancel()
             self.try_rollback = None
@@ -309,13 +371,25 @@ class EmulatedNode:
     def _rollback_try(self):
         self.try_rollback = None
         if self.persistent_config_bytes is not None:
-            self._set_active_config(self.persistent_config_bytes)
+            self.apply_active_config(self.persistent_config_bytes)
 
     def install_version(self, image_ref):
         """What an installer run leaves on disk: the version named by the image tag, active after reboot."""
         self.installed_version = image_tag(image_ref) or self.installed_version
 
     # etcd.
+
+    @property
+    def etcd_running(self):
+        etcd = self.services.get("etcd")
+        return self.powered and etcd is not None and etcd.running
+
+    def _start_etcd(self):
+        """etcd at boot once the cluster exists: rejoin as a member, or join fresh with an empty data directory."""
+        if self.cluster.etcd.member_of(self) is not None or not self.etcd_data:
+            self.join_etcd()
+        else:
+            self.set_service("etcd", "Failed", "etcd data directory belongs to a member that was removed", False)
 
     def join_etcd(self):
         self.cluster.etcd.join(self)
@@ -331,14 +405,8 @@ class EmulatedNode:
         if "etcd" in self.services:
             self.set_service("etcd", "Finished", "Service finished successfully")
 
-    # COSI views.
-
-    def config_document(self):
-        return yaml.safe_load(self.config_text()) if self.config_bytes else None
-
 
 def _is_ip(value):
-    import ipaddress
     try:
         ipaddress.ip_address(value)
     except ValueError:

@@ -10,6 +10,7 @@ authorization and the audit log, then runs the RPC handler.
 """
 
 import asyncio
+import ipaddress
 
 from google.rpc import status_pb2
 from grpclib.const import Cardinality, Handler, Status
@@ -17,6 +18,7 @@ from grpclib.exceptions import GRPCError
 
 from . import authz
 from .audit import MUTATING_METHODS
+from .codes import status_name
 from .context import CallContext, enter_call, leave_call
 from .services import machined_handlers
 from .versions import older_than
@@ -33,13 +35,10 @@ _ONE_TO_MANY_PREFIXES = (
 _V112_MAINTENANCE_ADMIN_ONLY = ("/machine.MachineService/Version", "/machine.MachineService/Upgrade", "/machine.MachineService/Reset")
 _V112_MAINTENANCE_SERVED = ("/machine.MachineService/ApplyConfiguration", "/storage.StorageService/", "/cosi.resource.State/")
 
-def _status_name(status):
-    return "".join(part.capitalize() for part in status.name.split("_"))
-
 
 def go_error_string(error):
     """How a status error prints in Go, as apid puts it into ``metadata.error``."""
-    return "rpc error: code = %s desc = %s" % (_status_name(error.status), error.message)
+    return "rpc error: code = %s desc = %s" % (status_name(error.status), error.message)
 
 
 class _RelayedStream:
@@ -103,8 +102,30 @@ class Machined:
     def __init__(self, node):
         self.node = node
         self.handlers = machined_handlers(node)
+        self._calls = set()
+        self._dropped = set()
+
+    def drop_calls(self):
+        """The node went away: end every call it is serving, including ones relayed through other nodes."""
+        for task in list(self._calls):
+            self._dropped.add(task)
+            task.cancel()
 
     async def serve(self, method, stream, roles):
+        task = asyncio.current_task()
+        self._calls.add(task)
+        try:
+            await self._serve(method, stream, roles)
+        except asyncio.CancelledError:
+            if task not in self._dropped:
+                raise
+            # What an endpoint reports when the node it relays to goes away mid-call.
+            raise GRPCError(Status.UNAVAILABLE, "error reading from server: EOF")
+        finally:
+            self._calls.discard(task)
+            self._dropped.discard(task)
+
+    async def _serve(self, method, stream, roles):
         node = self.node
         await node.cluster.faults.before_call(node, method)
         handler = self._handler(method)
@@ -119,10 +140,16 @@ class Machined:
         try:
             await handler.func(stream)
         except GRPCError as error:
-            code = _status_name(error.status)
+            code = status_name(error.status)
             raise
         except _StreamCut:
             code = "Cancelled"
+        except asyncio.CancelledError:
+            code = "Cancelled"
+            raise
+        except Exception:
+            code = "Unknown"
+            raise
         finally:
             leave_call(token)
             if method.lstrip("/") in MUTATING_METHODS:
@@ -188,7 +215,7 @@ class Apid:
         return await node.machined.serve(method, stream, roles)
 
     def _is_self(self, target):
-        return target in (self.node.address, self.node.hostname, "127.0.0.1", "localhost")
+        return target in (self.node.address, self.node.hostname, self.node.name)
 
     def _check_one_to_many(self, method):
         if older_than(self.node.talos_version, "v1.13.0"):
@@ -199,12 +226,19 @@ class Apid:
 
     def _resolve(self, target):
         """The node a target string names, as apid would reach it on port 50000."""
-        if self._is_self(target):
+        if self._is_self(target) or target in ("127.0.0.1", "localhost"):
+            # apid dials <target>:50000, which for a loopback target is itself.
             return self.node
         if target.count(":") == 1:
             # apid accepts a bare host or IP only; it adds the API port itself.
             raise GRPCError(Status.INTERNAL, 'invalid target "%s": a node is addressed without a port' % target)
-        node = self.node.cluster.find_node(target)
+        node = self.node.cluster.node_at(target)
+        if node is None and not _looks_like_ip(target):
+            # Other nodes' names do not resolve on a Talos node (no cluster DNS for node names by default).
+            raise GRPCError(
+                Status.UNAVAILABLE,
+                'connection error: desc = "transport: Error while dialing: dial tcp: lookup %s: no such host"' % target,
+            )
         if node is None or not node.reachable:
             raise GRPCError(
                 Status.UNAVAILABLE,
@@ -270,6 +304,14 @@ class Apid:
                 _set_error(frame.metadata, target, error)
             async with lock:
                 await stream.send_message(frame)
+
+
+def _looks_like_ip(target):
+    try:
+        ipaddress.ip_address(target)
+    except ValueError:
+        return False
+    return True
 
 
 def _set_error(metadata, target, error):

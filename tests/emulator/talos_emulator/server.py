@@ -20,6 +20,7 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
 from . import pki
+from .routing import Apid
 
 
 class _CheckedH2Protocol(H2Protocol):
@@ -93,10 +94,8 @@ class NodeServer:
         return context, client_ca_pem is not None
 
     async def start(self):
-        from .routing import Apid
-
         context, mutual = self._ssl_context()
-        listener = _Listener(Apid(self.node).handlers(), mutual)
+        listener = _Listener([Apid(self.node)], mutual)
         await listener.start(self.node.address, self.node.port, ssl=context, reuse_address=True)
         self._listener = listener
 

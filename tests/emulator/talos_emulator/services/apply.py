@@ -17,6 +17,7 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 from .. import authz
+from ..codes import status_from_name
 from ..configgen import ConfigError, parse_machine_config
 from ..context import current_call
 from ..versions import older_than
@@ -96,7 +97,7 @@ class ApplyConfigurationRPC:
             new_config = parse_machine_config(request.data)
         except ConfigError as error:
             if error.kind != "validation":
-                raise GRPCError(Status[_status(error.code)], error.message)
+                raise GRPCError(status_from_name(error.code), error.message)
             validation_error, new_config = error, None
 
         mode = request.mode
@@ -105,7 +106,7 @@ class ApplyConfigurationRPC:
                 raise GRPCError(Status.UNIMPLEMENTED, "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
             mode = Mode.NO_REBOOT
         if validation_error is not None:
-            raise GRPCError(Status[_status(validation_error.code)], validation_error.message)
+            raise GRPCError(status_from_name(validation_error.code), validation_error.message)
 
         diff = config_diff(node.config_bytes, request.data)
         reboot = False
@@ -145,7 +146,7 @@ class ApplyConfigurationRPC:
             node.persistent_config_bytes = request.data
             node.apply_active_config(request.data)
             if reboot:
-                node.schedule(node.reboot())
+                node.run_sequence("reboot", node.reboot())
         return machine_pb2.ApplyConfiguration(mode=mode, mode_details=details)
 
     def _apply_v112_maintenance(self, request):
@@ -167,8 +168,3 @@ class ApplyConfigurationRPC:
             )
         node.install(request.data)
         return machine_pb2.ApplyConfiguration()
-
-
-def _status(code):
-    """``"InvalidArgument"`` -> ``"INVALID_ARGUMENT"``."""
-    return "".join("_" + char if char.isupper() and index else char for index, char in enumerate(code)).upper()

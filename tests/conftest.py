@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared pytest setup: import paths for the collection and the emulator, and the ``emulator`` fixture."""
+
+import os
+import sys
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(_TESTS)
+
+
+def _collection_paths():
+    configured = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.environ.get("ANSIBLE_COLLECTIONS_PATHS")
+    paths = [path for path in (configured or "").split(os.pathsep) if path]
+    return paths or [os.path.join(_REPO, ".collections")]
+
+
+for _path in _collection_paths() + [os.path.join(_TESTS, "emulator")]:
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from talos_emulator import EmulatedCluster  # noqa: E402  (needs the paths above)
+
+
+@pytest.fixture
+def emulator(tmp_path):
+    """Factory for started emulated clusters, each in its own state directory, stopped at teardown.
+
+    ``emulator(controlplanes=1, workers=0, maintenance=False, talos_version="v1.14.0",
+    reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None)`` returns an
+    ``EmulatedCluster`` (see docs/emulator.md).
+    """
+    clusters = []
+
+    def start(controlplanes=1, workers=0, maintenance=False, talos_version="v1.14.0", reboot_seconds=0.3, **options):
+        state_dir = tmp_path / ("cluster-%d" % len(clusters))
+        cluster = EmulatedCluster.start(
+            str(state_dir), controlplanes=controlplanes, workers=workers, maintenance=maintenance,
+            talos_version=talos_version, reboot_seconds=reboot_seconds, **options
+        )
+        clusters.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in clusters:
+        cluster.stop()

@@ -1,0 +1,411 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""An emulated Talos cluster: nodes on loopback, their shared state, and the files clients need.
+
+In tests the cluster runs its own asyncio loop in a daemon thread
+(``EmulatedCluster.start``); ``tests/talos-emulator`` runs the same code as a
+background process (``serve``). Every node listens on its own 127.0.0.x
+address; all nodes of one cluster share one port, chosen free at start.
+"""
+
+import asyncio
+import errno
+import itertools
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import yaml
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+
+from . import configgen
+from .audit import AuditLog
+from .faults import Faults
+from .membership import EtcdCluster, SnapshotError
+from .node import EmulatedNode
+from .pki import CertificateAuthority
+
+DEFAULT_TALOS_VERSION = "v1.14.0"
+# What ``talos-emulator fault`` may ask of a running cluster: the fault injection API and power_on.
+CONTROL_CALLS = frozenset([
+    "make_unreachable", "make_reachable", "set_latency", "fail", "cut_stream", "pause", "fail_installer",
+    "mark_image_unavailable", "clear", "power_on",
+])
+ROLES = {"admin": ("os:admin",), "operator": ("os:operator",), "reader": ("os:reader",)}
+
+# Address blocks handed out to clusters of this process, so that they never share an address.
+_blocks = itertools.count()
+_blocks_lock = threading.Lock()
+_BLOCK_SIZE = 20
+
+
+def _address_block():
+    with _blocks_lock:
+        index = next(_blocks)
+    return "127.0.%d." % (index // 12), 11 + _BLOCK_SIZE * (index % 12)
+
+
+def _free_port(address):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+class EmulatedCluster:
+    def __init__(self, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
+                 reboot_seconds=0.3, name="emulated", node_versions=None):
+        if controlplanes < 1:
+            raise ValueError("an emulated cluster needs at least one control plane")
+        if controlplanes + workers > _BLOCK_SIZE - 1:
+            raise ValueError("an emulated cluster has at most %d nodes" % (_BLOCK_SIZE - 1))
+        self.state_dir = os.path.abspath(state_dir)
+        os.makedirs(self.state_dir, exist_ok=True)
+        self.name = name
+        self.reboot_seconds = reboot_seconds
+        self.maintenance = maintenance
+        self.talos_version = talos_version
+        self.secrets = configgen.SecretsBundle.generate()
+        self.etcd = EtcdCluster()
+        # A new cluster starts a new audit log, also when a state directory is reused.
+        audit_path = os.path.join(self.state_dir, "audit.jsonl")
+        open(audit_path, "w").close()
+        self.audit_log = AuditLog(audit_path)
+        self.faults = Faults(self)
+        self.unavailable_images = set()
+        self.upgrade_lock = None
+        self.loop = None
+        self._thread = None
+        self._tasks = set()
+        self._authorities = {self.secrets.os_ca.crt_pem: self.secrets.os_ca}
+        prefix, first = _address_block()
+        self.port = None
+        self.nodes = []
+        roles = ["controlplane"] * controlplanes + ["worker"] * workers
+        counters = {"controlplane": 0, "worker": 0}
+        for offset, role in enumerate(roles):
+            counters[role] += 1
+            name = "%s-%d" % (role, counters[role])
+            version = (node_versions or {}).get(name, talos_version)
+            self.nodes.append(EmulatedNode(self, name, "%s%d" % (prefix, first + offset), None, role, version))
+        self.endpoint = None
+
+    # Starting and stopping.
+
+    @classmethod
+    def start(cls, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
+              reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None):
+        """Start a cluster on a private event loop thread and return it once every node answers.
+
+        ``node_versions`` maps node names to the Talos version they run when it
+        differs from ``talos_version`` (a cluster in the middle of an upgrade).
+        """
+        if bootstrapped and maintenance:
+            raise ValueError("a cluster in maintenance mode cannot start bootstrapped")
+        cluster = cls(state_dir, controlplanes, workers, maintenance, talos_version, reboot_seconds, name, node_versions)
+        cluster.loop = asyncio.new_event_loop()
+        cluster._thread = threading.Thread(target=cluster.loop.run_forever, name="talos-emulator-%s" % name, daemon=True)
+        cluster._thread.start()
+        try:
+            cluster.run(cluster._boot_all())
+            if bootstrapped:
+                cluster.bootstrap()
+        except BaseException:
+            cluster.stop()
+            raise
+        cluster.write_state_files()
+        return cluster
+
+    async def _boot_all(self):
+        endpoint = "https://%s:6443" % self.controlplanes[0].address
+        for node in self.nodes:
+            if not self.maintenance:
+                config = configgen.generate_machine_config(
+                    self.secrets, node.role, self.name, endpoint, talos_version=node.talos_version,
+                    hostname=node.name, cert_sans=[node.address],
+                ).encode()
+                node.load_installed_config(config)
+        for _attempt in range(20):
+            self.port = _free_port(self.nodes[0].address)
+            for node in self.nodes:
+                node.port = self.port
+            try:
+                for node in self.nodes:
+                    await node.boot()
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                for node in self.nodes:
+                    await node.power_off()
+                continue
+            break
+        else:
+            raise RuntimeError("no free port for the emulated cluster")
+        self.endpoint = self.controlplanes[0].endpoint
+
+    def stop(self):
+        """Stop every node and the event loop. Safe to call twice."""
+        if self.loop is None or not self.loop.is_running():
+            return
+        try:
+            self.run(self._power_off_all(), timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+            self.loop.close()
+
+    async def _power_off_all(self):
+        for task in list(self._tasks):
+            task.cancel()
+        for node in self.nodes:
+            await node.power_off()
+
+    def run(self, coroutine, timeout=30):
+        """Run a coroutine on the cluster's loop from another thread and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def call(self, function, *args, **kwargs):
+        """Call a plain function on the cluster's loop (where node state changes) and return its result."""
+        async def invoke():
+            return function(*args, **kwargs)
+        return self.run(invoke())
+
+    def spawn(self, coroutine):
+        """Start background work on the loop (reboots, rollbacks) from a handler."""
+        task = self.loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def serve_forever(self):
+        """Block until SIGTERM or SIGINT, then stop (the ``talos-emulator up`` background process).
+
+        Meanwhile, requests that ``talos-emulator fault`` appends to ``control.jsonl``
+        are applied in order and acknowledged in ``control.done``.
+        """
+        stopped = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stopped.set())
+        handled = 0
+        while not stopped.wait(0.1):
+            handled = self._apply_control_requests(handled)
+        self.stop()
+
+    def _apply_control_requests(self, handled):
+        path = os.path.join(self.state_dir, "control.jsonl")
+        if not os.path.exists(path):
+            return handled
+        with open(path) as control:
+            requests = [json.loads(line) for line in control if line.strip()]
+        for request in requests[handled:]:
+            try:
+                if request["call"] not in CONTROL_CALLS:
+                    raise ValueError("unknown control call %r" % request["call"])
+                target = self if request["call"] == "power_on" else self.faults
+                getattr(target, request["call"])(*request.get("args", []), **request.get("kwargs", {}))
+                outcome = {"ok": True}
+            except Exception as error:  # reported to the command line, which exits non-zero
+                outcome = {"ok": False, "error": "%s: %s" % (type(error).__name__, error)}
+            with open(os.path.join(self.state_dir, "control.done"), "a") as done:
+                done.write(json.dumps(outcome) + "\n")
+        return len(requests)
+
+    # Nodes.
+
+    @property
+    def controlplanes(self):
+        return [node for node in self.nodes if node.role == "controlplane"]
+
+    @property
+    def workers(self):
+        return [node for node in self.nodes if node.role == "worker"]
+
+    def find_node(self, target):
+        """The node a target string names (address, hostname or node name), or None."""
+        for node in self.nodes:
+            if target in (node.address, node.name, node.hostname, node.endpoint):
+                return node
+        return None
+
+    def node_at(self, address):
+        """The node listening on ``address``, or None."""
+        for node in self.nodes:
+            if node.address == address:
+                return node
+        return None
+
+    def node(self, node):
+        """A node given as an EmulatedNode, its name or its address."""
+        if isinstance(node, EmulatedNode):
+            return node
+        found = self.find_node(node)
+        if found is None:
+            raise KeyError("no emulated node %r" % (node,))
+        return found
+
+    def wait_until(self, predicate, timeout=10, interval=0.02):
+        """Poll ``predicate()`` until it is true; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError("emulated cluster did not reach the expected state in %ss" % timeout)
+            time.sleep(interval)
+
+    def wait_ready(self, node, timeout=10):
+        """Wait until a node serves its API again (after a reboot, for instance)."""
+        node = self.node(node)
+        self.wait_until(lambda: node.reachable and node.stage in ("running", "maintenance"), timeout)
+
+    def power_on(self, node):
+        """Power on a node that was shut down or reset without reboot."""
+        node = self.node(node)
+        if not node.powered:
+            self.run(node.boot())
+
+    def bootstrap(self, node=None):
+        """Bootstrap etcd directly, as if Bootstrap had been called (a fixture shortcut)."""
+        self.call(self.bootstrap_etcd, self.node(node) if node is not None else self.controlplanes[0])
+
+    def add_extension_service(self, node, service_id):
+        self.call(self.node(node).add_extension_service, service_id)
+
+    def set_service_state(self, node, service_id, state, healthy=None, message="set by the test"):
+        self.call(self.node(node).set_service, service_id, state, message, healthy)
+
+    def raise_etcd_alarm(self, node, alarm="NOSPACE"):
+        member = self.etcd.member_of(self.node(node))
+        self.call(self.etcd.alarms.append, (member.id, machine_pb2.EtcdMemberAlarm.AlarmType.Value(alarm)))
+
+    # Files for clients.
+
+    def talosconfig_path(self, role="admin"):
+        return os.path.join(self.state_dir, "talosconfig" if role == "admin" else "talosconfig-%s" % role)
+
+    def talosconfig(self, role="admin", roles=None):
+        """A talosconfig for this cluster whose certificate carries ``roles`` (default: the role's)."""
+        endpoints = [node.endpoint for node in self.controlplanes]
+        return configgen.generate_talosconfig(self.secrets, self.name, endpoints, roles=roles or ROLES[role])
+
+    def machine_config(self, role, hostname=None):
+        endpoint = "https://%s:6443" % self.controlplanes[0].address
+        return configgen.generate_machine_config(
+            self.secrets, role, self.name, endpoint, talos_version=self.talos_version, hostname=hostname,
+            cert_sans=[node.address for node in self.nodes],
+        )
+
+    def write_state_files(self):
+        os.makedirs(self.state_dir, exist_ok=True)
+        files = {
+            "secrets.yaml": self.secrets.to_yaml(),
+            "controlplane.yaml": self.machine_config("controlplane"),
+            "worker.yaml": self.machine_config("worker"),
+            "inventory.yml": yaml.safe_dump(self.inventory(), sort_keys=False),
+            "state.json": json.dumps(self.state(), indent=2, sort_keys=True) + "\n",
+        }
+        for role in ROLES:
+            files[os.path.basename(self.talosconfig_path(role))] = self.talosconfig(role)
+        for name, content in files.items():
+            path = os.path.join(self.state_dir, name)
+            with open(path, "w") as output:
+                output.write(content)
+            os.chmod(path, 0o600)
+
+    def inventory(self):
+        def hosts(nodes):
+            return {node.name: {"ansible_host": node.address, "ansible_connection": "local"} for node in nodes}
+        return {"all": {
+            "vars": {
+                # Modules run on the controller with the Python that runs ansible-playbook.
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "talosconfig": self.talosconfig_path("admin"),
+                "talos_port": self.port,
+                "talos_endpoint": self.endpoint,
+                "talos_cluster_name": self.name,
+                "talos_state_dir": self.state_dir,
+            },
+            "children": {
+                "controlplane": {"hosts": hosts(self.controlplanes)},
+                "workers": {"hosts": hosts(self.workers)},
+            },
+        }}
+
+    def state(self):
+        return {
+            "name": self.name,
+            "pid": os.getpid(),
+            "port": self.port,
+            "endpoint": self.endpoint,
+            "maintenance": self.maintenance,
+            "talos_version": self.talos_version,
+            "state_dir": self.state_dir,
+            "nodes": [
+                {"name": node.name, "address": node.address, "port": node.port, "endpoint": node.endpoint, "role": node.role}
+                for node in self.nodes
+            ],
+        }
+
+    # Audit.
+
+    def audit(self, method=None, node=None, include_dry_run=True, include_failed=True):
+        """Mutating calls the nodes processed, oldest first (dicts; see docs/emulator.md)."""
+        return self.audit_log.entries(method=method, node=node, include_dry_run=include_dry_run, include_failed=include_failed)
+
+    # Cluster-wide state the nodes share (called on the loop).
+
+    def issuing_authority(self, crt_pem, key_pem):
+        """The OS CA that signs a node's API certificate; workers get theirs through trustd."""
+        if key_pem is not None:
+            authority = CertificateAuthority.from_pem(crt_pem, key_pem)
+            self._authorities.setdefault(crt_pem, authority)
+            return authority
+        return self._authorities[crt_pem]
+
+    async def wait_for_authority(self, crt_pem):
+        """A worker's apid waits for trustd: until a control plane holding this OS CA's key has booted."""
+        while crt_pem not in self._authorities:
+            await asyncio.sleep(0.05)
+
+    def registry_has(self, image_ref):
+        return bool(image_ref) and image_ref not in self.unavailable_images
+
+    def bootstrap_etcd(self, node, recover=False, skip_hash_check=False):
+        keyspace = None
+        if recover:
+            snapshot, node.etcd_snapshot = node.etcd_snapshot, None
+            if snapshot is None:
+                node.set_service("etcd", "Failed", "failed to recover etcd: open /var/lib/etcd.snapshot: no such file or directory", False)
+                return
+            try:
+                keyspace = EtcdCluster.keyspace_from_snapshot(snapshot, skip_hash_check)
+            except SnapshotError as error:
+                node.set_service("etcd", "Failed", "failed to recover etcd: %s" % error, False)
+                return
+        self.etcd.bootstrap(node, keyspace)
+        node.join_etcd()
+        for other in self.controlplanes:
+            if other is not node and other.powered and other.is_control_plane and not other.etcd_data:
+                other.join_etcd()
+
+    def remove_etcd_member(self, member):
+        self.etcd.remove(member)
+        if member.node.powered and "etcd" in member.node.services:
+            member.node.set_service("etcd", "Failed", "etcd member was removed from the cluster", False)
+
+    def validate_etcd_for_upgrade(self, node):
+        """Talos ``ValidateForUpgrade`` plus the cluster-wide upgrade mutex."""
+        if self.upgrade_lock not in (None, node):
+            raise GRPCError(Status.UNKNOWN, "error trying to lock etcd upgrade mutex: held by %s" % self.upgrade_lock.hostname)
+        members = self.etcd.members
+        if len(members) == 2:
+            raise GRPCError(Status.UNKNOWN, "etcd member count(%d) is insufficient to maintain quorum if upgrade commences" % len(members))
+        for member in members:
+            if not member.node.etcd_running:
+                raise GRPCError(
+                    Status.UNKNOWN,
+                    "etcd member %d is not healthy; all members must be healthy to perform an upgrade" % member.id,
+                )

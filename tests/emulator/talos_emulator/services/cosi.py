@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""cosi.resource.State: the read verbs over the node's resources, each with a ``yaml_spec``.
+
+Access follows Talos's ``internal/app/resources/access.go``: unknown types and
+namespaces are refused, sensitive types need ``os:admin``. Missing resources
+are ``NotFound`` as the COSI server reports them.
+"""
+
+import asyncio
+import re
+import time
+
+import yaml
+from google.protobuf import timestamp_pb2
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_grpc, state_pb2
+
+from .. import authz
+from ..context import current_call
+
+_NAMESPACES = frozenset([
+    "meta", "runtime", "config", "network", "k8s", "cluster", "secrets", "etcd", "v1alpha1", "hardware", "block", "cri",
+    "files", "perf", "siderolink",
+])
+_WATCH_POLL_SECONDS = 0.01
+
+
+class _Kind:
+    """One resource type: its definition and how to read its resources from a node."""
+
+    def __init__(self, resource_type, namespace, aliases, columns, read, sensitive=False):
+        self.type = resource_type
+        self.namespace = namespace
+        self.aliases = aliases
+        self.columns = columns
+        self.read = read
+        self.sensitive = sensitive
+
+    def definition(self):
+        singular = self.type.split(".", 1)[0]
+        display = singular[:-1] if singular.endswith("s") else singular
+        all_aliases = list(self.aliases) + [display, display.lower(), singular.lower(), self.type.lower()]
+        return {
+            "type": self.type,
+            "displayType": display,
+            "defaultNamespace": self.namespace,
+            "aliases": list(self.aliases),
+            "allAliases": sorted(set(all_aliases)),
+            "printColumns": [{"name": name, "jsonPath": path} for name, path in self.columns],
+            "sensitivity": "sensitive" if self.sensitive else "non-sensitive",
+        }
+
+
+def _machine_status(node):
+    ready = node.stage in ("running", "maintenance")
+    return [("machine", {"stage": node.stage, "status": {"ready": ready, "unmetConditions": []}})]
+
+
+def _machine_config(node):
+    return [("v1alpha1", node.config_text())] if not node.maintenance else []
+
+
+def _machine_type(node):
+    return [("machine-type", "%s\n" % (node.machine_type or "unknown"))]
+
+
+def _hostname_status(node):
+    return [("hostname", {"hostname": node.hostname, "domainname": ""})]
+
+
+def _nodename(node):
+    if node.maintenance:
+        return []
+    return [("nodename", {"nodename": node.hostname, "hostnameVersion": "1", "skipNodeRegistration": False})]
+
+
+def _members(node):
+    if node.maintenance:
+        return []
+    return [
+        (member.identity, {
+            "nodeId": member.identity,
+            "addresses": [member.address],
+            "hostname": member.hostname,
+            "machineType": member.machine_type,
+            "operatingSystem": "Talos (%s)" % member.talos_version,
+        })
+        for member in node.cluster.nodes if member.powered and not member.maintenance
+    ]
+
+
+def _node_addresses(node):
+    addresses = {"addresses": ["%s/8" % node.address]}
+    return [(name, addresses) for name in ("accumulative", "current", "default", "routed")]
+
+
+_KINDS = [
+    _Kind("MachineStatuses.runtime.talos.dev", "runtime", ["machinestatus"], [("Stage", "{.stage}"), ("Ready", "{.status.ready}")], _machine_status),
+    _Kind("MachineConfigs.config.talos.dev", "config", ["mc", "machineconfig"], [], _machine_config, sensitive=True),
+    _Kind("MachineTypes.config.talos.dev", "config", ["machinetype"], [("Type", "{@}")], _machine_type),
+    _Kind("HostnameStatuses.net.talos.dev", "network", ["hostname"], [("Hostname", "{.hostname}"), ("Domainname", "{.domainname}")], _hostname_status),
+    _Kind("Nodenames.kubernetes.talos.dev", "k8s", ["nodename"], [("Nodename", "{.nodename}")], _nodename),
+    _Kind("Members.cluster.talos.dev", "cluster", ["member"], [("Hostname", "{.hostname}"), ("Machine Type", "{.machineType}")], _members),
+    _Kind("NodeAddresses.net.talos.dev", "network", ["nodeaddress"], [("Addresses", "{.addresses}")], _node_addresses),
+]
+
+
+def _definitions(_node):
+    return [(kind.type.lower(), kind.definition()) for kind in _KINDS + [_DEFINITIONS]]
+
+
+_DEFINITIONS = _Kind(
+    "ResourceDefinitions.meta.cosi.dev", "meta", ["api-resources", "rd"], [("Aliases", "{.aliases}")], _definitions,
+)
+_BY_TYPE = {kind.type: kind for kind in _KINDS + [_DEFINITIONS]}
+
+
+def _timestamp(seconds):
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+class CosiStateService(state_grpc.StateBase):
+    def __init__(self, node):
+        self.node = node
+        # (type, id) -> (yaml_spec, version, created): COSI versions grow with every change.
+        self._versions = {}
+
+    def _kind(self, namespace, resource_type):
+        kind = _BY_TYPE.get(resource_type)
+        if kind is None:
+            raise GRPCError(Status.PERMISSION_DENIED, 'resource type "%s" is not supported' % resource_type)
+        if namespace not in _NAMESPACES:
+            raise GRPCError(Status.PERMISSION_DENIED, 'namespace "%s" is not supported' % namespace)
+        if kind.sensitive and not current_call().has_role(authz.ADMIN):
+            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")
+        return kind
+
+    def _resources(self, kind, namespace):
+        if namespace != kind.namespace:
+            return []
+        return [self._resource(kind, resource_id, spec) for resource_id, spec in kind.read(self.node)]
+
+    def _resource(self, kind, resource_id, spec):
+        # Specs given as text are YAML already (a machine config, a bare scalar).
+        yaml_spec = spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False)
+        key = (kind.type, resource_id)
+        previous, version, created = self._versions.get(key, (None, 0, time.time()))
+        if previous != yaml_spec:
+            version += 1
+            self._versions[key] = (yaml_spec, version, created)
+        metadata = resource_pb2.Metadata(
+            namespace=kind.namespace, type=kind.type, id=resource_id, version=str(version), phase="running",
+            created=_timestamp(created), updated=_timestamp(time.time()),
+        )
+        return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec(yaml_spec=yaml_spec))
+
+    async def Get(self, stream):
+        request = await stream.recv_message()
+        kind = self._kind(request.namespace, request.type)
+        for resource in self._resources(kind, request.namespace):
+            if resource.metadata.id == request.id:
+                await stream.send_message(state_pb2.GetResponse(resource=resource))
+                return
+        raise GRPCError(
+            Status.NOT_FOUND, "resource %s(%s/%s@undefined) doesn't exist" % (request.type, request.namespace, request.id),
+        )
+
+    async def List(self, stream):
+        request = await stream.recv_message()
+        kind = self._kind(request.namespace, request.type)
+        pattern = re.compile(request.options.id_query.regexp) if request.options.id_query.regexp else None
+        for resource in self._resources(kind, request.namespace):
+            if pattern is None or pattern.search(resource.metadata.id):
+                await stream.send_message(state_pb2.ListResponse(resource=resource))
+
+    async def Watch(self, stream):
+        request = await stream.recv_message()
+        kind = self._kind(request.namespace, request.type)
+        wanted = request.id if request.HasField("id") else None
+
+        def snapshot():
+            return {
+                resource.metadata.id: resource for resource in self._resources(kind, request.namespace)
+                if wanted is None or resource.metadata.id == wanted
+            }
+
+        async def send(event_type, resource, old=None):
+            event = state_pb2.Event(event_type=event_type, resource=resource)
+            if old is not None:
+                event.old.CopyFrom(old)
+            await stream.send_message(state_pb2.WatchResponse(event=[event]))
+
+        seen = snapshot()
+        if wanted is not None:
+            if wanted in seen:
+                await send(state_pb2.CREATED, seen[wanted])
+            else:
+                await send(state_pb2.DESTROYED, _missing(kind, request.namespace, wanted))
+        elif request.options.bootstrap_contents:
+            for resource in seen.values():
+                await send(state_pb2.CREATED, resource)
+            if request.api_version >= 1:
+                await send(state_pb2.BOOTSTRAPPED, resource_pb2.Resource())
+        while True:
+            await asyncio.sleep(_WATCH_POLL_SECONDS)
+            current = snapshot()
+            for resource_id, resource in current.items():
+                old = seen.get(resource_id)
+                if old is None:
+                    await send(state_pb2.CREATED, resource)
+                elif old.spec.yaml_spec != resource.spec.yaml_spec:
+                    await send(state_pb2.UPDATED, resource, old)
+            for resource_id, old in seen.items():
+                if resource_id not in current:
+                    await send(state_pb2.DESTROYED, old)
+            seen = current
+
+
+def _missing(kind, namespace, resource_id):
+    return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=kind.type, id=resource_id))
