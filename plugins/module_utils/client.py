@@ -21,6 +21,7 @@ try:
     from grpclib.config import Configuration
     from grpclib.const import Cardinality
     from grpclib.exceptions import GRPCError, StreamTerminatedError
+    from grpclib.protocol import H2Protocol
 except ImportError:  # reported by TalosModule through missing_required_lib
     HAS_GRPCLIB = False
 else:
@@ -42,7 +43,7 @@ else:
     HAS_TALOS_API = True
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import errors
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError, TalosTLSError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
 
 # Talos's own limit (constants.GRPCMaxMessageSize). grpclib sets no receive
@@ -52,6 +53,9 @@ MAX_MESSAGE_SIZE = 32 * 1024 * 1024
 
 # Connecting to one endpoint may take this long before the next one is tried.
 CONNECT_TIMEOUT = 10.0
+
+# Why a connection ended when the server closed it before saying anything.
+CLOSED_AFTER_HANDSHAKE = ConnectionAbortedError("closed by the server right after the TLS handshake")
 
 _BACKOFF_FIRST = 0.2
 _BACKOFF_MAX = 5.0
@@ -118,10 +122,65 @@ def _method_table():
 METHODS = _method_table() if HAS_GRPCLIB and HAS_TALOS_API else {}
 
 
+if HAS_GRPCLIB:
+    class _TrackingProtocol(H2Protocol):
+        """grpclib's HTTP/2 protocol, keeping the reason its connection was lost on the channel."""
+
+        def __init__(self, channel, *args):
+            super(_TrackingProtocol, self).__init__(*args)
+            self._channel = channel
+            self._heard_from_server = False
+
+        def connection_made(self, transport):
+            self._channel.connection_closed = asyncio.get_running_loop().create_future()
+            super(_TrackingProtocol, self).connection_made(transport)
+
+        def data_received(self, data):
+            self._heard_from_server = True
+            super(_TrackingProtocol, self).data_received(data)
+
+        def connection_lost(self, exc):
+            # Every HTTP/2 server speaks first (its SETTINGS frame): silence
+            # until the connection ends means the handshake was refused.
+            if exc is None and not self._heard_from_server:
+                exc = CLOSED_AFTER_HANDSHAKE
+            self._channel.lost_reason = exc
+            if self._channel.connection_closed is not None and not self._channel.connection_closed.done():
+                self._channel.connection_closed.set_result(None)
+            super(_TrackingProtocol, self).connection_lost(exc)
+
+    class _Channel(grpclib.client.Channel):
+        """A grpclib Channel that remembers why its last connection was lost.
+
+        With TLS 1.3 a server that refuses the client certificate says so with
+        an alert after the handshake; grpclib only reports "Connection lost",
+        the alert is what makes the error message useful.
+        """
+
+        lost_reason = None
+        connection_closed = None
+
+        def _protocol_factory(self):
+            self.lost_reason = None
+            self.connection_closed = None
+            return _TrackingProtocol(self, grpclib.client.Handler(), self._config, self._h2_config)
+
+
 def _backoff(attempt):
     """Exponential backoff with jitter: 0.1-0.2 s, 0.2-0.4 s, ... capped at 5 s."""
     delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** attempt))
     return random.uniform(delay / 2, delay)
+
+
+def _parse_yaml_spec(text):
+    """A resource's yaml_spec: one document as itself, several (MachineConfigs) as a list."""
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None] if text else []
+    except yaml.YAMLError as exc:
+        raise TalosError("The node returned a resource spec that is not valid YAML: %s." % exc)
+    if not documents:
+        return None
+    return documents[0] if len(documents) == 1 else documents
 
 
 def resource_to_dict(resource):
@@ -141,7 +200,7 @@ def resource_to_dict(resource):
             "labels": dict(meta.labels),
             "annotations": dict(meta.annotations),
         },
-        "spec": yaml.safe_load(resource.spec.yaml_spec) if resource.spec.yaml_spec else None,
+        "spec": _parse_yaml_spec(resource.spec.yaml_spec),
     }
 
 
@@ -177,14 +236,18 @@ class TalosClient:
         self.close()
 
     def close(self):
-        """Close every connection and the private loop; the client may not be used afterwards."""
+        """Close every connection and the private loop (a later call starts afresh)."""
         if self._loop is None:
             return
+        closing = [channel.connection_closed for channel in self._channels.values()
+                   if channel.connection_closed is not None and not channel.connection_closed.done()]
         for channel in self._channels.values():
             channel.close()
         self._channels = {}
-        # One more turn lets the transports finish closing before the loop goes.
-        self._loop.run_until_complete(asyncio.sleep(0))
+        self._connect_lock = None
+        if closing:
+            # TLS shutdown takes a few turns of the loop; do not leave sockets behind.
+            self._loop.run_until_complete(asyncio.wait(closing, timeout=1))
         self._loop.close()
         self._loop = None
 
@@ -247,7 +310,7 @@ class TalosClient:
     def upload(self, method, chunks, node=None, deadline=None):
         """Client-streaming call of ``common.Data`` chunks (bytes or Data messages); returns the reply items."""
         spec = self._method(method, Cardinality.STREAM_UNARY)
-        messages = [chunk if isinstance(chunk, common_pb2.Data) else common_pb2.Data(bytes=chunk) for chunk in chunks]
+        messages = (chunk if isinstance(chunk, common_pb2.Data) else common_pb2.Data(bytes=chunk) for chunk in chunks)
         return self._run(self._upload(spec, messages, node, deadline))
 
     def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
@@ -298,7 +361,7 @@ class TalosClient:
             self._ssl_context = self.settings.ssl_context()
         host, port = split_endpoint(endpoint)
         config = Configuration(http2_connection_window_size=MAX_MESSAGE_SIZE, http2_stream_window_size=MAX_MESSAGE_SIZE)
-        return grpclib.client.Channel(host, port, ssl=self._ssl_context, config=config)
+        return _Channel(host, port, ssl=self._ssl_context, config=config)
 
     async def _channel(self, remaining):
         """The channel of the first reachable endpoint, starting with the one that worked last."""
@@ -317,45 +380,53 @@ class TalosClient:
                     await asyncio.wait_for(channel.__connect__(), timeout=max(0.01, min(remaining, CONNECT_TIMEOUT)))
                 except ssl.SSLError as err:
                     channel.close()
-                    ca_source = "no CA (insecure)" if self.settings.insecure else self.settings.ca_source
-                    raise errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], ca_source)
+                    raise errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], self.settings.ca_source)
                 except (OSError, asyncio.TimeoutError) as err:
                     channel.close()
                     failures.append((endpoint, err))
                     continue
                 self._active = index
                 return channel, endpoint
-            error = errors.unreachable_error(failures)
-            error.code = "Unavailable"
-            raise error
+            raise errors.unreachable_error(failures)
 
-    def _translate(self, err, spec, node, endpoint):
+    def _translate(self, err, spec, node, channel, endpoint):
         method = spec.path.lstrip("/")
         if isinstance(err, GRPCError):
             return errors.from_grpc_error(err, method, node, endpoint=endpoint, client_roles=self.settings.client_roles)
+        if channel.lost_reason is CLOSED_AFTER_HANDSHAKE and not self.settings.insecure:
+            return errors.client_certificate_refused(endpoint, "the connection was closed right after the TLS handshake")
+        if isinstance(channel.lost_reason, ssl.SSLError):
+            err = channel.lost_reason
         if isinstance(err, ssl.SSLError):
             return errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], self.settings.ca_source)
-        if isinstance(err, (StreamTerminatedError, OSError)):
-            return TalosConnectionError("The connection to endpoint %s was lost during %s on %s (%s)."
-                                        % (endpoint, method, "node %s" % node if node else "the endpoint",
-                                           errors.describe_os_error(err)), code="Unavailable", node=node)
-        raise err
+        target = "node %s" % node if node else "the endpoint"
+        if isinstance(err, StreamTerminatedError):
+            return TalosConnectionError("%s on %s was interrupted through endpoint %s (%s)."
+                                        % (method, target, endpoint, str(err).lower() or "stream terminated"),
+                                        code="Unavailable", node=node)
+        return TalosConnectionError("The connection to endpoint %s was lost during %s on %s (%s)."
+                                    % (endpoint, method, target, errors.describe_os_error(err)), code="Unavailable", node=node)
 
     async def _attempt(self, spec, node, remaining, exchange):
-        """One try: connect (with failover), run ``exchange(stream)``, translate failures."""
-        channel, endpoint = await self._channel(remaining)
-        progress = {"received": False}
+        """One try: connect (with failover), run ``exchange(stream, progress)``, translate failures.
+
+        ``exchange`` sets ``progress["committed"]`` once a reply arrived or
+        input was consumed: from then on a failure is final, never retried.
+        """
+        try:
+            channel, endpoint = await self._channel(remaining)
+        except TalosConnectionError as error:  # no endpoint reachable: nothing was sent
+            raise _Retryable(error)
+        progress = {"committed": False}
         try:
             async with channel.request(spec.path, spec.cardinality, spec.request_type, spec.reply_type,
                                        timeout=remaining, metadata=self._metadata(node)) as stream:
                 return await exchange(stream, progress)
-        except asyncio.TimeoutError:
-            raise
-        except TalosError:
+        except asyncio.TimeoutError:  # an OSError on Python 3.11+: the deadline, not a lost connection
             raise
         except (GRPCError, StreamTerminatedError, OSError) as err:
-            error = self._translate(err, spec, node, endpoint)
-            if progress["received"]:
+            error = self._translate(err, spec, node, channel, endpoint)
+            if progress["committed"] or isinstance(error, TalosTLSError):
                 raise error
             raise _Retryable(error)
 
@@ -364,6 +435,7 @@ class TalosClient:
         if retry_codes is None:
             retry_codes = ("Unavailable",) if method in READ_METHODS else ()
         seconds = float(deadline if deadline is not None else self.settings.timeout)
+        option = "the timeout option" if deadline is None else None
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
         attempt = 0
@@ -371,23 +443,19 @@ class TalosClient:
         while True:
             remaining = end - loop.time()
             if remaining <= 0:
-                raise errors.timeout_error(method, node, seconds, last_error)
+                raise errors.timeout_error(method, node, seconds, last_error, option)
             try:
                 return await self._attempt(spec, node, remaining, exchange)
             except asyncio.TimeoutError:
-                raise errors.timeout_error(method, node, seconds, last_error)
+                raise errors.timeout_error(method, node, seconds, last_error, option)
             except _Retryable as retryable:
                 if retryable.error.code not in retry_codes:
                     raise retryable.error
                 last_error = retryable.error
-            except TalosConnectionError as err:  # no endpoint reachable
-                if err.code not in retry_codes:
-                    raise
-                last_error = err
             delay = _backoff(attempt)
             attempt += 1
             if loop.time() + delay >= end:
-                raise errors.timeout_error(method, node, seconds, last_error)
+                raise errors.timeout_error(method, node, seconds, last_error, option)
             await asyncio.sleep(delay)
 
     async def _call(self, spec, request, node, retry_codes, deadline):
@@ -396,7 +464,7 @@ class TalosClient:
         async def exchange(stream, progress):
             await stream.send_message(request, end=True)
             reply = await stream.recv_message()
-            progress["received"] = True
+            progress["committed"] = True
             return reply
 
         reply = await self._with_retries(spec, node, retry_codes, deadline, exchange)
@@ -409,7 +477,7 @@ class TalosClient:
             await stream.send_message(request, end=True)
             messages = []
             async for message in stream:
-                progress["received"] = True
+                progress["committed"] = True
                 metadata = getattr(message, "metadata", None)
                 if isinstance(metadata, common_pb2.Metadata) and metadata.error:
                     error = errors.node_error(metadata, node)
@@ -426,11 +494,13 @@ class TalosClient:
 
     async def _upload(self, spec, messages, node, deadline):
         async def exchange(stream, progress):
-            if not messages:
-                await stream.send_request(end=True)
-            for index, message in enumerate(messages):
-                await stream.send_message(message, end=index == len(messages) - 1)
-            progress["received"] = True  # the data is gone: never send it twice
+            # The chunks are read as they are sent (a snapshot may be large);
+            # once the first one is gone the upload cannot be repeated.
+            progress["committed"] = True
+            await stream.send_request()
+            for message in messages:
+                await stream.send_message(message)
+            await stream.end()
             return await stream.recv_message()
 
         reply = await self._with_retries(spec, node, (), deadline, exchange)

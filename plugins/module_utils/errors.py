@@ -17,10 +17,8 @@ import ssl
 
 try:
     from grpclib.const import Status
-    from grpclib.exceptions import GRPCError, StreamTerminatedError
 except ImportError:  # reported by TalosModule through missing_required_lib
     Status = None
-    GRPCError = StreamTerminatedError = None
 
 
 class TalosError(Exception):
@@ -199,19 +197,31 @@ def from_status(code, server_message, method, node, endpoint=None, client_roles=
                 "Endpoint %s refused to forward %s to node %s (%s): endpoints must be control-plane nodes, "
                 "a worker endpoint only answers for itself." % (endpoint or "in use", method, node, server_message),
                 code=code, node=node, server_message=server_message)
+        if client_roles and set(client_roles) & set(role_requirement(method)):
+            # The method-level rule passed: the refusal is about what was asked for.
+            if method.startswith("cosi.resource.State/"):
+                return TalosPermissionError(
+                    "Permission denied for %s on %s (%s): role %s may read resources, but not this type or namespace; "
+                    "sensitive resource types need os:admin." % (method, _target(node), detail, ", ".join(client_roles)),
+                    code=code, node=node, server_message=server_message)
+            return TalosPermissionError(
+                "Permission denied for %s on %s (%s) although the client certificate carries role %s, which this method accepts."
+                % (method, _target(node), detail, ", ".join(client_roles)),
+                code=code, node=node, server_message=server_message)
         if client_roles is None:
-            carried = "no client certificate (insecure connection)"
+            carried = "an insecure connection sends no client certificate (only os:reader in maintenance mode)"
         elif client_roles:
-            carried = "role " + ", ".join(client_roles)
+            carried = "the client certificate carries role " + ", ".join(client_roles)
         else:
-            carried = "no role"
+            carried = "the client certificate carries no role"
         return TalosPermissionError(
-            "Permission denied for %s on %s (%s): it needs role %s and the client certificate carries %s."
+            "Permission denied for %s on %s (%s): it needs role %s and %s."
             % (method, _target(node), detail, _join(role_requirement(method)), carried),
             code=code, node=node, server_message=server_message)
     if code == "Unimplemented":
         version = introduced_in(method)
-        if version and (not server_message or _MISSING_API.search(server_message)):
+        missing_api = not server_message or (_MISSING_API.search(server_message) and "maintenance" not in server_message)
+        if version and missing_api:
             message = ("%s does not implement %s (%s): this API appeared in Talos %s, the node must run %s or newer."
                        % (_target(node).capitalize(), method, detail, version, version))
         else:
@@ -252,20 +262,28 @@ def tls_error(err, endpoint, host, ca_source):
             "and list %s among its subject alternative names." % (endpoint, reason, ca_source, host))
     reason = getattr(err, "reason", None) or str(err)
     if "CERTIFICATE" in reason.upper() or "UNKNOWN_CA" in reason.upper():
-        return TalosTLSError(
-            "Endpoint %s refused the client certificate during the TLS handshake (%s): crt and key must be a client "
-            "certificate (extended key usage clientAuth) issued by the cluster's OS CA." % (endpoint, reason))
+        return client_certificate_refused(endpoint, reason)
     return TalosTLSError("The TLS handshake with endpoint %s failed (%s)." % (endpoint, reason))
 
 
+def client_certificate_refused(endpoint, reason):
+    """The server ended the connection over the client certificate (an alert, or silence after the handshake)."""
+    return TalosTLSError(
+        "Endpoint %s refused the client certificate (%s): crt and key must be a client certificate "
+        "(extended key usage clientAuth only) issued by the cluster's OS CA." % (endpoint, reason))
+
+
 def unreachable_error(failures):
-    """Translate a failure to connect to every endpoint; ``failures`` is [(endpoint, exception)]."""
+    """Translate a failure to connect to every endpoint; ``failures`` is [(endpoint, exception)].
+
+    The code is Unavailable, as gRPC reports a refused connection.
+    """
     parts = ["%s (%s)" % (endpoint, describe_os_error(err)) for endpoint, err in failures]
     if len(parts) == 1:
         text = "Talos endpoint %s is unreachable" % parts[0]
     else:
         text = "None of the Talos endpoints is reachable: %s" % "; ".join(parts)
-    return TalosConnectionError("%s; %s." % (text, _CONNECTION_REFUSED_HINT))
+    return TalosConnectionError("%s; %s." % (text, _CONNECTION_REFUSED_HINT), code="Unavailable")
 
 
 def describe_os_error(err):
@@ -274,20 +292,18 @@ def describe_os_error(err):
         return "timed out connecting"
     if isinstance(err, ConnectionRefusedError):
         return "connection refused"
-    if StreamTerminatedError is not None and isinstance(err, StreamTerminatedError):
-        return "connection lost: %s" % (str(err) or "stream terminated")
     if isinstance(err, OSError) and err.strerror:
         return err.strerror.lower()
     return str(err) or type(err).__name__
 
 
-def timeout_error(method, node, seconds, last_error=None):
-    """An operation that ran out of its ``timeout`` (including retries)."""
-    tail = ""
+def timeout_error(method, node, seconds, last_error=None, option=None):
+    """An operation that ran out of time (including retries); ``option`` names the setting that gave the time."""
+    tail = " (%s)" % option if option else ""
     if last_error is not None:
-        tail = "; the last answer was: %s" % (last_error.message if isinstance(last_error, TalosError) else describe_os_error(last_error))
+        tail += "; the last answer was: %s" % (last_error.message if isinstance(last_error, TalosError) else describe_os_error(last_error))
     return TalosTimeoutError(
-        "%s on %s did not complete within %s seconds (the timeout option)%s" % (method, _target(node), _format_seconds(seconds), _sentence(tail)),
+        _sentence("%s on %s did not complete within %s seconds%s" % (method, _target(node), _format_seconds(seconds), tail)),
         code=getattr(last_error, "code", None) or "DeadlineExceeded", node=node,
         server_message=getattr(last_error, "server_message", None))
 

@@ -128,7 +128,7 @@ class ConnectionSettings:
 
     def __init__(self, endpoints, nodes=None, ca=None, crt=None, key=None, insecure=False,
                  timeout=DEFAULT_TIMEOUT, context=None, config_path=None, cluster=None,
-                 ca_source="the ca option", params=None):
+                 ca_source="the ca option", certificate_source="the crt and key options", params=None):
         self.endpoints = [normalize_endpoint(e) for e in endpoints]
         self.nodes = list(nodes) if nodes else [None]
         self.ca = ca
@@ -140,7 +140,11 @@ class ConnectionSettings:
         self.config_path = config_path
         self.cluster = cluster
         self.ca_source = ca_source
-        self._params = dict(params or {})
+        self.certificate_source = certificate_source
+        if params is None:  # built directly: these values are the options
+            params = dict(endpoints=list(self.endpoints), nodes=[n for n in self.nodes if n], ca=ca, crt=crt, key=key,
+                          insecure=self.insecure, timeout=timeout)
+        self._params = dict(params)
         if not self.endpoints:
             raise TalosConfigError(
                 "No Talos endpoint is configured: set the endpoints option or use a talosconfig context that lists endpoints.")
@@ -194,11 +198,12 @@ class ConnectionSettings:
             else:
                 pems[name] = None
         ca_source = "the ca option" if params["ca"] else file_source
+        certificate_source = "the crt and key options" if params["crt"] and params["key"] else file_source
 
         timeout = params["timeout"] if params["timeout"] is not None else DEFAULT_TIMEOUT
         return cls(endpoints=[str(e) for e in endpoints], nodes=[str(n) for n in nodes], insecure=params["insecure"],
                    timeout=timeout, context=context_name, config_path=path, cluster=context_data.get("cluster") or None,
-                   ca_source=ca_source, params=params, **pems)
+                   ca_source=ca_source, certificate_source=certificate_source, params=params, **pems)
 
     def replace(self, **overrides):
         """New settings from the same options with some of them replaced (``insecure=False``...)."""
@@ -235,7 +240,7 @@ class ConnectionSettings:
             context.load_verify_locations(cadata=self.ca)
         except (ssl.SSLError, ValueError) as err:
             raise TalosConfigError("The CA from %s is not a valid PEM certificate (%s)." % (self.ca_source, _ssl_reason(err)))
-        _load_client_certificate(context, self.crt, self.key, self.ca_source.replace("the ca option", "the crt/key options"))
+        _load_client_certificate(context, self.crt, self.key, self.certificate_source)
         return context
 
 

@@ -30,7 +30,7 @@ def _package_files(top):
 
 def test_committed_code_matches_a_fresh_generation(tmp_path):
     out = tmp_path / "talos_api"
-    result = subprocess.run([sys.executable, GENERATOR, "--out", str(out)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, GENERATOR, "--out", str(out)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, "generation failed:\n%s%s" % (result.stdout, result.stderr)
 
     fresh = _package_files(str(out))

@@ -53,6 +53,20 @@ def test_permission_denied_lists_every_accepted_role():
     assert "on the endpoint" in err.message
 
 
+def test_sensitive_resource_refusal_is_not_blamed_on_the_method_role():
+    err = errors.from_status("PermissionDenied", "not authorized", "cosi.resource.State/Get", "10.5.0.2",
+                             client_roles=["os:reader"])
+    assert err.message == ("Permission denied for cosi.resource.State/Get on node 10.5.0.2 (not authorized): role os:reader "
+                           "may read resources, but not this type or namespace; sensitive resource types need os:admin.")
+
+
+def test_maintenance_refusal_keeps_the_server_message():
+    err = errors.from_status("Unimplemented", "API is not implemented in maintenance mode", "machine.MachineService/EtcdStatus",
+                             None)
+    assert err.message == ("The endpoint does not support machine.MachineService/EtcdStatus: "
+                           "API is not implemented in maintenance mode.")
+
+
 def test_unlisted_method_needs_admin_like_on_the_server():
     assert errors.role_requirement("machine.MachineService/Rollback") == ("os:admin",)
 
@@ -129,7 +143,7 @@ def test_refused_client_certificate():
 def test_unreachable_endpoints_are_each_named_with_the_port_hint():
     err = errors.unreachable_error([("10.0.0.1:50000", ConnectionRefusedError(111, "Connection refused")),
                                     ("10.0.0.2:50000", asyncio.TimeoutError())])
-    assert isinstance(err, TalosConnectionError)
+    assert isinstance(err, TalosConnectionError) and err.code == "Unavailable"
     assert err.message == ("None of the Talos endpoints is reachable: 10.0.0.1:50000 (connection refused); "
                            "10.0.0.2:50000 (timed out connecting); endpoints must be control-plane nodes whose "
                            "Talos API is reachable on port 50000.")
@@ -137,7 +151,7 @@ def test_unreachable_endpoints_are_each_named_with_the_port_hint():
 
 def test_timeout_mentions_the_option_and_the_last_answer():
     last = errors.from_status("Unavailable", "etcd is starting", "machine.MachineService/EtcdStatus", "10.5.0.2")
-    err = errors.timeout_error("machine.MachineService/EtcdStatus", "10.5.0.2", 30, last)
+    err = errors.timeout_error("machine.MachineService/EtcdStatus", "10.5.0.2", 30, last, "the timeout option")
     assert isinstance(err, TalosTimeoutError)
     assert err.message.startswith("machine.MachineService/EtcdStatus on node 10.5.0.2 did not complete within 30 seconds "
                                   "(the timeout option); the last answer was: ")

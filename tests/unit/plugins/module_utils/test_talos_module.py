@@ -162,7 +162,7 @@ def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
 def test_missing_library_ends_in_missing_required_lib(capsys, monkeypatch, library, pypi_name):
     monkeypatch.setitem(sys.modules, library, None)  # makes `import library` raise ImportError
     ran = []
-    result = run_module(capsys, dict(INSECURE), lambda module: ran.append(module))
+    result = run_module(capsys, dict(INSECURE), ran.append)
     assert ran == []
     assert result["failed"] is True
     assert "Failed to import the required Python library (%s)" % pypi_name in result["msg"]

@@ -221,7 +221,7 @@ def test_mismatched_key_is_a_config_error_without_key_material(tmp_path, pki, mo
         params(endpoints=["10.0.0.1"], ca=pki["ca"], crt=pki["crt"], key=pki["other_key"]), environ={})
     with pytest.raises(TalosConfigError) as err:
         settings.ssl_context()
-    assert "cannot be loaded" in err.value.message
+    assert err.value.message.startswith("The client certificate and key from the crt and key options cannot be loaded")
     body = "".join(pki["other_key"].splitlines()[1:-1])
     assert body[:20] not in err.value.message and "PRIVATE KEY" not in err.value.message
 
@@ -267,3 +267,12 @@ def test_relabel_private_key_only_touches_the_talos_label():
     assert relabel_private_key(talos) == "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
     ec = "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"
     assert relabel_private_key(ec) == ec
+
+
+def test_directly_built_settings_can_be_replaced(pki, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    settings = ConnectionSettings(["10.0.0.1"], nodes=["10.0.0.2"], ca=pki["ca"], crt=pki["crt"], key=pki["key"], timeout=5)
+    other = settings.replace(node="10.0.0.3")
+    assert other.endpoints == ["10.0.0.1:50000"]
+    assert other.nodes == ["10.0.0.3"]
+    assert other.timeout == 5.0 and other.client_roles == ["os:admin"]

@@ -1,0 +1,403 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""TalosClient against the Talos API emulator: TLS, routing, failover, retries, envelopes, streams."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import socket
+
+import pytest
+
+from talos_emulator import EmulatedCluster
+from talos_emulator.pki import CertificateAuthority
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import client as client_module
+from ansible_collections.talos_linux.talos.plugins.module_utils import waiters
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    TalosApiError,
+    TalosConnectionError,
+    TalosNodeError,
+    TalosPermissionError,
+    TalosTimeoutError,
+    TalosTLSError,
+    TalosUnimplementedError,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+
+VERSION = "machine.MachineService/Version"
+HOSTNAME = "machine.MachineService/Hostname"
+
+
+def settings_for(cluster, role="admin", **options):
+    params = dict(talosconfig=cluster.talosconfig_path(role=role), context=None, endpoints=None, node=None, nodes=None,
+                  ca=None, crt=None, key=None, insecure=False, timeout=10)
+    params.update(options)
+    return ConnectionSettings.from_params(params, environ={})
+
+
+def node_of(cluster, role):
+    return next(node for node in cluster.nodes if node.role == role)
+
+
+def audit_of(cluster, method):
+    return [entry for entry in cluster.audit() if entry["method"] == method]
+
+
+def closed_port():
+    """A local address nothing listens on: connecting to it is refused."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return "127.0.0.1:%d" % port
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    # One cluster for the whole module (the `emulator` fixture starts one per
+    # test): each test undoes its faults and leaves every node running.
+    started = EmulatedCluster.start(str(tmp_path_factory.mktemp("cluster")), controlplanes=2, workers=1, bootstrapped=True)
+    yield started
+    started.stop()
+
+
+def test_version_over_ed25519_mutual_tls(cluster):
+    with open(cluster.talosconfig_path(role="admin")) as config:
+        assert config.read()  # the talosconfig carries Talos's "ED25519 PRIVATE KEY" label (base64 inside)
+    settings = settings_for(cluster)
+    assert "ED25519" not in settings.key
+    with TalosClient(settings) as client:
+        items = client.call(VERSION)
+    assert len(items) == 1
+    assert items[0].version.tag == cluster.talos_version
+    assert not items[0].HasField("metadata")
+
+
+def test_nodes_are_targeted_through_a_control_plane_endpoint(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    worker = node_of(cluster, "worker")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        assert client.call(HOSTNAME, node=worker.address)[0].hostname == worker.hostname
+        assert client.call(HOSTNAME)[0].hostname == controlplane.hostname
+        addresses = [node.address for node in cluster.nodes]
+        results = client.call_many(HOSTNAME, nodes=addresses)
+    assert sorted(results) == sorted(addresses)
+    for node in cluster.nodes:
+        assert results[node.address][0].hostname == node.hostname
+
+
+def test_call_many_reports_a_failing_node_without_raising(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        results = client.call_many(VERSION, nodes=[controlplane.address, "10.255.255.1"], deadline=2)
+    assert results[controlplane.address][0].version.tag == cluster.talos_version
+    failure = results["10.255.255.1"]
+    # A read keeps retrying Unavailable until its deadline, then says what it last saw.
+    assert isinstance(failure, TalosTimeoutError)
+    assert failure.node == "10.255.255.1" and failure.code == "Unavailable"
+    assert "connection refused" in failure.message
+
+
+def test_a_worker_endpoint_refuses_to_forward(cluster):
+    worker = node_of(cluster, "worker")
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[worker.endpoint])) as client:
+        assert client.call(HOSTNAME, node=worker.address)[0].hostname == worker.hostname
+        with pytest.raises(TalosPermissionError) as err:
+            client.call(HOSTNAME, node=controlplane.address)
+    assert "refused to forward" in err.value.message
+    assert "endpoints must be control-plane nodes" in err.value.message
+    assert err.value.code == "PermissionDenied" and err.value.node == controlplane.address
+
+
+def test_failover_from_an_unreachable_endpoint_is_remembered(cluster):
+    dead = closed_port()
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[dead, controlplane.endpoint])) as client:
+        assert client.call(VERSION)[0].version.tag == cluster.talos_version
+        assert client.active_endpoint == controlplane.endpoint
+        assert client.call(HOSTNAME)[0].hostname == controlplane.hostname
+
+
+def test_failover_when_a_control_plane_goes_away(cluster):
+    first, second = [node for node in cluster.nodes if node.role == "controlplane"][:2]
+    with TalosClient(settings_for(cluster, endpoints=[first.endpoint, second.endpoint])) as client:
+        assert client.call(HOSTNAME)[0].hostname == first.hostname
+        cluster.faults.make_unreachable(first.name)
+        try:
+            assert client.call(HOSTNAME, node=second.address)[0].hostname == second.hostname
+            assert client.active_endpoint == second.endpoint
+        finally:
+            cluster.faults.make_reachable(first.name)
+
+
+def test_every_endpoint_unreachable_is_one_sentence(cluster):
+    dead = closed_port()
+    with TalosClient(settings_for(cluster, endpoints=[dead], timeout=1)) as client:
+        with pytest.raises(TalosTimeoutError) as err:
+            client.call(VERSION)
+    assert "did not complete within 1 seconds" in err.value.message
+    assert "%s (connection refused)" % dead in err.value.message
+    assert "reachable on port 50000" in err.value.message
+    assert "Traceback" not in err.value.message
+
+
+def test_mutation_to_an_unreachable_endpoint_fails_at_once(cluster):
+    dead = closed_port()
+    with TalosClient(settings_for(cluster, endpoints=[dead])) as client:
+        with pytest.raises(TalosConnectionError) as err:
+            client.call("machine.MachineService/ServiceRestart", machine_pb2.ServiceRestartRequest(id="kubelet"))
+    assert err.value.message == ("Talos endpoint %s (connection refused) is unreachable; endpoints must be control-plane "
+                                 "nodes whose Talos API is reachable on port 50000." % dead)
+
+
+def test_reads_are_retried_on_unavailable(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    cluster.faults.fail("Version", "Unavailable", message="apid is restarting", times=2, node=controlplane.name)
+    try:
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+            assert client.call(VERSION)[0].version.tag == cluster.talos_version
+    finally:
+        cluster.faults.clear()
+
+
+def test_reads_give_up_at_the_deadline_with_the_last_answer(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    cluster.faults.fail("Version", "Unavailable", message="apid is restarting", times=-1, node=controlplane.name)
+    try:
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+            with pytest.raises(TalosTimeoutError) as err:
+                client.call(VERSION, deadline=1)
+    finally:
+        cluster.faults.clear()
+    assert err.value.code == "Unavailable"
+    assert "did not complete within 1 seconds" in err.value.message and "apid is restarting" in err.value.message
+
+
+def test_mutations_are_not_retried_unless_asked(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    method = "machine.MachineService/ServiceRestart"
+    request = machine_pb2.ServiceRestartRequest(id="kubelet")
+    before = len(audit_of(cluster, method))
+    # The injected failure answers once, before the handler runs: a retry
+    # would succeed and show up in the audit log.
+    cluster.faults.fail("ServiceRestart", "Unavailable", message="node is busy", times=1, node=controlplane.name)
+    try:
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+            with pytest.raises(TalosConnectionError) as err:
+                client.call(method, request, node=controlplane.address)
+            assert err.value.code == "Unavailable" and "node is busy" in err.value.message
+            assert audit_of(cluster, method)[before:] == []
+
+            cluster.faults.fail("ServiceRestart", "Unavailable", times=1, node=controlplane.name)
+            items = client.call(method, request, node=controlplane.address, retry_codes=("Unavailable",))
+            assert items[0].resp
+            assert [entry["code"] for entry in audit_of(cluster, method)[before:]] == ["OK"]
+    finally:
+        cluster.faults.clear()
+
+
+def test_wrong_ca_is_a_certificate_verification_sentence(cluster):
+    stranger = CertificateAuthority.generate(common_name="stranger").crt_pem.decode()
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint], ca=stranger)) as client:
+        with pytest.raises(TalosTLSError) as err:
+            client.call(VERSION)
+    host = controlplane.endpoint.rsplit(":", 1)[0]
+    assert err.value.message.startswith("Certificate verification of endpoint %s failed" % controlplane.endpoint)
+    assert "the CA from the ca option" in err.value.message
+    assert "list %s among its subject alternative names" % host in err.value.message
+
+
+def test_reader_certificate_calling_an_admin_rpc(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    read = machine_pb2.ReadRequest(path=waiters.BOOT_ID_PATH)
+    with TalosClient(settings_for(cluster, role="reader")) as client:
+        assert client.call(VERSION)[0].version.tag == cluster.talos_version
+        with pytest.raises(TalosPermissionError) as err:
+            client.read_bytes("machine.MachineService/Read", read, node=controlplane.address)
+        assert waiters.read_boot_id(client, controlplane.address) is None
+    assert "needs role os:admin" in err.value.message
+    assert "the client certificate carries role os:reader" in err.value.message
+
+
+def test_reader_certificate_reading_a_sensitive_resource(cluster):
+    with TalosClient(settings_for(cluster, role="reader")) as client:
+        assert client.get_resource("runtime", "MachineStatuses.runtime.talos.dev", "machine")["spec"]["stage"] == "running"
+        with pytest.raises(TalosPermissionError) as err:
+            client.get_resource("config", "MachineConfigs.config.talos.dev", "v1alpha1")
+    assert "role os:reader may read resources, but not this type or namespace" in err.value.message
+    assert "sensitive resource types need os:admin" in err.value.message
+
+
+def test_per_node_errors_in_the_reply_envelope(cluster, monkeypatch):
+    """A proxy that merges replies (one-to-many) marks failed nodes in metadata.error."""
+    controlplane = node_of(cluster, "controlplane")
+
+    def one_to_many(self, node):
+        return [("nodes", controlplane.address), ("nodes", "10.255.255.1")]
+
+    monkeypatch.setattr(TalosClient, "_metadata", one_to_many)
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        with pytest.raises(TalosNodeError) as err:
+            client.call(VERSION)
+    assert err.value.node == "10.255.255.1"
+    assert err.value.code == "Unavailable"
+    assert "connection refused" in err.value.message
+
+
+def test_unpack_returns_items_and_raises_on_an_error_item():
+    good = machine_pb2.VersionResponse()
+    good.messages.add().version.tag = "v1.14.0"
+    assert [item.version.tag for item in client_module._unpack(good, "n1")] == ["v1.14.0"]
+    bad = machine_pb2.VersionResponse()
+    bad.messages.add().version.tag = "v1.14.0"
+    failed = bad.messages.add()
+    failed.metadata.hostname = "n2"
+    failed.metadata.error = "rpc error: code = PermissionDenied desc = not authorized"
+    failed.metadata.status.code = 7
+    with pytest.raises(TalosNodeError) as err:
+        client_module._unpack(bad, None)
+    assert (err.value.node, err.value.code) == ("n2", "PermissionDenied")
+
+
+def test_data_streams_are_assembled_in_order(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    frames = []
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        snapshot = client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=frames.append)
+        again = client.read_bytes("machine.MachineService/EtcdSnapshot", node=controlplane.address)
+    assert isinstance(snapshot, bytes)
+    assert len(frames) > 1, "the snapshot should span several 1 KiB frames"
+    assert all(isinstance(frame, common_pb2.Data) for frame in frames)
+    assert snapshot == b"".join(frame.bytes for frame in frames)
+    assert len(snapshot) == len(again)
+
+
+def test_a_stream_cut_midway_is_an_error_not_a_silent_retry(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    frames = []
+    # Every attempt is cut after two frames. An attempt cut before the client
+    # read anything may be repeated; one that delivered data may not.
+    cluster.faults.cut_stream("EtcdSnapshot", after_frames=2, times=-1, node=controlplane.name)
+    try:
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+            with pytest.raises((TalosConnectionError, TalosTimeoutError)) as err:
+                client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=frames.append,
+                              deadline=5)
+    finally:
+        cluster.faults.clear()
+    assert len(frames) <= 2, "a partly delivered stream must not be restarted"
+    if frames:
+        assert err.value.message.startswith("machine.MachineService/EtcdSnapshot on node %s was interrupted" % controlplane.address)
+
+
+def test_cosi_resources(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        status = client.get_resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", node=controlplane.address)
+        listed = client.list_resources("runtime", "MachineStatuses.runtime.talos.dev", node=controlplane.address)
+        with pytest.raises(TalosApiError) as err:
+            client.get_resource("runtime", "MachineStatuses.runtime.talos.dev", "nope", node=controlplane.address)
+    assert status["metadata"]["id"] == "machine"
+    assert status["spec"]["stage"] == "running"
+    assert [item["metadata"]["id"] for item in listed] == ["machine"]
+    assert err.value.code == "NotFound"
+
+
+def test_call_timeout(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    cluster.faults.set_latency(controlplane.name, 3)
+    try:
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+            with pytest.raises(TalosTimeoutError) as err:
+                client.call(HOSTNAME, deadline=0.5)
+    finally:
+        cluster.faults.clear()
+    assert err.value.message.startswith("%s on the endpoint did not complete within 0.5 seconds" % HOSTNAME)
+
+
+def test_with_settings_gives_a_client_with_other_credentials(cluster):
+    with TalosClient(settings_for(cluster, role="reader")) as reader:
+        with reader.with_settings(talosconfig=cluster.talosconfig_path(role="admin")) as admin:
+            assert admin.settings.client_roles == ["os:admin"]
+            assert admin.call(VERSION)[0].version.tag == cluster.talos_version
+
+
+def test_wait_for_reboot_sees_a_new_boot_id(cluster):
+    worker = node_of(cluster, "worker")
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        previous = waiters.read_boot_id(client, worker.address)
+        assert previous
+        client.call("machine.MachineService/Reboot", machine_pb2.RebootRequest(), node=worker.address)
+        current = waiters.wait_for_reboot(client, worker.address, previous, timeout=30, interval=0.2)
+    assert current and current != previous
+    assert current == worker.boot_id
+    assert [entry["code"] for entry in audit_of(cluster, "machine.MachineService/Reboot")][-1] == "OK"
+
+
+@pytest.fixture(scope="module")
+def old_cluster(tmp_path_factory):
+    started = EmulatedCluster.start(str(tmp_path_factory.mktemp("old-cluster")), controlplanes=1, talos_version="v1.12.0")
+    yield started
+    started.stop()
+
+
+def test_unimplemented_names_the_version_that_introduced_the_api(old_cluster):
+    request = client_module.METHODS["machine.LifecycleService/Upgrade"].request_type()
+    with TalosClient(settings_for(old_cluster)) as client:
+        with pytest.raises(TalosUnimplementedError) as err:
+            client.stream("machine.LifecycleService/Upgrade", request)
+    assert "appeared in Talos v1.13" in err.value.message
+    assert err.value.code == "Unimplemented"
+
+
+def test_a_client_certificate_without_client_auth_is_refused(cluster, tmp_path):
+    crt, key = cluster.secrets.os_ca.issue_client(["os:admin"], client_auth=False)
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint], crt=crt.decode(), key=key.decode())) as client:
+        with pytest.raises(TalosTLSError) as err:
+            client.call(VERSION)
+    assert err.value.message.startswith("Endpoint %s refused the client certificate" % controlplane.endpoint)
+    assert "clientAuth" in err.value.message
+
+
+@pytest.fixture(scope="module")
+def maintenance_cluster(tmp_path_factory):
+    started = EmulatedCluster.start(str(tmp_path_factory.mktemp("maintenance")), controlplanes=1, maintenance=True)
+    yield started
+    started.stop()
+
+
+def test_insecure_reaches_a_maintenance_node_and_the_secure_client_does_not(maintenance_cluster):
+    node = maintenance_cluster.nodes[0]
+    settings = settings_for(maintenance_cluster, endpoints=[node.endpoint], insecure=True)
+    with TalosClient(settings) as client:
+        assert client.call(VERSION)[0].version.tag == maintenance_cluster.talos_version
+        with pytest.raises(TalosPermissionError) as err:
+            client.call("machine.MachineService/Reboot", machine_pb2.RebootRequest())
+        assert err.value.message.endswith("it needs role os:admin or os:operator and an insecure connection sends no client "
+                                          "certificate (only os:reader in maintenance mode).")
+        with client.with_settings(insecure=False) as secure:
+            with pytest.raises(TalosTLSError) as tls:
+                secure.call(VERSION)
+    assert tls.value.message.startswith("Certificate verification of endpoint %s failed" % node.endpoint)
+    assert "talosconfig context" in tls.value.message
+
+
+def test_upload_streams_chunks_to_the_node(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    method = "machine.MachineService/EtcdRecover"
+    chunks = [b"a" * 1024, b"b" * 1024, common_pb2.Data(bytes=b"tail")]
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        items = client.upload(method, iter(chunks), node=controlplane.address)
+    assert len(items) == 1
+    assert controlplane.etcd_snapshot == b"a" * 1024 + b"b" * 1024 + b"tail"
+    entry = audit_of(cluster, method)[-1]
+    assert (entry["code"], entry["address"], entry["size"]) == ("OK", controlplane.address, 2052)
