@@ -41,6 +41,7 @@ except ImportError:  # modules that take patches report it with missing_required
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
 REDACTED = "<redacted>"
+REDACTED_CHANGED = "<redacted, changed>"
 
 # Key names whose values are secrets: CA and service account keys, bootstrap and
 # machine tokens, cluster and encryption secrets, registry passwords, disk
@@ -61,11 +62,6 @@ _BLOCK_INDICATOR = re.compile(r"^[|>][0-9+-]*(\s+#.*)?$")
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
 NO_CHANGES = "No changes."
-
-
-def _require_yaml():
-    if not HAS_YAML:
-        raise TalosConfigError("The PyYAML Python library is required to read machine configs; install it on the host that runs the module.")
 
 
 class _Loader(yaml.SafeLoader if HAS_YAML else object):
@@ -99,7 +95,6 @@ def _yaml_problem(exc):
 
 def parse_yaml_stream(text, parameter):
     """Every non-empty document of a YAML stream; errors name ``parameter``."""
-    _require_yaml()
     try:
         return [document for document in yaml.load_all(text, Loader=_Loader) if document is not None]
     except yaml.YAMLError as exc:
@@ -108,7 +103,6 @@ def parse_yaml_stream(text, parameter):
 
 def dump_documents(documents):
     """A YAML stream of ``documents``, keys in their given order."""
-    _require_yaml()
     return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                          allow_unicode=True, width=1 << 30, explicit_start=len(documents) > 1)
 
@@ -337,39 +331,49 @@ def _is_diff_header(line):
     return line.startswith(("--- ", "+++ ", "@@ ")) or line in ("---", "+++")
 
 
+def _redact_line(body, literals, block_indent):
+    """One YAML line redacted; returns ``(line, block_indent)`` where block_indent tracks a literal block under a secret key."""
+    indent = len(body) - len(body.lstrip(" "))
+    if block_indent is not None:
+        if body.strip() and indent > block_indent:
+            return " " * indent + REDACTED, block_indent
+        block_indent = None
+    match = _YAML_KEY_LINE.match(body)
+    if match and is_sensitive_key(match.group("key")):
+        value = match.group("value")
+        if _BLOCK_INDICATOR.match(value):
+            # Lines of a literal block are indented deeper than its key.
+            block_indent = match.start("quote")
+        elif value not in _HARMLESS_SCALARS:
+            body = body[:match.start("value")] + REDACTED
+    return _mask_literals(body, literals), block_indent
+
+
 def redact_text(text, known_secrets=(), diff=False):
     """Redact YAML ``text`` (or a unified diff of YAML when ``diff``) line by line.
 
     Values of sensitive keys are replaced, including literal blocks under them,
     and so is every literal occurrence of ``known_secrets`` (secrets found in
     the config being applied; the other side of a diff is only known as text).
+    In a diff, an added line whose secret differs from the removed line it
+    replaces says REDACTED_CHANGED, so that a changed secret stays visible.
     """
     literals = sorted((value for value in known_secrets if len(value) >= _MIN_LITERAL_SECRET), key=len, reverse=True)
     lines = []
     block_indent = None
+    removed = {}
     for line in text.splitlines():
-        marker = ""
-        body = line
-        if diff:
-            if _is_diff_header(line):
-                lines.append(line)
-                continue
-            marker, body = line[:1], line[1:]
-        indent = len(body) - len(body.lstrip(" "))
-        if block_indent is not None:
-            if body.strip() and indent > block_indent:
-                lines.append(marker + " " * indent + REDACTED)
-                continue
-            block_indent = None
-        match = _YAML_KEY_LINE.match(body)
-        if match and is_sensitive_key(match.group("key")):
-            value = match.group("value")
-            if _BLOCK_INDICATOR.match(value):
-                # Lines of a literal block are indented deeper than its key.
-                block_indent = match.start("quote")
-            elif value not in _HARMLESS_SCALARS:
-                body = body[:match.start("value")] + REDACTED
-        lines.append(marker + _mask_literals(body, literals))
+        if diff and _is_diff_header(line):
+            removed = {}
+            lines.append(line)
+            continue
+        marker, body = (line[:1], line[1:]) if diff else ("", line)
+        redacted, block_indent = _redact_line(body, literals, block_indent)
+        if marker == "-":
+            removed.setdefault(redacted, set()).add(body)
+        elif marker == "+" and REDACTED in redacted and redacted in removed and body not in removed[redacted]:
+            redacted = redacted.replace(REDACTED, REDACTED_CHANGED)
+        lines.append(marker + redacted)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 

@@ -23,7 +23,7 @@ description:
     O(show_secrets=true). The configuration itself is never returned and never logged.
   - The module never reboots a node unless O(mode=reboot) asks for it.
 author:
-  - Talos Linux Ansible collection contributors
+  - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 options:
   config:
     description:
@@ -33,7 +33,7 @@ options:
   config_file:
     description:
       - Path of a machine configuration file (for example C(controlplane.yaml) from C(talosctl gen config)) on the
-        host that runs the module, the controller with C(connection: local).
+        host that runs the module (the controller, with C(connection=local)).
       - Mutually exclusive with O(config).
     type: path
   config_patches:
@@ -42,7 +42,7 @@ options:
       - A mapping is a JSON merge patch (RFC 7386) of the v1alpha1 document (C(machine), C(cluster), ...) - nested
         mappings merge, lists and scalars replace, C(null) deletes. A mapping with C(kind) (and C(name) for named
         documents) patches the document of that kind instead, adds it when the configuration has none, and removes
-        it when it holds C($patch: delete).
+        it when it holds C($patch) set to C(delete).
       - A list of operations (C(op), C(path), C(value)) is a JSON patch (RFC 6902) of the v1alpha1 document.
       - YAML text may hold several patch documents, applied in order.
       - Treated as secret (C(no_log)), since patches often carry keys or tokens.
@@ -78,12 +78,15 @@ extends_documentation_fragment:
   - talos_linux.talos.wait
 attributes:
   check_mode:
+    description: Can run in check mode and report whether the configuration would change, without applying it.
     support: full
     details: The node validates the configuration in a dry run; nothing is applied.
   diff_mode:
+    description: Returns the configuration's changes as before and after texts.
     support: full
     details: Before and after come from the dry run's configuration diff, with secrets redacted.
   idempotent:
+    description: Applying the same configuration again reports no change.
     support: full
   action_group:
     description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
@@ -96,6 +99,8 @@ notes:
   - In maintenance mode (O(insecure=true)) the task always reports a change, since the node has no configuration to
     compare with. With O(wait=true) the module then waits until the node serves its API over mutual TLS with the
     CA and client certificate of the talosconfig (or O(ca), O(crt), O(key)), so that the next task can use them.
+  - A node in maintenance mode does not forward calls to other nodes; reach it through itself as the only
+    endpoint, one task per node (O(endpoints) set to the node's own address, with O(insecure=true)).
   - When another apply is in progress on the node (C(FailedPrecondition)), the apply is retried with backoff until
     O(timeout) seconds have passed.
   - With several O(nodes), they are handled one after the other, and the task stops at the first node that fails.
@@ -170,8 +175,9 @@ mode_details:
   sample: "Applied configuration without a reboot"
 rebooted:
   description:
-    - True when the node rebooted to take the configuration (O(mode=reboot), or a Talos version before v1.14 that
-      chose to reboot). With several nodes, true when any of them did.
+    - True when the node rebooted to take the configuration - O(mode=reboot), a node in maintenance mode (which
+      installs the configuration and restarts into it), or a Talos version before v1.14 that chose to reboot.
+    - With several nodes, true when any of them did.
   returned: always
   type: bool
   sample: false
@@ -280,11 +286,11 @@ def build_request(data, mode, try_timeout, dry_run):
 def build_diff(node, mode_details, config, known_secrets, show_secrets):
     """Before/after texts for --diff from a dry run's config diff (the whole config when there is nothing to compare)."""
     text = dry_run_diff(mode_details)
+    if text and not show_secrets:
+        text = redact_text(text, known_secrets, diff=True)
     sides = split_unified_diff(text) if text else None
     if sides is None:
-        sides = ("", config.data.decode("utf-8"))
-    if not show_secrets:
-        sides = tuple(redact_text(side, known_secrets) for side in sides)
+        sides = ("", config.data.decode("utf-8") if show_secrets else redact_text(config.data.decode("utf-8"), known_secrets))
     label = "node %s" % node if node else "the endpoint"
     return {
         "before": sides[0],
@@ -335,20 +341,22 @@ class ConfigApplier:
         if self.module.check_mode:
             return result, diff
 
-        # The server reboots by itself in REBOOT mode (and, before v1.14, when AUTO needs a reboot).
-        reboots = requested == "reboot" or dry_run.mode == machine_pb2.ApplyConfigurationRequest.REBOOT
-        boot_id = read_boot_id(self.client, node) if reboots and not self.maintenance else None
+        # Talos reboots by itself in REBOOT mode: sent before v1.14, or chosen there by AUTO for some changes.
+        rebooting = requested == "reboot" or dry_run.mode == machine_pb2.ApplyConfigurationRequest.REBOOT
+        boot_id = read_boot_id(self.client, node) if rebooting and not self.maintenance else None
 
         applied = self._call_apply(node, mode, dry_run=False)
         result.update(mode=mode_name(applied.mode), mode_details=redact_mode_details(applied.mode_details, self.known_secrets),
                       warnings=[redact_text(warning, self.known_secrets) for warning in applied.warnings])
 
         if self.maintenance:
+            # The node installs the configuration and restarts into it by itself.
+            result["rebooted"] = True
             if self.params["wait"]:
                 with self.client.with_settings(insecure=False) as secure_client:
                     wait_for_secure_api(secure_client, node, self.params["wait_timeout"])
-        elif reboots or applied.mode == machine_pb2.ApplyConfigurationRequest.REBOOT:
-            if mode != "reboot" and applied.mode != machine_pb2.ApplyConfigurationRequest.REBOOT:
+        elif requested == "reboot" or applied.mode == machine_pb2.ApplyConfigurationRequest.REBOOT:
+            if applied.mode != machine_pb2.ApplyConfigurationRequest.REBOOT:
                 self.client.call(REBOOT, machine_pb2.RebootRequest(), node=node)
             result["rebooted"] = True
             if self.params["wait"]:

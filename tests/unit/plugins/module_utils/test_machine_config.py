@@ -230,6 +230,13 @@ class TestRedaction:
         assert "-  secret: %s" % mc.REDACTED in redacted
         assert redacted.startswith("--- a\n+++ b\n@@")
 
+    def test_changed_secret_stays_visible_in_a_diff(self):
+        diff = "--- a\n+++ b\n@@ -1,3 +1,3 @@\n cluster:\n-  secret: b2xk\n+  secret: bmV3\n   token: same-token\n"
+        redacted = mc.redact_text(diff, diff=True)
+        assert "-  secret: %s\n+  secret: %s\n" % (mc.REDACTED, mc.REDACTED_CHANGED) in redacted
+        assert "   token: %s" % mc.REDACTED in redacted
+        assert "b2xk" not in redacted and "bmV3" not in redacted and "same-token" not in redacted
+
     def test_redact_structure(self):
         redacted = mc.redact({"machine": {"token": "t0ps3cret", "ca": {"crt": "pub", "key": "priv"}, "keys": [{"static": {"value": "x"}}]}})
         assert redacted == {"machine": {"token": mc.REDACTED, "ca": {"crt": "pub", "key": mc.REDACTED},

@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""talos_apply_config through ansible-playbook against the emulator, proven by the node state and the audit log."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import load_config
+
+APPLY = "machine.MachineService/ApplyConfiguration"
+
+
+def play(tasks, talosconfig):
+    return [{
+        "name": "talos_apply_config",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "module_defaults": {"group/talos_linux.talos.talos": {"talosconfig": talosconfig}},
+        "tasks": tasks,
+    }]
+
+
+def apply_task(name, node, **options):
+    options.setdefault("node", node.address)
+    return {"name": name, "talos_linux.talos.talos_apply_config": options, "register": "applied"}
+
+
+def applied(cluster, node):
+    """Real (not dry-run) ApplyConfiguration calls the node accepted."""
+    return cluster.audit(APPLY, node=node.name, include_dry_run=False, include_failed=False)
+
+
+def with_hostname(config_text, hostname):
+    document = yaml.safe_load(config_text)
+    document["machine"]["network"]["hostname"] = hostname
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def test_maintenance_apply_brings_up_the_secure_api(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True)
+    controlplane, worker = cluster.controlplanes[0], cluster.workers[0]
+    assert controlplane.maintenance and worker.maintenance
+    tasks = [
+        apply_task("install control plane", controlplane, endpoints=[controlplane.endpoint], insecure=True,
+                   config_file="%s/controlplane.yaml" % cluster.state_dir),
+        apply_task("install worker", worker, endpoints=[worker.endpoint], insecure=True,
+                   config_file="%s/worker.yaml" % cluster.state_dir,
+                   config_patches=[{"machine": {"network": {"hostname": "patched-worker"}}}]),
+        {"name": "facts over mutual TLS", "talos_linux.talos.talos_facts": {"nodes": [controlplane.address, worker.address],
+                                                                            "gather_subset": ["min", "config"]}},
+    ]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()))
+
+    for name, node in (("install control plane", controlplane), ("install worker", worker)):
+        result = run.task(name)["result"]
+        assert result["changed"] is True and result["rebooted"] is True and result["mode"] == "no_reboot"
+        assert not node.maintenance and node.stage == "running"
+        assert len(applied(cluster, node)) == 1
+    assert worker.hostname == "patched-worker"
+
+    facts = run.task("facts over mutual TLS")["result"]["nodes"]
+    assert facts[controlplane.address]["maintenance"] is False
+    assert facts[controlplane.address]["machine"]["type"] == "controlplane"
+    assert facts[worker.address]["machine"]["type"] == "worker" and facts[worker.address]["hostname"] == "patched-worker"
+    expected = load_config(config_file="%s/controlplane.yaml" % cluster.state_dir).hash()
+    assert facts[controlplane.address]["config"]["hash"] == expected
+
+
+def test_identical_reapply_changes_nothing(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    config_file = tmp_path / "current.yaml"
+    config_file.write_text(node.config_text())
+    run = run_playbook(play([apply_task("reapply", node, config_file=str(config_file))], cluster.talosconfig_path()))
+
+    result = run.task("reapply")["result"]
+    assert result["changed"] is False and result["rebooted"] is False
+    entries = cluster.audit(APPLY, node=node.name)
+    assert [entry["dry_run"] for entry in entries] == [True]
+    assert node.reboots == 0
+
+
+def test_changed_config_in_check_mode_applies_nothing(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    before = node.config_text()
+    tasks = [apply_task("preview", node, config=with_hostname(before, "renamed"))]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()), check=True)
+
+    result = run.task("preview")["result"]
+    assert result["changed"] is True
+    assert applied(cluster, node) == []
+    assert [entry["dry_run"] for entry in cluster.audit(APPLY, node=node.name)] == [True]
+    assert node.config_text() == before and node.hostname == node.name
+
+
+def test_diff_shows_the_change_without_secrets(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    old_secrets = load_config(config=node.config_text()).secret_values()
+    document = yaml.safe_load(with_hostname(node.config_text(), "renamed"))
+    document["cluster"]["secret"] = "cm90YXRlZC1jbHVzdGVyLXNlY3JldC12YWx1ZQ=="
+    new_config = yaml.safe_dump(document, sort_keys=False)
+    secrets = old_secrets | load_config(config=new_config).secret_values()
+    run = run_playbook(play([apply_task("apply with diff", node, config=new_config)], cluster.talosconfig_path()), diff=True)
+
+    result = run.task("apply with diff")["result"]
+    assert result["changed"] is True and node.hostname == "renamed"
+    assert "+    hostname: renamed" in run.stdout
+    assert "-  secret: <redacted>" in run.stdout and "+  secret: <redacted, changed>" in run.stdout
+    everything = run.stdout + run.stderr + json.dumps(run.results)
+    leaked = [secret for secret in secrets if secret in everything]
+    assert leaked == []
+
+
+def test_reboot_mode_reboots_once_and_waits(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1)
+    worker = cluster.workers[0]
+    boot_id = worker.boot_id
+    tasks = [apply_task("apply and reboot", worker, config=with_hostname(worker.config_text(), "rebooted-worker"), mode="reboot")]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()))
+
+    result = run.task("apply and reboot")["result"]
+    assert result["changed"] is True and result["rebooted"] is True and result["mode"] == "no_reboot"
+    # The module waited: the node is back, running, with a new boot ID and the new config.
+    assert worker.stage == "running" and worker.reachable and worker.boot_id != boot_id
+    assert worker.hostname == "rebooted-worker"
+    assert worker.reboots == 1
+    assert len(cluster.audit("Reboot", node=worker.name, include_failed=False)) == 1
+    assert [entry["mode"] for entry in applied(cluster, worker)] == ["NO_REBOOT"]
+
+
+def test_reboot_mode_on_talos_before_v1_14_reboots_in_the_apply(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, talos_version="v1.12.0")
+    node = cluster.controlplanes[0]
+    boot_id = node.boot_id
+    tasks = [apply_task("apply and reboot", node, config=with_hostname(node.config_text(), "renamed"), mode="reboot")]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()))
+
+    result = run.task("apply and reboot")["result"]
+    assert result["changed"] is True and result["rebooted"] is True and result["mode"] == "reboot"
+    assert node.reboots == 1 and node.boot_id != boot_id and node.hostname == "renamed"
+    assert cluster.audit("Reboot") == []
+    assert [entry["mode"] for entry in applied(cluster, node)] == ["REBOOT"]
+
+
+def test_reader_certificate_is_refused_and_nothing_applied(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    before = node.config_text()
+    tasks = [apply_task("apply as reader", node, config=with_hostname(before, "renamed"))]
+    run = run_playbook(play(tasks, cluster.talosconfig_path("reader")), expect_rc=2)
+
+    result = run.task("apply as reader")
+    assert result["status"] == "failed"
+    assert "os:admin" in result["result"]["msg"] and "os:reader" in result["result"]["msg"]
+    assert result["result"]["code"] == "PermissionDenied"
+    assert applied(cluster, node) == []
+    assert node.config_text() == before
+
+
+def test_invalid_patch_fails_before_any_call(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    tasks = [apply_task("bad patch", node, config=node.config_text(), config_patches=[{"machine": {}}, "machine: [unclosed"])]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()), expect_rc=2)
+
+    assert run.task("bad patch")["result"]["msg"].startswith("config_patches[1] is not valid YAML")
+    assert cluster.audit(APPLY) == []
+
+
+def test_concurrent_apply_is_retried_within_the_timeout(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    cluster.faults.fail("ApplyConfiguration", "FailedPrecondition", "another apply configuration is already in progress", times=2)
+    tasks = [apply_task("apply while another is running", node, config=with_hostname(node.config_text(), "renamed"), timeout=30)]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()))
+
+    assert run.task("apply while another is running")["result"]["changed"] is True
+    assert node.hostname == "renamed"
+    assert len(applied(cluster, node)) == 1

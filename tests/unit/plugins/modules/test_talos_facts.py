@@ -1,0 +1,272 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests for talos_facts: subsets, node types, maintenance, refusals and several nodes."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import REDACTED, config_hash
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
+from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
+
+CONFIG_TEXT = "version: v1alpha1\nmachine:\n  type: %s\n  token: abcdef.0123456789abcdef\ncluster:\n  secret: c2VjcmV0\n"
+
+
+def resource(namespace, resource_type, resource_id, yaml_spec):
+    return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=resource_type, id=resource_id, version="1"),
+                                 spec=resource_pb2.Spec(yaml_spec=yaml_spec))
+
+
+class Exited(Exception):
+    pass
+
+
+class Failed(Exception):
+    pass
+
+
+class FakeModule:
+    def __init__(self, client, nodes, **params):
+        self.client = client
+        self.target_nodes = list(nodes)
+        self.check_mode = False
+        self.params = dict(gather_subset=["all"], resources=[], fail_on_node_error=False, insecure=False)
+        self.params.update(params)
+
+    def exit_json(self, **result):
+        raise Exited(result)
+
+    def fail_json(self, **result):
+        raise Failed(result)
+
+
+class FakeCluster:
+    """Nodes by address: ``type`` (controlplane/worker/None for maintenance), ``down``, and the caller's role."""
+
+    def __init__(self, nodes, role="os:admin"):
+        self.nodes = nodes
+        self.role = role
+        self.calls = []
+
+    def _answer(self, method, request, node):
+        spec = self.nodes[node]
+        name = method.rsplit("/", 1)[-1]
+        self.calls.append((name, node, getattr(request, "type", None)))
+        if spec.get("down"):
+            raise from_status("Unavailable", "connection refused", method, node)
+        machine_type = spec.get("type")
+        control_plane = machine_type == "controlplane"
+        if name == "Version":
+            reply = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0", sha="abc", arch="amd64"),
+                                        platform=machine_pb2.PlatformInfo(name="metal", mode="metal"))
+            if machine_type:
+                reply.features.rbac = True
+            return [reply]
+        if name == "Hostname":
+            return [machine_pb2.Hostname(hostname=spec.get("hostname", "talos-" + node.rsplit(".", 1)[-1]))]
+        if name == "ServiceList":
+            services = [machine_pb2.ServiceInfo(id="apid", state="Running", health=machine_pb2.ServiceHealth(healthy=True))]
+            if control_plane:
+                services.append(machine_pb2.ServiceInfo(id="etcd", state="Running", health=machine_pb2.ServiceHealth(healthy=True)))
+            return [machine_pb2.ServiceList(services=services)]
+        if name in ("EtcdMemberList", "EtcdStatus"):
+            if not machine_type:
+                raise from_status("Unimplemented", "machine type is not set, cannot use etcd API", method, node)
+            if not control_plane:
+                raise from_status("Unimplemented", "etcd is only available on control plane nodes", method, node)
+            if name == "EtcdStatus":
+                return [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(leader=10, member_id=10))]
+            return [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(id=10, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"])])]
+        if name == "Disks":
+            return [storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda", size=10, type=storage_pb2.Disk.SSD, system_disk=True)])]
+        if name == "Memory":
+            return [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000, memfree=1000))]
+        if name == "Mounts":
+            return [machine_pb2.Mounts(stats=[machine_pb2.MountStat(filesystem="/dev/sda6", size=100, available=50, mounted_on="/var")])]
+        if name == "Get":
+            return [state_pb2.GetResponse(resource=self._get(method, request, node, machine_type))]
+        raise AssertionError("unexpected call %s" % method)
+
+    def _get(self, method, request, node, machine_type):
+        if request.type == "MachineStatuses.runtime.talos.dev":
+            stage = "running" if machine_type else "maintenance"
+            return resource("runtime", request.type, "machine", "stage: %s\nstatus:\n  ready: %s\n  unmetConditions: []\n"
+                            % (stage, "true" if machine_type else "false"))
+        if request.type == "MachineTypes.config.talos.dev":
+            return resource("config", request.type, "machine-type", "%s\n" % (machine_type or "unknown"))
+        if request.type == "MachineConfigs.config.talos.dev":
+            if self.role != "os:admin":
+                raise from_status("PermissionDenied", "not authorized", method, node)
+            if not machine_type:
+                raise from_status("NotFound", "resource doesn't exist", method, node)
+            return resource("config", request.type, "v1alpha1", CONFIG_TEXT % machine_type
+                            + "---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: x\n")
+        if request.type == "ResourceDefinitions.meta.cosi.dev":
+            if request.id == "members.cluster.talos.dev":
+                return resource("meta", request.type, request.id, "type: Members.cluster.talos.dev\ndefaultNamespace: cluster\n")
+            raise from_status("NotFound", "resource doesn't exist", method, node)
+        if request.type == "KubeletSpecs.k8s.talos.dev" and request.id == "kubelet":
+            return resource(request.namespace, request.type, request.id, "image: kubelet\nclientKey: c2VjcmV0LWtleQ==\n")
+        raise from_status("NotFound", "resource doesn't exist", method, node)
+
+    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None):
+        results = {}
+        for node in nodes:
+            try:
+                results[node] = self._answer(method, request, node)
+            except TalosError as error:
+                results[node] = error
+        return results
+
+    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None):
+        self.calls.append(("List", node, request.type))
+        if self.nodes[node].get("down"):
+            raise from_status("Unavailable", "connection refused", method, node)
+        if request.type == "NodeAddresses.net.talos.dev":
+            return [state_pb2.ListResponse(resource=resource("network", request.type, resource_id, "addresses:\n  - %s/24\n" % node))
+                    for resource_id in ("current", "default")]
+        if request.type == "Members.cluster.talos.dev":
+            return [state_pb2.ListResponse(resource=resource("cluster", request.type, "cp-1", "hostname: cp-1\nmachineType: controlplane\n"))]
+        raise AssertionError("unexpected list %s" % request.type)
+
+
+CP = "10.5.0.2"
+WORKER = "10.5.0.3"
+
+
+def run(client, nodes, **params):
+    with pytest.raises((Exited, Failed)) as raised:
+        talos_facts.run(FakeModule(client, nodes, **params))
+    return raised.type is Exited, raised.value.args[0]
+
+
+class TestSubsets:
+    @pytest.mark.parametrize("gather_subset, expected", [
+        (["all"], set(talos_facts.SUBSETS)),
+        (["min"], {"version", "hostname", "machine"}),
+        (["!etcd", "!disks"], set(talos_facts.SUBSETS) - {"etcd", "disks"}),
+        (["!all"], {"version", "hostname", "machine"}),
+        (["!all", "!min"], set()),
+        (["min", "services", "!hostname"], {"version", "machine", "services"}),
+        (["config"], {"config"}),
+    ])
+    def test_resolve(self, gather_subset, expected):
+        assert talos_facts.resolve_subsets(gather_subset) == expected
+
+    def test_unknown_subset(self):
+        with pytest.raises(TalosConfigError, match=r"^gather_subset entry 'hardware' is not one of all, min, version"):
+            talos_facts.resolve_subsets(["hardware"])
+
+
+class TestOneNode:
+    def test_control_plane_facts(self):
+        ok, result = run(FakeCluster({CP: {"type": "controlplane", "hostname": "cp-1"}}), [CP])
+        assert ok and result["changed"] is False
+        facts = result["ansible_facts"]["talos"]
+        assert facts["node"] == CP and facts["maintenance"] is False and "unavailable" not in facts
+        assert facts["version"]["tag"] == "v1.14.0" and facts["version"]["features"] == {"rbac": True}
+        assert facts["version"]["platform"] == {"name": "metal", "mode": "metal"}
+        assert facts["hostname"] == "cp-1"
+        assert facts["machine"] == {"type": "controlplane", "configured": True, "stage": "running", "ready": True, "unmet_conditions": []}
+        assert [service["id"] for service in facts["services"]] == ["apid", "etcd"]
+        assert facts["etcd"]["members"][0]["id"] == "000000000000000a"
+        assert facts["etcd"]["leader"] == "000000000000000a" and facts["etcd"]["is_leader"] is True
+        assert facts["disks"][0]["type"] == "SSD" and facts["disks"][0]["system_disk"] is True
+        assert facts["memory"]["memtotal"] == 4000
+        assert facts["network"]["addresses"] == ["%s/24" % CP]
+        assert facts["mounts"] == [{"filesystem": "/dev/sda6", "size": 100, "available": 50, "mounted_on": "/var"}]
+
+    def test_config_is_a_version_and_hash_without_secrets(self):
+        ok, result = run(FakeCluster({CP: {"type": "controlplane"}}), [CP], gather_subset=["config"])
+        config = result["ansible_facts"]["talos"]["config"]
+        expected_hash = config_hash({"version": "v1alpha1", "machine": {"type": "controlplane", "token": "abcdef.0123456789abcdef"},
+                                     "cluster": {"secret": "c2VjcmV0"}})
+        assert config == {"version": "v1alpha1", "hash": expected_hash, "machine_type": "controlplane",
+                          "documents": ["v1alpha1", "HostnameConfig"]}
+        assert "abcdef.0123456789abcdef" not in repr(result) and "c2VjcmV0" not in repr(result)
+
+    def test_worker_has_no_etcd_and_is_not_asked(self):
+        client = FakeCluster({WORKER: {"type": "worker"}})
+        ok, result = run(client, [WORKER])
+        facts = result["ansible_facts"]["talos"]
+        assert "etcd" not in facts and "unavailable" not in facts
+        assert not [call for call in client.calls if call[0].startswith("Etcd")]
+        assert facts["machine"]["type"] == "worker"
+
+    def test_only_the_requested_subsets_are_read(self):
+        client = FakeCluster({CP: {"type": "controlplane"}})
+        ok, result = run(client, [CP], gather_subset=["version"])
+        assert set(result["ansible_facts"]["talos"]) == {"node", "maintenance", "version"}
+        assert {call[0] for call in client.calls} == {"Get", "Version"}
+
+    def test_maintenance_node(self):
+        ok, result = run(FakeCluster({WORKER: {"type": None}}), [WORKER], insecure=True)
+        facts = result["ansible_facts"]["talos"]
+        assert facts["maintenance"] is True
+        assert facts["machine"]["configured"] is False and facts["machine"]["stage"] == "maintenance"
+        assert facts["version"]["features"] is None
+        assert facts["config"] is None
+        assert "etcd" not in facts and "unavailable" not in facts
+
+    def test_refused_subset_is_listed_not_fatal(self):
+        ok, result = run(FakeCluster({CP: {"type": "controlplane"}}, role="os:reader"), [CP])
+        facts = result["ansible_facts"]["talos"]
+        assert ok and "config" not in facts
+        assert "Permission denied" in facts["unavailable"]["config"]
+        assert facts["hostname"]
+
+    def test_unreachable_node_fails_the_task(self):
+        with pytest.raises(TalosError, match="unavailable"):
+            run(FakeCluster({CP: {"down": True}}), [CP])
+
+    def test_resources(self):
+        client = FakeCluster({CP: {"type": "controlplane"}})
+        ok, result = run(client, [CP], gather_subset=["!all", "!min"], resources=[
+            {"type": "Members.cluster.talos.dev", "namespace": None, "id": None},
+            {"type": "KubeletSpecs.k8s.talos.dev", "namespace": "k8s", "id": "kubelet"},
+            {"type": "KubeletSpecs.k8s.talos.dev", "namespace": "k8s", "id": "absent"},
+        ])
+        resources = result["ansible_facts"]["talos"]["resources"]
+        assert resources[0]["namespace"] == "cluster" and resources[0]["items"][0]["spec"]["machineType"] == "controlplane"
+        assert resources[1]["items"][0]["spec"] == {"image": "kubelet", "clientKey": REDACTED}
+        assert resources[1]["items"][0]["metadata"]["id"] == "kubelet"
+        assert resources[2]["items"] == []
+
+    def test_resource_without_definition_needs_a_namespace(self):
+        with pytest.raises(TalosConfigError, match="set namespace"):
+            run(FakeCluster({CP: {"type": "controlplane"}}), [CP], gather_subset=["min"],
+                resources=[{"type": "Unknown.example.dev", "namespace": None, "id": None}])
+
+
+class TestSeveralNodes:
+    def test_facts_per_node(self):
+        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
+        ok, result = run(client, [CP, WORKER])
+        assert ok and set(result["nodes"]) == {CP, WORKER}
+        assert result["ansible_facts"] == {"talos_nodes": result["nodes"]}
+        assert "etcd" in result["nodes"][CP] and "etcd" not in result["nodes"][WORKER]
+        assert result["nodes"][WORKER]["network"]["addresses"] == ["%s/24" % WORKER]
+
+    def test_one_failed_node_is_reported_not_fatal(self):
+        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
+        ok, result = run(client, [CP, WORKER])
+        assert ok and result["nodes"][WORKER]["failed"] is True and "unavailable" in result["nodes"][WORKER]["msg"]
+        assert result["nodes"][CP]["hostname"]
+        # A node that is down is not asked again after its first failure.
+        assert len([call for call in client.calls if call[1] == WORKER]) == 1
+
+    def test_fail_on_node_error(self):
+        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
+        ok, result = run(client, [CP, WORKER], fail_on_node_error=True)
+        assert not ok and result["msg"].startswith("Could not read 1 of 2 nodes (%s)" % WORKER)
+        assert result["nodes"][CP]["hostname"]
+
+    def test_every_node_failed(self):
+        ok, result = run(FakeCluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
+        assert not ok and result["msg"].startswith("Could not read 2 of 2 nodes")
