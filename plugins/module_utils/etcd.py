@@ -111,18 +111,20 @@ def member_status(client, node):
     return status_to_dict(items[0].member_status)
 
 
-def member_statuses(client, members):
+def member_statuses(client, members, deadline=None):
     """EtcdStatus of every member, asked of each member's own node concurrently.
 
     Returns ``{member id: status dict}``; a member whose node cannot be reached
-    or answers with an error maps to the TalosError instead.
+    or answers with an error maps to the TalosError instead. ``deadline``
+    bounds the probe of a node that does not answer (default: the client's
+    timeout).
     """
     addresses = {}
     for member in members:
         address = member_address(member)
         if address:
             addresses[member["id"]] = address
-    answers = client.call_many(STATUS, nodes=sorted(set(addresses.values()))) if addresses else {}
+    answers = client.call_many(STATUS, nodes=sorted(set(addresses.values())), deadline=deadline) if addresses else {}
     statuses = {}
     for member in members:
         address = addresses.get(member["id"])
@@ -191,17 +193,33 @@ def save_snapshot(client, node, path, check_mode=False):
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise TalosError("Cannot save the etcd snapshot to %s: directory %s does not exist." % (path, directory))
+    try:
+        return _save_snapshot(client, node, path, directory, check_mode)
+    except (IOError, OSError) as err:
+        raise TalosError("Cannot save the etcd snapshot to %s: %s." % (path, err.strerror or err))
+
+
+def _save_snapshot(client, node, path, directory, check_mode):
     digest = hashlib.sha256()
-    size = [0]
+    progress = {"size": 0}
+    write_errors = []
     fd, temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".part", dir=directory)
     try:
         with os.fdopen(fd, "wb") as temp:
             def write_chunk(message):
-                temp.write(message.bytes)
+                # A local write error must not pass for a transport error: stop reading and raise it below.
+                try:
+                    temp.write(message.bytes)
+                except (IOError, OSError) as err:
+                    write_errors.append(err)
+                    return True
                 digest.update(message.bytes)
-                size[0] += len(message.bytes)
+                progress["size"] += len(message.bytes)
+                return False
 
             client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=node, on_message=write_chunk)
+            if write_errors:
+                raise write_errors[0]
             temp.flush()
             os.fsync(temp.fileno())
         sha256 = digest.hexdigest()
@@ -216,7 +234,7 @@ def save_snapshot(client, node, path, check_mode=False):
     finally:
         if os.path.exists(temp_path):
             os.unlink(temp_path)
-    return {"path": path, "size": size[0], "sha256": sha256, "changed": changed}
+    return {"path": path, "size": progress["size"], "sha256": sha256, "changed": changed}
 
 
 def file_sha256(path):

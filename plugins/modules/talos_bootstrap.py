@@ -15,15 +15,18 @@ description:
     C(talosctl bootstrap) does. Run it once per cluster, on one control plane; the other control planes join by
     themselves.
   - The module first reads the node's etcd service (ServiceList). When etcd is already running there, the cluster
-    was bootstrapped and nothing is sent. Otherwise it calls Bootstrap; the answer C(AlreadyExists)
-    ("etcd data directory is not empty") also means the node was bootstrapped before and is not a failure.
+    was bootstrapped and nothing is sent. When it is not, but the endpoint's etcd already has members, the cluster
+    was bootstrapped through another control plane and the node joins it by itself; nothing is sent either, because
+    bootstrapping it would start a second, separate etcd cluster. Otherwise the module calls Bootstrap; the answer
+    C(AlreadyExists) ("etcd data directory is not empty") also means the node was bootstrapped before and is not a
+    failure.
   - While the node is not ready for bootstrap yet (C(FailedPrecondition) "bootstrap is not available yet",
     "time is not in sync yet") or not reachable (C(Unavailable), deadline exceeded), Bootstrap is retried with
     exponential backoff until O(timeout) seconds have passed.
   - With O(recover_from), the etcd snapshot at that path on the controller is uploaded with EtcdRecover first, and
     etcd is bootstrapped from it (C(talosctl bootstrap --recover-from)).
 author:
-  - Talos Linux Ansible collection contributors
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
   recover_from:
     description:
@@ -42,11 +45,14 @@ extends_documentation_fragment:
   - talos_linux.talos.wait
 attributes:
   check_mode:
+    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: Decides from the node's etcd service and members without calling Bootstrap.
   diff_mode:
+    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: none
   idempotent:
+    description: A second run with the same arguments reports no change and changes nothing.
     support: full
   action_group:
     description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
@@ -55,8 +61,7 @@ attributes:
       - talos_linux.talos.talos
 notes:
   - Bootstrap and EtcdRecover need the C(os:admin) role.
-  - The node must be a control plane whose machine config has an etcd CA. Bootstrapping a second control plane of a
-    cluster that is already bootstrapped would create a second, separate etcd cluster; always target the same node.
+  - The node must be a control plane whose machine config has an etcd CA. Target the same control plane every time.
   - O(timeout) bounds the Bootstrap call including its retries; O(wait_timeout) bounds the wait for etcd afterwards.
 seealso:
   - module: talos_linux.talos.talos_etcd_member
@@ -80,7 +85,7 @@ EXAMPLES = r"""
 RETURN = r"""
 bootstrapped:
   description:
-    - True when etcd on the node is bootstrapped after the task (already was, or the Bootstrap call succeeded).
+    - True when the cluster's etcd is bootstrapped after the task (already was, or the Bootstrap call succeeded).
     - In check mode, true when it already was.
   returned: always
   type: bool
@@ -96,14 +101,14 @@ node:
   type: str
   sample: 10.5.0.2
 etcd_state:
-  description: The node's etcd service state (ServiceList) after the task.
+  description: The node's etcd service state (ServiceList) after the task, null when the node runs no etcd service.
   returned: always
   type: str
   sample: Running
 members:
   description:
-    - The etcd members as the node reports them after the task. Empty while etcd is not running yet, for example
-      after a bootstrap with O(wait=false) or in check mode before bootstrap.
+    - The etcd members as the node reports them after the task. Empty while it cannot list them yet, for example
+      after a bootstrap with O(wait=false), while the node is still joining, or in check mode before bootstrap.
   returned: always
   type: list
   elements: dict
@@ -167,19 +172,18 @@ def etcd_service(client, node):
 
 
 def current_members(client, node):
-    """The members the node's etcd reports, or [] while it cannot answer (not started, no leader yet)."""
+    """The members ``node`` reports (None: the endpoint), or [] while it cannot answer (etcd not running, no leader)."""
     try:
         return etcd.list_members(client, node)
     except TalosError as err:
-        if err.code in ("PermissionDenied", "Unimplemented"):
+        if err.code == "PermissionDenied":
             raise
         return []
 
 
 def snapshot_chunks(path):
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(UPLOAD_CHUNK_SIZE), b""):
-            yield chunk
+        yield from iter(lambda: f.read(UPLOAD_CHUNK_SIZE), b"")
 
 
 def bootstrap(module, client, node):
@@ -195,9 +199,10 @@ def bootstrap(module, client, node):
     except TalosError as err:
         if err.code == "AlreadyExists":
             return False
-        if err.code == "Unimplemented":
-            raise TalosError("Cannot bootstrap %s: %s, and Bootstrap runs only on control-plane nodes; target one "
-                             "of the cluster's control planes." % (describe(node), err.server_message or "not a control plane"),
+        # Talos v1.12 and older answer a worker with FailedPrecondition, which is retried until the timeout.
+        if err.code == "Unimplemented" or "only be performed on a control plane" in (err.server_message or ""):
+            raise TalosError("Cannot bootstrap %s: %s; Bootstrap works only on a configured control-plane node, so target "
+                             "one of the cluster's control planes." % (describe(node), err.server_message or "not a control plane"),
                              code=err.code, node=node, server_message=err.server_message)
         if err.code == "InvalidArgument" and "etcd is not configured" in (err.server_message or ""):
             raise TalosError("Cannot bootstrap %s: its machine config has no etcd CA (cluster.etcd.ca), so it runs no "
@@ -212,8 +217,11 @@ def wait_for_etcd(module, client, node):
     def ready():
         try:
             info = etcd_service(client, node)
-            if info is None or info.state != "Running" or not info.health.healthy:
-                return False, "etcd service %s" % (info.state if info else "absent")
+            if info is None:
+                return False, "no etcd service"
+            if info.state != "Running" or not info.health.healthy:
+                last = info.events.events[-1].msg if info.events.events else "no events"
+                return False, "etcd service %s (%s)" % (info.state, last)
             status = etcd.member_status(client, node)
             member = etcd.find_member(etcd.list_members(client, node), status["member_id"])
         except TalosError as err:
@@ -229,8 +237,9 @@ def wait_for_etcd(module, client, node):
 
 def run(module):
     params = module.params
-    if params["recover_from"] and not os.path.isfile(params["recover_from"]):
-        module.fail_json(msg="The etcd snapshot to recover from, %s, does not exist or is not a file." % params["recover_from"])
+    recover_from = params["recover_from"]
+    if recover_from and not (os.path.isfile(recover_from) and os.access(recover_from, os.R_OK)):
+        module.fail_json(msg="The etcd snapshot to recover from, %s, is not a readable file." % recover_from)
 
     client = module.client
     nodes = client.nodes
@@ -240,10 +249,15 @@ def run(module):
     node = nodes[0]
 
     service = etcd_service(client, node)
-    if service is None:
-        module.fail_json(msg="Cannot bootstrap %s: it runs no etcd service, so it is not a control-plane node with "
-                             "etcd configured; target one of the cluster's control planes." % describe(node), node=node)
-    bootstrapped = service.state == "Running"
+    bootstrapped = service is not None and service.state == "Running"
+    if not bootstrapped and node is not None:
+        # A control plane still joining an existing etcd cluster must not be bootstrapped: that would start a
+        # second, separate etcd cluster. The endpoint (a control plane) knows whether etcd already has members.
+        bootstrapped = bool(current_members(client, None))
+    if service is None and not bootstrapped and module.check_mode:
+        # Without calling Bootstrap only the missing etcd service tells why it would fail.
+        module.fail_json(msg="Cannot bootstrap %s: it runs no etcd service, so it is not a control-plane node with etcd "
+                             "configured; target one of the cluster's control planes." % describe(node), node=node)
     result = {"changed": not bootstrapped, "node": node, "bootstrapped": bootstrapped, "recovered": False}
 
     if result["changed"] and not module.check_mode:
@@ -252,10 +266,10 @@ def run(module):
         result["recovered"] = result["changed"] and bool(params["recover_from"])
         if params["wait"]:
             wait_for_etcd(module, client, node)
-        service = etcd_service(client, node) or service
+        service = etcd_service(client, node)
 
-    result["etcd_state"] = service.state
-    result["members"] = current_members(client, node) if service.state == "Running" else []
+    result["etcd_state"] = service.state if service else None
+    result["members"] = current_members(client, node) if result["bootstrapped"] else []
     module.exit_json(**result)
 
 

@@ -16,9 +16,9 @@ description:
   - The node named by O(node) is the control plane the module asks about the cluster (EtcdMemberList, EtcdSnapshot).
     The health of every member is read with EtcdStatus from that member's own node, reached through the endpoint at
     the address of its etcd client URL.
-  - Steps run in this order, each only when asked for - O(snapshot), O(forfeit_leadership), then O(state).
+  - The steps run in a fixed order, each only when requested - first O(snapshot), then O(forfeit_leadership), then O(state).
 author:
-  - Talos Linux Ansible collection contributors
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
   member:
     description:
@@ -29,7 +29,8 @@ options:
   state:
     description:
       - V(present) changes nothing; it waits until O(member) is a voting (non-learner) member, for up to
-        O(wait_timeout) seconds. With O(wait=false) it checks once and fails when the member is not there.
+        O(wait_timeout) seconds. With O(wait=false) it checks once and fails when the member is not there. In check
+        mode it checks once and only warns, since the tasks that would make the node join did not run either.
       - V(absent) removes O(member) from etcd. A member that is not there is left alone (no change).
         The removal is refused when it would cost the cluster its quorum, unless O(force=true) - removing a voting
         member from a cluster of N voting members leaves N-1, and etcd then needs (N-1)//2+1 of them to be healthy;
@@ -74,12 +75,15 @@ extends_documentation_fragment:
   - talos_linux.talos.wait
 attributes:
   check_mode:
+    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: Decisions come from EtcdMemberList and EtcdStatus; no member is removed and no leadership moves.
   diff_mode:
+    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: Shows the member names before and after.
   idempotent:
+    description: A second run with the same arguments reports no change and changes nothing.
     support: full
     details: A second run finds the member already absent or not the leader and changes nothing.
   action_group:
@@ -232,6 +236,9 @@ except ImportError:  # reported by TalosModule through missing_required_lib
 LEAVE = "machine.MachineService/EtcdLeaveCluster"
 REMOVE = "machine.MachineService/EtcdRemoveMemberByID"
 FORFEIT = "machine.MachineService/EtcdForfeitLeadership"
+# A member whose node does not answer EtcdStatus within this many seconds
+# (or the timeout option, when shorter) counts as unhealthy.
+HEALTH_PROBE_SECONDS = 10
 
 
 def describe(node):
@@ -241,9 +248,14 @@ def describe(node):
 class ClusterView:
     """The members as one control plane lists them, with each member's EtcdStatus."""
 
-    def __init__(self, client, node):
-        self.members = etcd.list_members(client, node)
-        self.statuses = etcd.member_statuses(client, self.members)
+    def __init__(self, members, statuses):
+        self.members = members
+        self.statuses = statuses
+
+    @classmethod
+    def read(cls, client, node, probe_seconds):
+        members = etcd.list_members(client, node)
+        return cls(members, etcd.member_statuses(client, members, deadline=probe_seconds))
 
     def healthy(self, member):
         return etcd.is_healthy(self.statuses.get(member["id"]))
@@ -300,7 +312,7 @@ def remove(module, client, view, member, result):
     if method == "leave" and not view.answers(member):
         raise TalosError("Cannot make etcd member %s leave: its node %s does not answer (%s); use method=remove to "
                          "remove it through another control plane." % (
-                             member["hostname"], etcd.member_address(member), view.statuses[member["id"]]))
+                             member["hostname"], etcd.member_address(member), str(view.statuses[member["id"]]).rstrip(".")))
     result["method"] = method
     if module.check_mode:
         return True
@@ -320,30 +332,36 @@ def remove(module, client, view, member, result):
 
 
 def wait_for_member(module, client, node, ref):
-    """Wait up to wait_timeout (or check once without wait) until ``ref`` is a voting member; returns the members."""
-    seen = {"members": []}
+    """Wait up to wait_timeout until ``ref`` is a voting member; True once it is.
 
+    Without wait it checks once and fails when ``ref`` is not a voting member.
+    In check mode (where the wait options do not apply) it checks once and
+    only warns, since the steps that would make the node join did not run.
+    """
     def joined():
         try:
-            seen["members"] = etcd.list_members(client, node)
+            members = etcd.list_members(client, node)
         except TalosError as err:
             if not is_transient(err) and err.code not in ("FailedPrecondition", "Unknown"):
                 raise
             return False, err.message
-        member = etcd.find_member(seen["members"], ref)
+        member = etcd.find_member(members, ref)
         if member is None:
-            return False, "%s is not a member (members: %s)" % (ref, ", ".join(m["hostname"] or m["id"] for m in seen["members"]) or "none")
+            return False, "%s is not a member (members: %s)" % (ref, ", ".join(m["hostname"] or m["id"] for m in members) or "none")
         if member["is_learner"]:
             return False, "%s is still a learner" % ref
         return True, "%s is a voting member" % ref
 
-    if module.params["wait"]:
+    if module.params["wait"] and not module.check_mode:
         wait_until(joined, timeout=module.params["wait_timeout"], description="%s to be a voting etcd member" % ref)
-    else:
-        done, observed = joined()
-        if not done:
-            raise TalosError("etcd member check failed: %s." % observed)
-    return seen["members"]
+        return True
+    done, observed = joined()
+    if done:
+        return True
+    if module.check_mode:
+        module.warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (ref, observed))
+        return False
+    raise TalosError("etcd member check failed: %s." % observed)
 
 
 def run(module):
@@ -355,6 +373,7 @@ def run(module):
                              "to one of them." % (len(nodes), ", ".join(nodes)))
     node = nodes[0]
     ref = params["member"] or own_member_name(client, node)
+    probe = min(HEALTH_PROBE_SECONDS, params["timeout"])
     result = {"changed": False}
 
     if params["snapshot"]:
@@ -363,17 +382,16 @@ def run(module):
 
     if params["state"] == "present":
         try:
-            view = ClusterView(client, node)
+            view = ClusterView.read(client, node, probe)
         except TalosError as err:
             if not is_transient(err) and err.code not in ("FailedPrecondition", "Unknown"):
                 raise
-            view = None
-        members_before = view.with_health() if view else []
-        if view is None or not _is_voter(view.members, ref):
-            wait_for_member(module, client, node, ref)
-            view = ClusterView(client, node)
+            view = ClusterView([], {})
+        members_before = view.with_health()
+        if not _is_voter(view.members, ref) and wait_for_member(module, client, node, ref):
+            view = ClusterView.read(client, node, probe)
     else:
-        view = ClusterView(client, node)
+        view = ClusterView.read(client, node, probe)
         members_before = view.with_health()
     member = etcd.find_member(view.members, ref)
     result.update(member=member, members_before=members_before)
@@ -389,10 +407,10 @@ def run(module):
         after = [m for m in members_before if params["state"] == "present" or m["id"] != member["id"]]
         result.update(members_after=after, leader=view.leader())
     elif acted:
-        view_after = ClusterView(client, surviving_node(view, member, node) if params["state"] == "absent" else node)
+        view_after = ClusterView.read(client, surviving_node(view, member, node) if params["state"] == "absent" else node, probe)
         result.update(members_after=view_after.with_health(), leader=view_after.leader())
     else:
-        result.update(members_after=members_before, leader=view.leader())
+        result.update(members_after=view.with_health(), leader=view.leader())
     result["diff"] = {
         "before": {"members": sorted(m["hostname"] or m["id"] for m in members_before)},
         "after": {"members": sorted(m["hostname"] or m["id"] for m in result["members_after"])},

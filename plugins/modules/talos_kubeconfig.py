@@ -20,9 +20,9 @@ description:
     client certificate has expired or expires within a day, or when the file's mode is not C(0600). A second run
     therefore reports no change and leaves the existing credentials in place.
   - Optionally points the kubeconfig at another API server address (O(server)) and renames its context and cluster
-    (O(context), O(cluster)), for example to merge several clusters' kubeconfigs later.
+    (O(context_name), O(cluster_name)), for example to merge several clusters' kubeconfigs later.
 author:
-  - Talos Linux Ansible collection contributors
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
   dest:
     description:
@@ -34,11 +34,12 @@ options:
       - Kubernetes API server URL to write into every cluster entry (C(clusters[].cluster.server)), for example
         V(https://k8s.example.com:6443). By default the endpoint Talos put there is kept.
     type: str
-  context:
+  context_name:
     description:
       - New name for the kubeconfig's context; C(current-context) follows.
+      - Named so because O(context) selects the talosconfig context.
     type: str
-  cluster:
+  cluster_name:
     description:
       - New name for the kubeconfig's cluster entry; the context's reference follows.
     type: str
@@ -46,12 +47,15 @@ extends_documentation_fragment:
   - talos_linux.talos.connection
 attributes:
   check_mode:
+    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: The kubeconfig is fetched and compared but not written.
   diff_mode:
+    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: The diff shows the kubeconfig with client credentials replaced by C(<redacted>).
   idempotent:
+    description: A second run with the same arguments reports no change and changes nothing.
     support: full
     details: Regenerated client credentials alone do not count as a change.
   action_group:
@@ -80,8 +84,8 @@ EXAMPLES = r"""
     node: 10.5.0.2
     dest: ~/.kube/prod.yaml
     server: https://k8s.example.com:6443
-    context: prod
-    cluster: prod
+    context_name: prod
+    cluster_name: prod
 
 - name: Hand the kubeconfig to the next task without writing a file
   talos_linux.talos.talos_kubeconfig:
@@ -98,7 +102,7 @@ dest:
   sample: /home/ops/.kube/prod.yaml
 kubeconfig:
   description:
-    - The kubeconfig (YAML text), with the O(server), O(context) and O(cluster) rewrites applied.
+    - The kubeconfig (YAML text), with the O(server), O(context_name) and O(cluster_name) rewrites applied.
     - Holds cluster-admin credentials; use C(no_log) on the task.
   returned: when O(dest) is not set
   type: str
@@ -132,25 +136,20 @@ import io
 import os
 import tarfile
 import tempfile
-import traceback
 import zlib
-
-from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
 
 try:
     import yaml
-except ImportError:
+except ImportError:  # reported by TalosModule through missing_required_lib
     yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
 
 try:
     from cryptography import x509
-except ImportError:
+except ImportError:  # reported by TalosModule through missing_required_lib
     x509 = None
-    CRYPTOGRAPHY_IMPORT_ERROR = traceback.format_exc()
 
 KUBECONFIG = "machine.MachineService/Kubeconfig"
 CREDENTIAL_KEYS = ("client-certificate-data", "client-key-data")
@@ -273,12 +272,10 @@ def redacted_text(config):
 
 
 def run(module):
-    if yaml is None:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
-    if x509 is None:
-        module.fail_json(msg=missing_required_lib("cryptography"), exception=CRYPTOGRAPHY_IMPORT_ERROR)
     params = module.params
     dest = params["dest"]
+    if dest and os.path.isdir(dest):
+        module.fail_json(msg="Cannot write the kubeconfig to %s: it is a directory; set dest to a file path." % dest)
     if dest and not os.path.isdir(os.path.dirname(os.path.abspath(dest))):
         module.fail_json(msg="Cannot write the kubeconfig to %s: directory %s does not exist."
                              % (dest, os.path.dirname(os.path.abspath(dest))))
@@ -296,8 +293,8 @@ def run(module):
         raise TalosError("The kubeconfig from %s is not valid YAML (%s)." % (describe(node), err), node=node)
     if not isinstance(config, dict):
         raise TalosError("The kubeconfig from %s is not a YAML mapping." % describe(node), node=node)
-    if params["server"] or params["context"] or params["cluster"]:
-        rewrite(config, server=params["server"], context=params["context"], cluster=params["cluster"])
+    if params["server"] or params["context_name"] or params["cluster_name"]:
+        rewrite(config, server=params["server"], context=params["context_name"], cluster=params["cluster_name"])
         text = yaml.safe_dump(config, default_flow_style=False, sort_keys=False)
 
     clusters = config.get("clusters") or [{}]
@@ -319,7 +316,10 @@ def run(module):
         result["diff"] = {"before": redacted_text(existing), "after": redacted_text(config),
                           "before_header": path, "after_header": path}
         if not module.check_mode:
-            write_private(path, text)
+            try:
+                write_private(path, text)
+            except (IOError, OSError) as err:
+                module.fail_json(msg="Cannot write the kubeconfig to %s: %s." % (path, err.strerror or err))
     module.exit_json(**result)
 
 
@@ -328,8 +328,8 @@ def main():
         argument_spec=dict(
             dest=dict(type="path"),
             server=dict(type="str"),
-            context=dict(type="str"),
-            cluster=dict(type="str"),
+            context_name=dict(type="str"),
+            cluster_name=dict(type="str"),
         ),
         supports_check_mode=True,
     )

@@ -20,7 +20,7 @@ description:
     it before making any call.
   - Manages one node per task, the one named by O(node) (or the only node of the talosconfig context).
 author:
-  - Talos Linux Ansible collection contributors
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
   name:
     description:
@@ -40,12 +40,15 @@ extends_documentation_fragment:
   - talos_linux.talos.wait
 attributes:
   check_mode:
+    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: The decision comes from ServiceList; no start, stop or restart is sent.
   diff_mode:
+    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: Shows the service state before and after.
   idempotent:
+    description: A second run with the same arguments reports no change and changes nothing.
     support: partial
     details: V(started) and V(stopped) are idempotent; V(restarted) restarts on every run.
   action_group:
@@ -140,7 +143,7 @@ response:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import wait_until
+from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import is_transient, wait_until
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -306,10 +309,14 @@ def wait_for_state(module, client, node, name, state, restarted_after):
         try:
             seen["info"] = list_services(client, node).get(name)
         except TalosError as err:
-            if err.code not in ("Unavailable", "DeadlineExceeded"):
+            if not is_transient(err):
                 raise
-            return False
-        return seen["info"] is not None and reached(seen["info"], state, restarted_after)
+            return False, err.message
+        info = seen["info"]
+        if info is None:
+            return False, "the service is not listed"
+        health = "unknown" if info.health.unknown else ("healthy" if info.health.healthy else "unhealthy")
+        return reached(info, state, restarted_after), "state %s, health %s" % (info.state, health)
 
     wait_until(settled, timeout=module.params["wait_timeout"],
                description="service %s on %s to be %s" % (name, describe(node), state))

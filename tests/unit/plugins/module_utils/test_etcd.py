@@ -80,13 +80,13 @@ def test_member_statuses_asks_each_members_node_and_keeps_errors():
     unreachable = TalosConnectionError("node 10.5.0.2 is unreachable", code="Unavailable")
 
     class Client:
-        def call_many(self, method, request=None, nodes=None):
-            assert method == "machine.MachineService/EtcdStatus"
+        def call_many(self, method, request=None, nodes=None, deadline=None):
+            assert method == "machine.MachineService/EtcdStatus" and deadline == 3
             assert nodes == ["10.5.0.1", "10.5.0.2"]
             reply = machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=1, leader=1, db_size=4096))
             return {"10.5.0.1": [reply], "10.5.0.2": unreachable}
 
-    statuses = etcd.member_statuses(Client(), members)
+    statuses = etcd.member_statuses(Client(), members, deadline=3)
     assert statuses[ONE]["leader"] == ONE and statuses[ONE]["db_size"] == 4096
     assert statuses[TWO] is unreachable
     assert etcd.is_healthy(statuses[ONE]) and not etcd.is_healthy(statuses[TWO])
@@ -160,7 +160,8 @@ class SnapshotClient:
         for index, chunk in enumerate(frames):
             if self.fail_after is not None and index == self.fail_after:
                 raise TalosNodeError("Node %s answered with an error (Unavailable): stream cut." % node, code="Unavailable")
-            on_message(common_pb2.Data(bytes=chunk))
+            if on_message(common_pb2.Data(bytes=chunk)):
+                break
         return self.data
 
 
@@ -202,3 +203,34 @@ def test_interrupted_snapshot_leaves_the_previous_file_and_no_partial_file(tmp_p
 def test_snapshot_into_a_missing_directory_fails_clearly(tmp_path):
     with pytest.raises(TalosError, match="directory .* does not exist"):
         etcd.save_snapshot(SnapshotClient(b"x"), None, str(tmp_path / "missing" / "etcd.snapshot"))
+
+
+def test_a_local_write_error_is_reported_as_such(tmp_path, monkeypatch):
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.f.close()
+
+    monkeypatch.setattr(etcd.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    with pytest.raises(TalosError, match="Cannot save the etcd snapshot to .*: No space left on device."):
+        etcd.save_snapshot(SnapshotClient(os.urandom(2048)), None, str(tmp_path / "etcd.snapshot"))
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_a_directory_in_the_way_is_reported(tmp_path):
+    (tmp_path / "etcd.snapshot").mkdir()
+    with pytest.raises(TalosError, match="Cannot save the etcd snapshot to .*etcd.snapshot: Is a directory."):
+        etcd.save_snapshot(SnapshotClient(b"data"), None, str(tmp_path / "etcd.snapshot"))

@@ -1,0 +1,178 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""talos_etcd_member through ansible-playbook against the emulator."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import hashlib
+import stat
+
+
+def member_play(emulated, node, role="admin", timeout=20, **options):
+    return {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "module_defaults": {"group/talos_linux.talos.talos": {
+            "talosconfig": emulated.talosconfig_path(role), "node": node, "timeout": timeout}},
+        "tasks": [{"name": "etcd", "talos_linux.talos.talos_etcd_member": options}],
+    }
+
+
+def names(members):
+    return sorted(m["hostname"] for m in members)
+
+
+def test_snapshot_is_complete_private_and_idempotent(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, bootstrapped=True)
+    node = cluster.controlplanes[0]
+    path = tmp_path / "etcd.snapshot"
+    streamed = cluster.etcd.snapshot()
+
+    run = run_playbook(member_play(cluster, node.address, snapshot=str(path)))
+    result = run.task("etcd")
+    assert result["status"] == "changed"
+    assert path.read_bytes() == streamed
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert result["result"]["snapshot"] == {"path": str(path), "size": len(streamed),
+                                            "sha256": hashlib.sha256(streamed).hexdigest(), "changed": True}
+    assert len(streamed) > 3 * 1024  # several 1 KiB frames were assembled
+
+    run = run_playbook(member_play(cluster, node.address, snapshot=str(path)))
+    assert run.task("etcd")["status"] == "ok" and path.read_bytes() == streamed
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+    other = tmp_path / "other.snapshot"
+    run = run_playbook(member_play(cluster, node.address, snapshot=str(other)), check=True)
+    assert run.task("etcd")["status"] == "changed" and not other.exists()
+    assert cluster.audit() == []
+
+
+def test_remove_member_by_leaving_then_idempotent(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, _second, third = cluster.controlplanes
+
+    run = run_playbook(member_play(cluster, first.address, member=third.hostname, state="absent"), diff=True)
+    result = run.task("etcd")["result"]
+    assert result["changed"] is True and result["method"] == "leave"
+    assert result["quorum"] == {"safe": True, "voters_after": 2, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}
+    assert names(result["members_before"]) == names([{"hostname": n.hostname} for n in cluster.controlplanes])
+    assert third.hostname not in names(result["members_after"]) and len(result["members_after"]) == 2
+    assert result["leader"]["hostname"] == first.hostname
+    assert [(e["method"], e["node"], e["code"]) for e in cluster.audit()] == [
+        ("machine.MachineService/EtcdLeaveCluster", third.name, "OK")]
+    assert cluster.etcd.member_of(third) is None and len(cluster.etcd.members) == 2
+
+    run = run_playbook(member_play(cluster, first.address, member=third.hostname, state="absent"))
+    assert run.task("etcd")["status"] == "ok" and run.task("etcd")["result"]["member"] is None
+    assert len(cluster.audit()) == 1
+
+
+def test_check_mode_removes_nothing(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, second, _third = cluster.controlplanes
+    run = run_playbook(member_play(cluster, first.address, member=second.hostname, state="absent"), check=True)
+    result = run.task("etcd")["result"]
+    assert result["changed"] is True and names(result["members_after"]) == sorted([first.hostname, _third.hostname])
+    assert cluster.audit() == [] and len(cluster.etcd.members) == 3
+
+
+def test_quorum_guard_then_removal_of_the_dead_member_by_id(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, second, third = cluster.controlplanes
+    cluster.faults.make_unreachable(third)
+
+    run = run_playbook(member_play(cluster, first.address, timeout=3, member=second.hostname, state="absent"), expect_rc=2)
+    assert run.task("etcd")["result"]["msg"] == (
+        "Refusing to remove etcd member %s: 2 voting members would remain, etcd needs 2 of them healthy for quorum, "
+        "but only 1 are healthy (not healthy: %s); fix the unhealthy members first or set force=true to remove it anyway."
+        % (second.hostname, third.hostname))
+    assert cluster.audit() == [] and len(cluster.etcd.members) == 3
+
+    member_id = "%016x" % cluster.etcd.member_of(third).id
+    run = run_playbook(member_play(cluster, first.address, timeout=3, member=member_id, state="absent"))
+    result = run.task("etcd")["result"]
+    assert result["changed"] is True and result["method"] == "remove"
+    assert result["member"]["hostname"] == third.hostname
+    assert [(e["method"], e["code"], e["member_id"]) for e in cluster.audit()] == [
+        ("machine.MachineService/EtcdRemoveMemberByID", "OK", int(member_id, 16))]
+    assert cluster.audit()[0]["node"] in (first.name, second.name)
+    assert names(result["members_after"]) == sorted([first.hostname, second.hostname])
+
+
+def test_leave_of_an_unreachable_member_points_to_remove(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, _second, third = cluster.controlplanes
+    cluster.faults.make_unreachable(third)
+    run = run_playbook(member_play(cluster, first.address, timeout=3, member=third.hostname, state="absent", method="leave"),
+                       expect_rc=2)
+    message = run.task("etcd")["result"]["msg"]
+    assert message.startswith("Cannot make etcd member %s leave: its node %s does not answer" % (third.hostname, third.address))
+    assert message.endswith("use method=remove to remove it through another control plane.")
+    assert cluster.audit() == []
+
+
+def test_forfeit_leadership_moves_it_once(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first = cluster.controlplanes[0]
+    assert cluster.etcd.leader().node is first
+
+    run = run_playbook(member_play(cluster, first.address, forfeit_leadership=True))
+    result = run.task("etcd")["result"]
+    assert result["changed"] is True
+    new_leader = cluster.etcd.leader().node
+    assert new_leader is not first
+    assert result["new_leader"] == new_leader.hostname and result["leader"]["hostname"] == new_leader.hostname
+    assert [e["method"] for e in cluster.audit()] == ["machine.MachineService/EtcdForfeitLeadership"]
+
+    run = run_playbook(member_play(cluster, first.address, forfeit_leadership=True))
+    assert run.task("etcd")["status"] == "ok" and len(cluster.audit()) == 1
+
+
+def test_present_waits_for_a_member_to_join(emulator, run_playbook):
+    cluster = emulator(controlplanes=2, bootstrapped=True)
+    first, second = cluster.controlplanes
+    cluster.call(second.leave_etcd)
+    cluster.loop.call_soon_threadsafe(cluster.loop.call_later, 2.0, second.join_etcd)
+
+    run = run_playbook(member_play(cluster, first.address, member=second.hostname, wait_timeout=30))
+    result = run.task("etcd")["result"]
+    assert result["changed"] is False
+    assert names(result["members_before"]) == [first.hostname]
+    assert names(result["members_after"]) == sorted([first.hostname, second.hostname])
+    assert cluster.audit() == []
+
+
+def test_present_without_wait_fails_for_a_non_member(emulator, run_playbook):
+    cluster = emulator(controlplanes=2, bootstrapped=True)
+    first, second = cluster.controlplanes
+    cluster.call(second.leave_etcd)
+    run = run_playbook(member_play(cluster, first.address, member=second.hostname, wait=False), expect_rc=2)
+    assert run.task("etcd")["result"]["msg"] == "etcd member check failed: %s is not a member (members: %s)." % (
+        second.hostname, first.hostname)
+
+    run = run_playbook(member_play(cluster, second.address, wait=False, forfeit_leadership=False, member=first.hostname))
+    assert run.task("etcd")["status"] == "ok"
+
+
+def test_present_in_check_mode_before_bootstrap_only_warns(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    run = run_playbook(member_play(cluster, node.address, state="present"), check=True)
+    result = run.task("etcd")
+    assert result["status"] == "ok" and result["result"]["member"] is None
+    assert result["result"]["warnings"][0].startswith("etcd member %s is not a voting member yet" % node.hostname)
+    assert cluster.audit() == []
+
+
+def test_reader_and_operator_get_the_role_they_need(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, second, _third = cluster.controlplanes
+    for role in ("reader", "operator"):
+        run = run_playbook(member_play(cluster, first.address, role=role, member=second.hostname, state="absent"), expect_rc=2)
+        message = run.task("etcd")["result"]["msg"]
+        assert "EtcdLeaveCluster" in message
+        assert "it needs role os:admin and the client certificate carries role os:%s" % role in message
+    assert cluster.audit() == [] and len(cluster.etcd.members) == 3

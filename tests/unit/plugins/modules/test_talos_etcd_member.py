@@ -1,0 +1,248 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests for talos_etcd_member: removal methods, the quorum guard, leadership and membership waits."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
+
+
+class Exited(Exception):
+    pass
+
+
+class Failed(Exception):
+    pass
+
+
+class FakeModule:
+    def __init__(self, client, check_mode=False, **params):
+        self.client = client
+        self.check_mode = check_mode
+        self.params = dict(member=None, state="present", method="auto", force=False, forfeit_leadership=False,
+                           snapshot=None, wait=False, wait_timeout=5, timeout=5)
+        self.params.update(params)
+        self.warnings = []
+
+    def warn(self, warning):
+        self.warnings.append(warning)
+
+    def exit_json(self, **result):
+        raise Exited(result)
+
+    def fail_json(self, **result):
+        raise Failed(result)
+
+
+class FakeCluster:
+    """Control planes cp-1..cp-N at 10.5.0.1..N with member IDs 1..N; cp-1 leads. ``down`` nodes do not answer."""
+
+    def __init__(self, count=3, down=(), learners=()):
+        self.members = [dict(id=i, hostname="cp-%d" % i, address="10.5.0.%d" % i, learner=i in learners)
+                        for i in range(1, count + 1)]
+        self.down = set(down)
+        self.leader = 1
+        self.calls = []
+        self.nodes = ["10.5.0.1"]
+
+    def _member_at(self, node):
+        return next(m for m in self.members if m["address"] == node)
+
+    def _check_up(self, node):
+        if node in self.down:
+            raise TalosConnectionError("node %s is unavailable" % node, code="Unavailable", node=node)
+
+    def call(self, method, request=None, node=None):
+        name = method.rsplit("/", 1)[-1]
+        self.calls.append((name, node))
+        self._check_up(node)
+        if name == "Hostname":
+            return [machine_pb2.Hostname(hostname=self._member_at(node)["hostname"])]
+        if name == "EtcdMemberList":
+            return [machine_pb2.EtcdMembers(members=[
+                machine_pb2.EtcdMember(id=m["id"], hostname=m["hostname"], is_learner=m["learner"],
+                                       client_urls=["https://%s:2379" % m["address"]],
+                                       peer_urls=["https://%s:2380" % m["address"]]) for m in self.members])]
+        if name == "EtcdLeaveCluster":
+            self.members.remove(self._member_at(node))
+            return [machine_pb2.EtcdLeaveCluster()]
+        if name == "EtcdRemoveMemberByID":
+            self.members = [m for m in self.members if m["id"] != request.member_id]
+            return [machine_pb2.EtcdRemoveMemberByID()]
+        if name == "EtcdForfeitLeadership":
+            if self._member_at(node)["id"] != self.leader:
+                return [machine_pb2.EtcdForfeitLeadership()]
+            successor = next(m for m in self.members if m["id"] != self.leader and not m["learner"])
+            self.leader = successor["id"]
+            return [machine_pb2.EtcdForfeitLeadership(member=successor["hostname"])]
+        raise AssertionError("unexpected call %s" % method)
+
+    def call_many(self, method, request=None, nodes=None, deadline=None):
+        assert deadline == 5
+        assert method == "machine.MachineService/EtcdStatus"
+        answers = {}
+        for node in nodes:
+            try:
+                self._check_up(node)
+            except TalosError as err:
+                answers[node] = err
+                continue
+            member = self._member_at(node)
+            answers[node] = [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+                member_id=member["id"], leader=self.leader, is_learner=member["learner"]))]
+        return answers
+
+    def mutations(self):
+        return [call for call in self.calls if call[0] in ("EtcdLeaveCluster", "EtcdRemoveMemberByID", "EtcdForfeitLeadership")]
+
+    def names(self):
+        return [m["hostname"] for m in self.members]
+
+
+def run(client, **params):
+    module = FakeModule(client, **params)
+    with pytest.raises((Exited, Failed)) as raised:
+        talos_etcd_member.run(module)
+    result = raised.value.args[0]
+    result["warnings"] = module.warnings
+    return raised.type is Exited, result
+
+
+def test_absent_leaves_through_the_members_own_node_then_is_idempotent():
+    cluster = FakeCluster()
+    ok, result = run(cluster, member="cp-3", state="absent")
+    assert ok and result["changed"] is True and result["method"] == "leave"
+    assert cluster.mutations() == [("EtcdLeaveCluster", "10.5.0.3")]
+    assert [m["hostname"] for m in result["members_before"]] == ["cp-1", "cp-2", "cp-3"]
+    assert [m["hostname"] for m in result["members_after"]] == ["cp-1", "cp-2"]
+    assert result["leader"] == {"id": "0000000000000001", "hostname": "cp-1"}
+    assert result["diff"]["after"] == {"members": ["cp-1", "cp-2"]}
+
+    cluster.calls = []
+    ok, result = run(cluster, member="cp-3", state="absent")
+    assert ok and result["changed"] is False and result["member"] is None and cluster.mutations() == []
+
+
+def test_auto_removes_by_id_through_a_healthy_member_when_the_node_is_gone():
+    cluster = FakeCluster(count=5, down=["10.5.0.5"])
+    ok, result = run(cluster, member="0000000000000005", state="absent")
+    assert ok and result["changed"] is True and result["method"] == "remove"
+    assert cluster.mutations() == [("EtcdRemoveMemberByID", "10.5.0.1")]
+    assert cluster.names() == ["cp-1", "cp-2", "cp-3", "cp-4"]
+    assert result["members_before"][4]["healthy"] is False
+
+
+def test_leave_of_an_unreachable_node_says_to_use_remove():
+    cluster = FakeCluster(down=["10.5.0.3"])
+    with pytest.raises(TalosError, match="does not answer .*use method=remove"):
+        run(cluster, member="cp-3", state="absent", method="leave")
+    assert cluster.mutations() == []
+
+
+def test_removal_that_loses_quorum_is_refused_unless_forced():
+    cluster = FakeCluster(down=["10.5.0.3"])
+    with pytest.raises(TalosError) as raised:
+        run(cluster, member="cp-2", state="absent")
+    assert raised.value.message == (
+        "Refusing to remove etcd member cp-2: 2 voting members would remain, etcd needs 2 of them healthy for quorum, "
+        "but only 1 are healthy (not healthy: cp-3); fix the unhealthy members first or set force=true to remove it anyway.")
+    assert cluster.mutations() == []
+
+    ok, result = run(cluster, member="cp-2", state="absent", force=True)
+    assert ok and result["changed"] is True and result["quorum"]["safe"] is False
+    assert cluster.names() == ["cp-1", "cp-3"]
+
+
+def test_the_last_member_is_not_removed_without_force():
+    cluster = FakeCluster(count=1)
+    with pytest.raises(TalosError, match="0 voting members would remain, etcd needs 1"):
+        run(cluster, state="absent")
+
+
+def test_check_mode_predicts_the_removal_without_calling_it():
+    cluster = FakeCluster()
+    ok, result = run(cluster, check_mode=True, member="cp-2", state="absent")
+    assert ok and result["changed"] is True and result["method"] == "leave"
+    assert [m["hostname"] for m in result["members_after"]] == ["cp-1", "cp-3"]
+    assert cluster.mutations() == [] and cluster.names() == ["cp-1", "cp-2", "cp-3"]
+
+
+def test_forfeit_moves_leadership_once():
+    cluster = FakeCluster()
+    ok, result = run(cluster, forfeit_leadership=True)
+    assert ok and result["changed"] is True and result["new_leader"] == "cp-2"
+    assert result["leader"] == {"id": "0000000000000002", "hostname": "cp-2"}
+    assert cluster.mutations() == [("EtcdForfeitLeadership", "10.5.0.1")]
+
+    cluster.calls = []
+    ok, result = run(cluster, forfeit_leadership=True)
+    assert ok and result["changed"] is False and cluster.mutations() == []
+
+
+def test_forfeit_with_a_single_member_fails_clearly():
+    cluster = FakeCluster(count=1)
+    with pytest.raises(TalosError, match="only voting member"):
+        run(cluster, forfeit_leadership=True)
+
+
+def test_present_reports_without_changing():
+    cluster = FakeCluster()
+    ok, result = run(cluster, member="cp-2")
+    assert ok and result["changed"] is False and result["member"]["hostname"] == "cp-2"
+    assert cluster.mutations() == []
+
+
+def test_present_without_wait_fails_for_a_learner_or_a_stranger():
+    with pytest.raises(TalosError, match="cp-3 is still a learner"):
+        run(FakeCluster(learners=[3]), member="cp-3")
+    with pytest.raises(TalosError, match="cp-9 is not a member"):
+        run(FakeCluster(), member="cp-9")
+
+
+def test_present_waits_until_the_member_joins(monkeypatch):
+    cluster = FakeCluster(learners=[3])
+    polls = []
+
+    def wait_until(predicate, timeout, interval=2.0, description=""):
+        assert timeout == 5 and "cp-3 to be a voting etcd member" in description
+        while True:
+            done, _observed = predicate()
+            polls.append(done)
+            if done:
+                return
+            cluster.members[2]["learner"] = False
+
+    monkeypatch.setattr(talos_etcd_member, "wait_until", wait_until)
+    ok, result = run(cluster, member="cp-3", wait=True)
+    assert ok and result["changed"] is False and polls == [False, True]
+    assert result["members_before"][2]["is_learner"] is True and result["members_after"][2]["is_learner"] is False
+
+
+def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
+    cluster = FakeCluster()
+    monkeypatch.setattr(talos_etcd_member, "wait_until", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
+    ok, result = run(cluster, check_mode=True, member="cp-9", wait=True)
+    assert ok and result["changed"] is False and result["member"] is None
+    assert result["warnings"] == ["etcd member cp-9 is not a voting member yet (cp-9 is not a member (members: cp-1, cp-2, "
+                                  "cp-3)); check mode does not wait for it."]
+
+
+def test_forced_removal_needs_a_healthy_member_to_go_through():
+    cluster = FakeCluster(down=["10.5.0.2", "10.5.0.3"])
+    with pytest.raises(TalosError, match="Cannot remove etcd member cp-1: no other member is healthy to remove it through."):
+        run(cluster, member="cp-1", state="absent", method="remove", force=True)
+    assert cluster.mutations() == []
+
+
+def test_several_nodes_are_refused():
+    cluster = FakeCluster()
+    cluster.nodes = ["10.5.0.1", "10.5.0.2"]
+    ok, result = run(cluster, member="cp-2", state="absent")
+    assert not ok and "talks to one control-plane node but 2 nodes are targeted" in result["msg"]
+    assert cluster.calls == []

@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests for talos_service: the allow-list, the idempotency decision and the wait condition."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosTimeoutError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from ansible_collections.talos_linux.talos.plugins.modules import talos_service
+
+
+class Exited(Exception):
+    pass
+
+
+class Failed(Exception):
+    pass
+
+
+class FakeModule:
+    def __init__(self, client, check_mode=False, **params):
+        self.client = client
+        self.check_mode = check_mode
+        self.params = dict(name=None, state=None, wait=False, wait_timeout=5)
+        self.params.update(params)
+
+    def exit_json(self, **result):
+        raise Exited(result)
+
+    def fail_json(self, **result):
+        raise Failed(result)
+
+
+class FakeClient:
+    """Serves ServiceList from ``services`` ({id: state}); start/stop/restart change it."""
+
+    def __init__(self, services, nodes=("10.5.0.3",)):
+        self.services = dict(services)
+        self.nodes = list(nodes)
+        self.calls = []
+
+    def call(self, method, request=None, node=None):
+        self.calls.append(method.rsplit("/", 1)[-1])
+        if method.endswith("/ServiceList"):
+            infos = [machine_pb2.ServiceInfo(id=name, state=state, health=machine_pb2.ServiceHealth(unknown=True))
+                     for name, state in self.services.items()]
+            return [machine_pb2.ServiceList(services=infos)]
+        new_state = {"ServiceStart": "Running", "ServiceStop": "Finished", "ServiceRestart": "Running"}[self.calls[-1]]
+        self.services[request.id] = new_state
+        return [machine_pb2.ServiceStart(resp="Service %r done" % request.id)]
+
+
+def run(client, **params):
+    module = FakeModule(client, **params)
+    with pytest.raises((Exited, Failed)) as raised:
+        talos_service.run(module)
+    return raised.type is Exited, raised.value.args[0]
+
+
+@pytest.mark.parametrize("name, state", [
+    ("kubelet", "started"), ("kubelet", "restarted"),
+    ("ext-tailscale", "started"), ("ext-tailscale", "stopped"), ("ext-tailscale", "restarted"),
+])
+def test_allowed_operations(name, state):
+    assert talos_service.refusal(name, state) is None
+
+
+@pytest.mark.parametrize("name, state, words", [
+    ("kubelet", "stopped", "does not let the API stop service kubelet: it can only be started or restarted"),
+    ("etcd", "restarted", "Service etcd cannot be controlled through the Talos API: Talos only lets the API start "
+                          "and restart kubelet and start, stop and restart system extension services"),
+    ("apid", "started", "every other service is managed by Talos itself"),
+])
+def test_refused_operations_fail_before_any_call(name, state, words):
+    client = FakeClient({name: "Running"})
+    ok, result = run(client, name=name, state=state)
+    assert not ok and words in result["msg"]
+    assert client.calls == []
+
+
+def test_started_when_stopped_changes_then_is_idempotent():
+    client = FakeClient({"ext-tailscale": "Finished"})
+    ok, result = run(client, name="ext-tailscale", state="started")
+    assert ok and result["changed"] is True
+    assert result["before"]["state"] == "Finished" and result["state"] == "Running"
+    assert result["diff"] == {"before": {"state": "Finished"}, "after": {"state": "Running"}}
+    assert client.calls == ["ServiceList", "ServiceStart", "ServiceList"]
+
+    client.calls = []
+    ok, result = run(client, name="ext-tailscale", state="started")
+    assert ok and result["changed"] is False and client.calls == ["ServiceList"]
+
+
+@pytest.mark.parametrize("state", ["Preparing", "Waiting", "Starting", "Running"])
+def test_started_accepts_a_service_on_its_way_up(state):
+    client = FakeClient({"kubelet": state})
+    ok, result = run(client, name="kubelet", state="started")
+    assert ok and result["changed"] is False and client.calls == ["ServiceList"]
+
+
+def test_stopped_is_idempotent_for_finished_and_failed_services():
+    for state in ("Finished", "Failed", "Skipped"):
+        client = FakeClient({"ext-foo": state})
+        ok, result = run(client, name="ext-foo", state="stopped")
+        assert ok and result["changed"] is False and client.calls == ["ServiceList"]
+
+
+def test_restarted_always_changes():
+    client = FakeClient({"kubelet": "Running"})
+    ok, result = run(client, name="kubelet", state="restarted")
+    assert ok and result["changed"] is True and "ServiceRestart" in client.calls
+
+
+def test_check_mode_predicts_without_calling():
+    client = FakeClient({"ext-foo": "Running"})
+    ok, result = run(client, check_mode=True, name="ext-foo", state="stopped")
+    assert ok and result["changed"] is True and result["state"] == "Finished"
+    assert client.calls == ["ServiceList"] and client.services["ext-foo"] == "Running"
+
+
+def test_unknown_service_names_the_services_the_node_has():
+    client = FakeClient({"kubelet": "Running", "ext-foo": "Running"})
+    ok, result = run(client, name="ext-bar", state="started")
+    assert not ok
+    assert result["msg"].startswith("Service ext-bar is not defined on node 10.5.0.3 (its services are: ext-foo, kubelet)")
+    assert client.calls == ["ServiceList"]
+
+
+def test_several_nodes_are_refused():
+    client = FakeClient({"kubelet": "Running"}, nodes=["10.5.0.3", "10.5.0.4"])
+    ok, result = run(client, name="kubelet", state="started")
+    assert not ok and "one node per task but 2 nodes are targeted" in result["msg"]
+
+
+def _info(state, healthy=None, event_seconds=()):
+    health = machine_pb2.ServiceHealth(unknown=healthy is None, healthy=bool(healthy))
+    events = machine_pb2.ServiceEvents(events=[machine_pb2.ServiceEvent(state="Running", ts={"seconds": s})
+                                               for s in event_seconds])
+    return machine_pb2.ServiceInfo(id="kubelet", state=state, health=health, events=events)
+
+
+def test_reached_requires_health_when_the_service_has_a_check():
+    assert talos_service.reached(_info("Running"), "started", 0)
+    assert not talos_service.reached(_info("Running", healthy=False), "started", 0)
+    assert talos_service.reached(_info("Running", healthy=True), "started", 0)
+    assert not talos_service.reached(_info("Starting"), "started", 0)
+
+
+def test_reached_after_restart_needs_a_newer_event():
+    assert not talos_service.reached(_info("Running", event_seconds=[100]), "restarted", 100)
+    assert talos_service.reached(_info("Running", event_seconds=[100, 130]), "restarted", 100)
+
+
+def test_reached_stopped_waits_out_stopping():
+    assert not talos_service.reached(_info("Stopping"), "stopped", 0)
+    assert talos_service.reached(_info("Finished"), "stopped", 0)
+
+
+def test_wait_timeout_names_the_state_last_seen():
+    class StuckClient(FakeClient):
+        def call(self, method, request=None, node=None):
+            items = super(StuckClient, self).call(method, request, node)
+            if method.endswith("/ServiceStart"):
+                self.services[request.id] = "Starting"
+            return items
+
+    client = StuckClient({"ext-foo": "Finished"})
+    with pytest.raises(TalosTimeoutError) as raised:
+        run(client, name="ext-foo", state="started", wait=True, wait_timeout=0)
+    assert raised.value.message == ("Timed out after 0 seconds waiting for service ext-foo on node 10.5.0.3 to be started; "
+                                    "last observed: state Starting, health unknown.")
