@@ -12,7 +12,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError
 
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/siderolabs/installer"
 
@@ -94,6 +94,14 @@ def choose_api(api, stage=False, preserve=False):
     return api
 
 
+def has_lifecycle_api(tag):
+    """Whether Talos ``tag`` serves LifecycleService (v1.13 and its pre-releases on); None when unparseable."""
+    key = parse_version(tag)
+    if key is None:
+        return None
+    return key[:2] >= (1, 13)
+
+
 def etcd_gate(client, node):
     """Decide whether ``node`` may be upgraded without risking etcd quorum.
 
@@ -112,6 +120,9 @@ def etcd_gate(client, node):
         members = etcd.list_members(client, node)
     except TalosUnimplementedError:
         return False, None
+    except TalosError as err:
+        # EtcdMemberList needs a raft leader: an unreadable list is itself a closed gate.
+        return True, "its etcd member list cannot be read (%s)" % err.message.rstrip(".")
     statuses = etcd.member_statuses(client, members)
     return True, gate_problem(members, statuses)
 

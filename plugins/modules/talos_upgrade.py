@@ -24,20 +24,24 @@ description:
     quorum while this node reboots. O(force=true) skips this check.
   - Upgrade one node per task. The M(talos_linux.talos.upgrade) role rolls an upgrade through a cluster.
 author:
-  - talos_linux.talos maintainers
+  - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
 attributes:
   check_mode:
+    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: Reads the version and the etcd state and reports whether the node would be upgraded.
   diff_mode:
+    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: Shows the running version before and the target version after.
   idempotent:
+    description: A second run with the same arguments reports no change and changes nothing.
     support: full
   action_group:
+    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
     support: full
     membership:
       - talos_linux.talos.talos
@@ -382,7 +386,9 @@ def run(module):
     if module._diff:
         result["diff"] = dict(before={"version": previous}, after={"version": target})
     if module.check_mode:
-        result["api_used"] = api
+        # The real run learns this from the node's answer; predict it from the version.
+        falls_back = params["api"] == "auto" and upgrade_utils.has_lifecycle_api(previous) is False
+        result["api_used"] = "legacy" if falls_back else api
         module.exit_json(**result)
 
     upgrade = NodeUpgrade(client, node, params, image, target, previous)

@@ -74,6 +74,13 @@ def test_choose_api_refuses_legacy_options_on_lifecycle():
         upgrade.choose_api("lifecycle", stage=True)
 
 
+@pytest.mark.parametrize("tag, expected", [
+    ("v1.12.6", False), ("v1.13.0-alpha.2", True), ("v1.13.0", True), ("v1.14.0", True), ("custom", None),
+])
+def test_has_lifecycle_api(tag, expected):
+    assert upgrade.has_lifecycle_api(tag) is expected
+
+
 # The etcd gate rule
 
 def _member(name, member_id, learner=False):
@@ -107,6 +114,21 @@ def test_gate_closed_without_quorum_to_spare(count):
     members = [_member("cp-%d" % i, "0%d" % i) for i in range(1, count + 1)]
     problem = upgrade.gate_problem(members, {m["id"]: _status() for m in members})
     assert "keeps no quorum" in problem
+
+
+def test_gate_closed_when_the_member_list_cannot_be_read():
+    client = ScriptedClient(**{"machine.MachineService/EtcdMemberList": TalosApiError(
+        "machine.MachineService/EtcdMemberList failed on node 10.5.0.2 with Unknown: etcdserver: no leader.")})
+    controlplane, problem = upgrade.etcd_gate(client, "10.5.0.2")
+    assert controlplane is True
+    assert problem == ("its etcd member list cannot be read (machine.MachineService/EtcdMemberList failed on node 10.5.0.2 "
+                       "with Unknown: etcdserver: no leader)")
+
+
+def test_gate_skipped_on_a_worker():
+    client = ScriptedClient(**{"machine.MachineService/EtcdMemberList": TalosUnimplementedError(
+        "Node 10.5.0.9 does not support machine.MachineService/EtcdMemberList: member list is only available on control plane nodes.")})
+    assert upgrade.etcd_gate(client, "10.5.0.9") == (False, None)
 
 
 # The step flow, against a scripted client

@@ -1,0 +1,183 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""talos_upgrade through ansible-playbook against the emulator: the lifecycle path, the
+legacy fallback, idempotency, check mode, installer failures and the etcd gate."""
+
+import pytest
+
+LIFECYCLE_CALLS = ["machine.ImageService/Pull", "machine.LifecycleService/Upgrade", "machine.MachineService/Reboot"]
+
+
+def _upgrade_play(cluster, node, **options):
+    """A play that upgrades ``node`` with talos_upgrade; options are the module's."""
+    args = dict(talosconfig=cluster.talosconfig_path(), node=node.address, wait_timeout=60)
+    args.update(options)
+    return {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "tasks": [{"name": "upgrade", "talos_linux.talos.talos_upgrade": args, "register": "upgraded"}],
+    }
+
+
+def _calls(cluster, node):
+    return [entry["method"] for entry in cluster.audit(node=node.name)]
+
+
+def _version(cluster, node):
+    return cluster.node(node.name).talos_version
+
+
+def _worker(cluster):
+    return cluster.workers[0]
+
+
+def test_lifecycle_upgrade_check_mode_then_apply_then_unchanged(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
+    worker = _worker(cluster)
+
+    check = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), check=True).task("upgrade")
+    assert check["status"] == "changed"
+    assert check["result"]["previous_version"] == "v1.14.0"
+    assert check["result"]["api_used"] == "lifecycle"
+    assert check["result"]["controlplane"] is False
+    assert _calls(cluster, worker) == []
+
+    applied = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1")).task("upgrade")["result"]
+    assert applied["changed"] is True
+    assert applied["previous_version"] == "v1.14.0"
+    assert applied["current_version"] == "v1.14.1"
+    assert applied["api_used"] == "lifecycle"
+    assert applied["rebooted"] is True
+    assert applied["image"] == "ghcr.io/siderolabs/installer:v1.14.1"
+    assert "installer exited with code 0" in applied["progress"]
+    assert applied["progress"][-1] == "node is running v1.14.1"
+    assert _calls(cluster, worker) == LIFECYCLE_CALLS
+    pull, install, reboot = cluster.audit(node=worker.name)
+    assert pull["namespace"] == "NS_SYSTEM" and pull["image"] == "ghcr.io/siderolabs/installer:v1.14.1"
+    assert install["exit_code"] == 0
+    assert reboot["mode"] == "DEFAULT"
+    assert _version(cluster, worker) == "v1.14.1"
+
+    again = run_playbook(_upgrade_play(cluster, worker, image="ghcr.io/siderolabs/installer:v1.14.1")).task("upgrade")
+    assert again["status"] == "ok"
+    assert again["result"]["api_used"] is None
+    assert _calls(cluster, worker) == LIFECYCLE_CALLS, "an up-to-date node must not be called again"
+
+
+def test_legacy_fallback_on_v1_12(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.12.0")
+    worker = _worker(cluster)
+
+    check = run_playbook(_upgrade_play(cluster, worker, version="v1.12.1"), check=True).task("upgrade")["result"]
+    assert check["changed"] is True and check["api_used"] == "legacy"
+    assert cluster.audit() == []
+
+    result = run_playbook(_upgrade_play(cluster, worker, version="v1.12.1", reboot_mode="powercycle")).task("upgrade")["result"]
+
+    assert result["api_used"] == "legacy"
+    assert result["current_version"] == "v1.12.1"
+    assert "node has no lifecycle API; using the legacy upgrade API" in result["progress"]
+    (upgrade,) = cluster.audit(node=worker.name, method="machine.MachineService/Upgrade")
+    assert upgrade["image"] == "ghcr.io/siderolabs/installer:v1.12.1"
+    assert upgrade["stage"] is False and upgrade["force"] is False and upgrade["preserve"] is False
+    assert "machine.LifecycleService/Upgrade" not in _calls(cluster, worker)
+    assert _version(cluster, worker) == "v1.12.1"
+
+
+def test_lifecycle_only_refuses_an_old_node(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.12.0")
+    worker = _worker(cluster)
+
+    run = run_playbook(_upgrade_play(cluster, worker, version="v1.12.1", api="lifecycle"), expect_rc=2)
+
+    result = run.task("upgrade")["result"]
+    assert result["step"] == "pull"
+    assert "use api: legacy" in result["msg"]
+    assert [call for call in _calls(cluster, worker) if not call.startswith("machine.ImageService")] == []
+    assert _version(cluster, worker) == "v1.12.0"
+
+
+def test_non_zero_installer_exit_fails_without_reboot(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
+    worker = _worker(cluster)
+    cluster.faults.fail_installer(exit_code=3, node=worker.name)
+
+    run = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), expect_rc=2)
+
+    result = run.task("upgrade")["result"]
+    assert run.task("upgrade")["status"] == "failed"
+    assert result["step"] == "install"
+    assert "exited with code 3" in result["msg"]
+    assert "installer failed with exit code 3" in result["msg"], "the last installer lines belong in the message"
+    assert "still runs v1.14.0 and was not rebooted" in result["msg"]
+    assert result["rebooted"] is False
+    assert "machine.MachineService/Reboot" not in _calls(cluster, worker)
+    assert _version(cluster, worker) == "v1.14.0"
+
+
+def test_unavailable_image_fails_at_the_pull(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
+    worker = _worker(cluster)
+    cluster.faults.mark_image_unavailable("ghcr.io/siderolabs/installer:v1.14.1")
+
+    result = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), expect_rc=2).task("upgrade")["result"]
+
+    assert result["step"] == "pull"
+    assert result["code"] == "NotFound"
+    assert "The node was not changed and still runs v1.14.0" in result["msg"]
+    assert [call for call in _calls(cluster, worker) if call != "machine.ImageService/Pull"] == []
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_etcd_gate_refuses_an_unhealthy_cluster(emulator, run_playbook, check_mode):
+    cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.14.0")
+    target, alarmed = cluster.controlplanes[0], cluster.controlplanes[1]
+    cluster.raise_etcd_alarm(alarmed.name)
+
+    run = run_playbook(_upgrade_play(cluster, target, version="v1.14.1"), check=check_mode, expect_rc=2)
+
+    result = run.task("upgrade")["result"]
+    assert result["msg"].startswith("Refusing to upgrade control-plane node %s to v1.14.1" % target.address)
+    assert "member %s is not healthy" % alarmed.name in result["msg"]
+    assert "NOSPACE" in result["msg"]
+    assert "force: true" in result["msg"]
+    assert result["controlplane"] is True
+    assert cluster.audit() == []
+
+
+def test_etcd_gate_needs_three_members_unless_forced(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=0, bootstrapped=True, talos_version="v1.14.0")
+    node = cluster.controlplanes[0]
+
+    refused = run_playbook(_upgrade_play(cluster, node, version="v1.14.1"), expect_rc=2).task("upgrade")["result"]
+    assert "keeps no quorum" in refused["msg"]
+    assert cluster.audit() == []
+
+    forced = run_playbook(_upgrade_play(cluster, node, version="v1.14.1", force=True)).task("upgrade")["result"]
+    assert forced["current_version"] == "v1.14.1"
+    assert _calls(cluster, node) == LIFECYCLE_CALLS
+
+
+def test_healthy_control_plane_passes_the_gate(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.13.0")
+    node = cluster.controlplanes[2]
+
+    result = run_playbook(_upgrade_play(cluster, node, version="v1.14.0")).task("upgrade")["result"]
+
+    assert result["controlplane"] is True
+    assert result["current_version"] == "v1.14.0"
+    assert _calls(cluster, node) == LIFECYCLE_CALLS
+    assert [entry["node"] for entry in cluster.audit()] == [node.name] * 3
+
+
+def test_several_nodes_are_refused_before_any_call(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
+    play = _upgrade_play(cluster, cluster.nodes[0], version="v1.14.1")
+    args = play["tasks"][0]["talos_linux.talos.talos_upgrade"]
+    del args["node"]
+    args["nodes"] = [node.address for node in cluster.nodes]
+
+    result = run_playbook(play, expect_rc=2).task("upgrade")["result"]
+
+    assert "upgrades one node per task but 2 nodes are targeted" in result["msg"]
+    assert cluster.audit() == []

@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The upgrade role against the emulator: order, stopping at the first failure, resuming."""
+
+import os
+
+UPGRADE = "machine.LifecycleService/Upgrade"
+
+PLAYBOOK = """
+- name: Roll the upgrade
+  hosts: controlplane:workers
+  gather_facts: false
+  roles:
+    - role: talos_linux.talos.upgrade
+      vars:
+        upgrade_version: v1.14.0
+        upgrade_talosconfig: "{{ talos_state_dir }}/talosconfig"
+        upgrade_worker_batch_size: 2
+        upgrade_wait_timeout: 60
+        upgrade_etcd_wait_timeout: 10
+        upgrade_etcd_wait_delay: 1
+        upgrade_poll_delay: 1
+"""
+
+
+def _upgraded(cluster):
+    """Node names in the order their installer ran successfully."""
+    return [entry["node"] for entry in cluster.audit(method=UPGRADE) if entry.get("exit_code") == 0]
+
+
+def _failure(run):
+    failed = [r for r in run.results if r["status"] == "failed"]
+    assert failed, run.stdout[-3000:]
+    return failed[-1]["result"]["msg"]
+
+
+def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+    cluster.faults.fail_installer(exit_code=1, node="controlplane-2")
+
+    stopped = run_playbook(PLAYBOOK, inventory=inventory, expect_rc=2)
+
+    message = _failure(stopped)
+    assert "The rolling upgrade stopped at control plane controlplane-2" in message
+    assert "exited with code 1" in message
+    assert "Done: controlplane-1." in message
+    assert "Not started: controlplane-3, worker-1, worker-2." in message
+    assert _upgraded(cluster) == ["controlplane-1"]
+
+    resumed = run_playbook(PLAYBOOK, inventory=inventory)
+    order = _upgraded(cluster)
+    # Control planes one after the other; the two workers form one concurrent batch.
+    assert order[:3] == ["controlplane-1", "controlplane-2", "controlplane-3"]
+    assert sorted(order[3:]) == ["worker-1", "worker-2"]
+    (report,) = [r for r in resumed.results if r["task"].endswith("Report the rolling upgrade")]
+    assert "Already there: controlplane-1." in report["result"]["msg"]
+    assert all(node.talos_version == "v1.14.0" for node in cluster.nodes)
+
+    calls = len(cluster.audit())
+    again = run_playbook(PLAYBOOK, inventory=inventory)
+    assert again.changed_count == 0
+    assert len(cluster.audit()) == calls
+
+
+def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=3, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+    cluster.faults.fail_installer(exit_code=2, node="worker-1")
+
+    stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force": True}, expect_rc=2)
+
+    message = _failure(stopped)
+    assert "The rolling upgrade stopped at the batch of workers worker-1, worker-2" in message
+    assert "worker-1 failed" in message
+    assert "Done: controlplane-1, worker-2." in message
+    assert "Not started: worker-3." in message
+    assert sorted(_upgraded(cluster)) == ["controlplane-1", "worker-2"]
+    assert cluster.node("worker-3").talos_version == "v1.13.0"
