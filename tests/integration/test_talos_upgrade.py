@@ -115,6 +115,24 @@ def test_non_zero_installer_exit_fails_without_reboot(emulator, run_playbook):
     assert _version(cluster, worker) == "v1.14.0"
 
 
+def test_node_back_on_the_old_version_is_a_rollback_failure(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
+    worker = _worker(cluster)
+    boot_id = cluster.node(worker.name).boot_id
+    cluster.faults.roll_back_next_boot(node=worker.name)
+
+    run = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), expect_rc=2)
+
+    result = run.task("upgrade")["result"]
+    assert run.task("upgrade")["status"] == "failed"
+    assert result["step"] == "wait"
+    assert "came back on v1.14.0 instead of v1.14.1" in result["msg"]
+    assert "rolled the upgrade back" in result["msg"]
+    assert _calls(cluster, worker) == LIFECYCLE_CALLS, "the node was installed and rebooted exactly once"
+    assert cluster.node(worker.name).boot_id != boot_id
+    assert _version(cluster, worker) == "v1.14.0"
+
+
 def test_unavailable_image_fails_at_the_pull(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
     worker = _worker(cluster)

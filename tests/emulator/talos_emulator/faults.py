@@ -45,6 +45,7 @@ class Faults:
         self._cuts = []
         self._pauses = []
         self._installer_failures = []
+        self._boot_rollbacks = []
 
     def make_unreachable(self, node):
         """Stop the node's API listener and drop its connections (connection refused)."""
@@ -80,6 +81,12 @@ class Faults:
         with self._lock:
             self._installer_failures.append(_Rule("*", node, times, exit_code=exit_code))
 
+    def roll_back_next_boot(self, times=1, node=None):
+        """The next ``times`` boots into a newly installed version fail and the node comes
+        back on the version it ran before, as Talos's A/B boot fallback does."""
+        with self._lock:
+            self._boot_rollbacks.append(_Rule("*", node, times))
+
     def mark_image_unavailable(self, image_ref):
         """The registry no longer has ``image_ref``: pulls and legacy upgrades of it fail."""
         with self._lock:
@@ -93,6 +100,7 @@ class Faults:
             self._cuts = []
             self._pauses = []
             self._installer_failures = []
+            self._boot_rollbacks = []
             self._cluster.unavailable_images.clear()
 
     async def before_call(self, node, method):
@@ -117,6 +125,9 @@ class Faults:
     def installer_exit_code(self, node):
         rule = self._take(self._installer_failures, "*", node)
         return 0 if rule is None else rule.exit_code
+
+    def boot_rolls_back(self, node):
+        return self._take(self._boot_rollbacks, "*", node) is not None
 
     def _take(self, rules, method, node):
         with self._lock:

@@ -236,6 +236,8 @@ class EmulatedNode:
         else:
             self.config = None
             self.config_bytes = None
+        if self.installed_version != self.talos_version and self.cluster.faults.boot_rolls_back(self):
+            self.installed_version = self.talos_version
         self.talos_version = self.installed_version
         self._emit_stage("booting", False)
         self._build_services()
