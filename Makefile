@@ -58,6 +58,7 @@ generate: $(VENV)/.installed
 
 bench: install
 	python tests/bench/bench_client.py
+	python tests/bench/bench_task_overhead.py
 
 clean:
 	rm -rf $(VENV) $(COLLECTIONS) build .cache
