@@ -204,6 +204,14 @@ def resource_to_dict(resource):
     }
 
 
+class _CallbackError(Exception):
+    """Internal: an ``on_message`` callback raised ``original``; passed through untouched."""
+
+    def __init__(self, original):
+        super(_CallbackError, self).__init__(str(original))
+        self.original = original
+
+
 class _Retryable(Exception):
     """Internal: an attempt failed with ``error`` and may be repeated."""
 
@@ -291,11 +299,18 @@ class TalosClient:
         """Server-streaming call.
 
         Returns the list of reply messages, or for ``common.Data`` streams the
-        concatenated bytes. ``on_message(message)`` sees every message as it
-        arrives; returning True from it stops reading (for Watch and Events).
+        concatenated bytes. With ``on_message(message)`` every message goes to
+        the callback as it arrives and nothing is kept (a snapshot may be
+        large); returning True from it stops reading (for Watch and Events),
+        and an exception it raises (a full disk) ends the call unchanged.
         """
         spec = self._method(method, Cardinality.UNARY_STREAM)
-        messages = self._run(self._stream(spec, request, node, on_message, retry_codes, deadline))
+        try:
+            messages = self._run(self._stream(spec, request, node, on_message, retry_codes, deadline))
+        except _CallbackError as failure:
+            raise failure.original
+        if on_message is not None:
+            return None
         if spec.reply_type is common_pb2.Data:
             return b"".join(message.bytes for message in messages)
         return messages
@@ -484,8 +499,14 @@ class TalosClient:
                     if error.code in _END_OF_STREAM_CODES:
                         break
                     raise error
-                messages.append(message)
-                if on_message is not None and on_message(message):
+                if on_message is None:
+                    messages.append(message)
+                    continue
+                try:
+                    stop = on_message(message)
+                except Exception as exc:  # the caller's own failure, not the transport's
+                    raise _CallbackError(exc)
+                if stop:
                     await stream.cancel()
                     break
             return messages

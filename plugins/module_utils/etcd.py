@@ -202,24 +202,16 @@ def save_snapshot(client, node, path, check_mode=False):
 def _save_snapshot(client, node, path, directory, check_mode):
     digest = hashlib.sha256()
     progress = {"size": 0}
-    write_errors = []
     fd, temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".part", dir=directory)
     try:
         with os.fdopen(fd, "wb") as temp:
             def write_chunk(message):
-                # A local write error must not pass for a transport error: stop reading and raise it below.
-                try:
-                    temp.write(message.bytes)
-                except (IOError, OSError) as err:
-                    write_errors.append(err)
-                    return True
+                temp.write(message.bytes)
                 digest.update(message.bytes)
                 progress["size"] += len(message.bytes)
                 return False
 
             client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=node, on_message=write_chunk)
-            if write_errors:
-                raise write_errors[0]
             temp.flush()
             os.fsync(temp.fileno())
         sha256 = digest.hexdigest()

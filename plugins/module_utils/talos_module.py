@@ -72,6 +72,10 @@ class TalosModule(AnsibleModule):
         spec = dict(CONNECTION_ARGUMENT_SPEC)
         if wait:
             spec.update(WAIT_ARGUMENT_SPEC)
+        shadowed = sorted(set(spec) & set(argument_spec))
+        if shadowed:
+            # A module option with a shared option's name would silently replace it.
+            raise ValueError("module options %s shadow the shared connection or wait options" % ", ".join(shadowed))
         spec.update(argument_spec)
         exclusive = list(CONNECTION_MUTUALLY_EXCLUSIVE) + list(mutually_exclusive or [])
         super(TalosModule, self).__init__(argument_spec=spec, mutually_exclusive=exclusive, **kwargs)

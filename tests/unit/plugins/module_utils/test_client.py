@@ -19,6 +19,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.client import Ta
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosApiError,
     TalosConnectionError,
+    TalosError,
     TalosNodeError,
     TalosPermissionError,
     TalosTimeoutError,
@@ -272,11 +273,28 @@ def test_data_streams_are_assembled_in_order(cluster):
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
         snapshot = client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=frames.append)
         again = client.read_bytes("machine.MachineService/EtcdSnapshot", node=controlplane.address)
-    assert isinstance(snapshot, bytes)
+    assert snapshot is None, "frames given to a callback are not kept as well"
+    assert isinstance(again, bytes)
     assert len(frames) > 1, "the snapshot should span several 1 KiB frames"
     assert all(isinstance(frame, common_pb2.Data) for frame in frames)
-    assert snapshot == b"".join(frame.bytes for frame in frames)
-    assert len(snapshot) == len(again)
+    assert again == b"".join(frame.bytes for frame in frames)
+
+
+def test_a_callback_failure_is_raised_as_it_is(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    seen = []
+
+    def disk_full(frame):
+        seen.append(frame)
+        raise OSError(28, "No space left on device")
+
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        with pytest.raises(OSError) as err:
+            client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=disk_full)
+        assert client.call("machine.MachineService/Version", node=controlplane.address)[0].version.tag
+    assert not isinstance(err.value, TalosError)
+    assert err.value.errno == 28
+    assert len(seen) == 1, "reading stops at the callback's failure"
 
 
 def test_a_stream_cut_midway_is_an_error_not_a_silent_retry(cluster):

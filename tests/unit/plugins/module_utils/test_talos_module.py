@@ -76,6 +76,13 @@ def test_wait_options_are_added_on_request(capsys):
     assert seen["wait_timeout"] == 600
 
 
+@pytest.mark.parametrize("name", ["context", "timeout", "wait_timeout"])
+def test_a_module_option_may_not_shadow_a_shared_one(name):
+    with patch_module_args(dict(INSECURE)):
+        with pytest.raises(ValueError, match="module options %s shadow" % name):
+            TalosModule(argument_spec={name: dict(type="str")}, wait=True)
+
+
 def test_node_and_nodes_are_mutually_exclusive(capsys):
     result = run_module(capsys, dict(INSECURE, node="a", nodes=["b"]), lambda module: module.exit_json(changed=False))
     assert result["failed"] is True
