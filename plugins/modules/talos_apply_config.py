@@ -76,23 +76,17 @@ options:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode and report whether the configuration would change, without applying it.
     support: full
     details: The node validates the configuration in a dry run; nothing is applied.
   diff_mode:
-    description: Returns the configuration's changes as before and after texts.
     support: full
     details: Before and after come from the dry run's configuration diff, with secrets redacted.
   idempotent:
-    description: Applying the same configuration again reports no change.
     support: full
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 notes:
   - ApplyConfiguration needs the C(os:admin) role on a configured node; a node in maintenance mode accepts it over
     an insecure connection (O(insecure=true)).

@@ -43,22 +43,16 @@ options:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: Decides from the node's etcd service and members without calling Bootstrap.
   diff_mode:
-    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: none
   idempotent:
-    description: A second run with the same arguments reports no change and changes nothing.
     support: full
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 notes:
   - Bootstrap and EtcdRecover need the C(os:admin) role.
   - The node must be a control plane whose machine config has an etcd CA. Target the same control plane every time.

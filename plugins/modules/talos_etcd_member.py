@@ -73,24 +73,18 @@ options:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: Decisions come from EtcdMemberList and EtcdStatus; no member is removed and no leadership moves.
   diff_mode:
-    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: Shows the member names before and after.
   idempotent:
-    description: A second run with the same arguments reports no change and changes nothing.
     support: full
     details: A second run finds the member already absent or not the leader and changes nothing.
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 notes:
   - EtcdLeaveCluster, EtcdRemoveMemberByID and EtcdForfeitLeadership need the C(os:admin) role; snapshots need
     C(os:admin), C(os:operator) or C(os:etcd:backup); reading members and status works with C(os:reader) too.

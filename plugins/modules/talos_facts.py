@@ -65,22 +65,16 @@ options:
     default: false
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode.
     support: full
     details: The module only reads; it runs unchanged in check mode.
   diff_mode:
-    description: Would return what changed.
     support: none
   idempotent:
-    description: Reading facts never changes a node.
     support: full
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 notes:
   - Most facts need a certificate with the C(os:reader) role or more. The V(config) subset reads the sensitive
     machine configuration resource and needs C(os:admin); with a weaker role, or on a node in maintenance mode,

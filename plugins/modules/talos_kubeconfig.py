@@ -45,24 +45,18 @@ options:
     type: str
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: The kubeconfig is fetched and compared but not written.
   diff_mode:
-    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: The diff shows the kubeconfig with client credentials replaced by C(<redacted>).
   idempotent:
-    description: A second run with the same arguments reports no change and changes nothing.
     support: full
     details: Regenerated client credentials alone do not count as a change.
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 notes:
   - Needs the C(os:admin) role and a control-plane node; Talos serves the kubeconfig only there.
   - Without O(dest), RV(kubeconfig) holds cluster-admin credentials. Set C(no_log=true) on such tasks so that the

@@ -38,24 +38,18 @@ options:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: The decision comes from ServiceList; no start, stop or restart is sent.
   diff_mode:
-    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: Shows the service state before and after.
   idempotent:
-    description: A second run with the same arguments reports no change and changes nothing.
     support: partial
     details: V(started) and V(stopped) are idempotent; V(restarted) restarts on every run.
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 seealso:
   - module: talos_linux.talos.talos_facts
 notes:

@@ -28,23 +28,17 @@ author:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
-    description: Can run in check mode and report whether it would change something, without changing it.
     support: full
     details: Reads the version and the etcd state and reports whether the node would be upgraded.
   diff_mode:
-    description: Returns details on what has changed (or would change in check mode) with C(--diff).
     support: full
     details: Shows the running version before and the target version after.
   idempotent:
-    description: A second run with the same arguments reports no change and changes nothing.
     support: full
-  action_group:
-    description: Use C(group/talos_linux.talos.talos) in C(module_defaults) to set the connection options once.
-    support: full
-    membership:
-      - talos_linux.talos.talos
 options:
   image:
     description:
