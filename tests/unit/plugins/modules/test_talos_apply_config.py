@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
+from module_fakes import run_module
 
 Mode = machine_pb2.ApplyConfigurationRequest.Mode
 
@@ -47,40 +48,6 @@ DIFF = """--- old
 
 def dry_run_details(diff, text="Applied configuration without a reboot"):
     return "Dry run summary:\n%s (skipped in dry-run).\nConfig diff:\n\n%s" % (text, diff)
-
-
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, client, nodes=("10.5.0.3",), check_mode=False, diff=False, **params):
-        self.client = client
-        self.target_nodes = list(nodes)
-        self.check_mode = check_mode
-        self._diff = diff
-        self.no_log_values = set()
-        self.warnings = []
-        self.params = dict(config=CONFIG, config_file=None, config_patches=None, mode="auto", try_timeout=60,
-                           show_secrets=False, insecure=False, wait=True, wait_timeout=30)
-        self.params.update(params)
-
-    def warn(self, message):
-        self.warnings.append(message)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
-
-    def fail_from_error(self, error, **result):
-        result.update(error.to_result())
-        self.fail_json(msg=error.message, **result)
 
 
 class FakeNode:
@@ -157,11 +124,12 @@ def waits(monkeypatch):
     return seen
 
 
-def run(client, **kwargs):
-    module = FakeModule(client, **kwargs)
-    with pytest.raises((Exited, Failed)) as raised:
-        talos_apply_config.run(module)
-    return raised.type is Exited, raised.value.args[0], module
+DEFAULTS = dict(config=CONFIG, config_file=None, config_patches=None, mode="auto", try_timeout=60,
+                show_secrets=False, insecure=False, wait=True, wait_timeout=30)
+
+
+def run(client, nodes=("10.5.0.3",), **kwargs):
+    return run_module(talos_apply_config.run, client, DEFAULTS, nodes=nodes, **kwargs)
 
 
 class TestDecision:

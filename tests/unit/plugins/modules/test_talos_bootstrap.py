@@ -11,28 +11,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_bootstrap
-
-
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, client, check_mode=False, **params):
-        self.client = client
-        self.check_mode = check_mode
-        self.params = dict(recover_from=None, recover_skip_hash_check=False, wait=False, wait_timeout=5)
-        self.params.update(params)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
+from module_fakes import run_module
 
 
 class FakeNode:
@@ -78,10 +57,11 @@ class FakeNode:
         return [name for name, _request, _codes in self.calls]
 
 
+DEFAULTS = dict(recover_from=None, recover_skip_hash_check=False, wait=False, wait_timeout=5)
+
+
 def run(client, **params):
-    with pytest.raises((Exited, Failed)) as raised:
-        talos_bootstrap.run(FakeModule(client, **params))
-    return raised.type is Exited, raised.value.args[0]
+    return run_module(talos_bootstrap.run, client, DEFAULTS, **params)[:2]
 
 
 def test_bootstraps_with_retries_on_not_ready_answers():

@@ -11,33 +11,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
-
-
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, client, check_mode=False, **params):
-        self.client = client
-        self.check_mode = check_mode
-        self.params = dict(member=None, state="present", method="auto", force=False, forfeit_leadership=False,
-                           snapshot=None, wait=False, wait_timeout=5, timeout=5)
-        self.params.update(params)
-        self.warnings = []
-
-    def warn(self, warning):
-        self.warnings.append(warning)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
+from module_fakes import run_module
 
 
 class FakeCluster:
@@ -105,13 +79,14 @@ class FakeCluster:
         return [m["hostname"] for m in self.members]
 
 
+DEFAULTS = dict(member=None, state="present", method="auto", force=False, forfeit_leadership=False,
+                snapshot=None, wait=False, wait_timeout=5, timeout=5)
+
+
 def run(client, **params):
-    module = FakeModule(client, **params)
-    with pytest.raises((Exited, Failed)) as raised:
-        talos_etcd_member.run(module)
-    result = raised.value.args[0]
+    succeeded, result, module = run_module(talos_etcd_member.run, client, DEFAULTS, **params)
     result["warnings"] = module.warnings
-    return raised.type is Exited, result
+    return succeeded, result
 
 
 def test_absent_leaves_through_the_members_own_node_then_is_idempotent():

@@ -14,6 +14,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.r
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
+from module_fakes import run_module
 
 CONFIG_TEXT = "version: v1alpha1\nmachine:\n  type: %s\n  token: abcdef.0123456789abcdef\ncluster:\n  secret: c2VjcmV0\n"
 
@@ -21,29 +22,6 @@ CONFIG_TEXT = "version: v1alpha1\nmachine:\n  type: %s\n  token: abcdef.01234567
 def resource(namespace, resource_type, resource_id, yaml_spec):
     return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=resource_type, id=resource_id, version="1"),
                                  spec=resource_pb2.Spec(yaml_spec=yaml_spec))
-
-
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, client, nodes, **params):
-        self.client = client
-        self.target_nodes = list(nodes)
-        self.check_mode = False
-        self.params = dict(gather_subset=["all"], resources=[], fail_on_node_error=False, insecure=False)
-        self.params.update(params)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
 
 
 class FakeCluster:
@@ -140,10 +118,11 @@ CP = "10.5.0.2"
 WORKER = "10.5.0.3"
 
 
+DEFAULTS = dict(gather_subset=["all"], resources=[], fail_on_node_error=False, insecure=False)
+
+
 def run(client, nodes, **params):
-    with pytest.raises((Exited, Failed)) as raised:
-        talos_facts.run(FakeModule(client, nodes, **params))
-    return raised.type is Exited, raised.value.args[0]
+    return run_module(talos_facts.run, client, DEFAULTS, nodes=nodes, **params)[:2]
 
 
 class TestSubsets:

@@ -23,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.modules import talos_kubeconfig
+from module_fakes import run_module
 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 
@@ -62,28 +63,6 @@ def archive(text, name="kubeconfig"):
     return gzip.compress(raw.getvalue())
 
 
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, client, check_mode=False, **params):
-        self.client = client
-        self.check_mode = check_mode
-        self.params = dict(dest=None, server=None, context_name=None, cluster_name=None)
-        self.params.update(params)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
-
-
 class FakeClient:
     """Answers Kubeconfig with a fresh kubeconfig (new credentials) on every call, as Talos does."""
 
@@ -99,10 +78,11 @@ class FakeClient:
         return archive(yaml.safe_dump(kubeconfig(ca=self.ca)))
 
 
+DEFAULTS = dict(dest=None, server=None, context_name=None, cluster_name=None)
+
+
 def run(client, **params):
-    with pytest.raises((Exited, Failed)) as raised:
-        talos_kubeconfig.run(FakeModule(client, **params))
-    return raised.type is Exited, raised.value.args[0]
+    return run_module(talos_kubeconfig.run, client, DEFAULTS, **params)[:2]
 
 
 def test_extract_takes_the_kubeconfig_file_from_the_archive():

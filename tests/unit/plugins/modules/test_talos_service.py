@@ -11,28 +11,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
-
-
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, client, check_mode=False, **params):
-        self.client = client
-        self.check_mode = check_mode
-        self.params = dict(name=None, state=None, wait=False, wait_timeout=5)
-        self.params.update(params)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
+from module_fakes import run_module
 
 
 class FakeClient:
@@ -54,11 +33,11 @@ class FakeClient:
         return [machine_pb2.ServiceStart(resp="Service %r done" % request.id)]
 
 
+DEFAULTS = dict(name=None, state=None, wait=False, wait_timeout=5)
+
+
 def run(client, **params):
-    module = FakeModule(client, **params)
-    with pytest.raises((Exited, Failed)) as raised:
-        talos_service.run(module)
-    return raised.type is Exited, raised.value.args[0]
+    return run_module(talos_service.run, client, DEFAULTS, **params)[:2]
 
 
 @pytest.mark.parametrize("name, state", [
