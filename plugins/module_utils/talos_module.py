@@ -105,6 +105,18 @@ class TalosModule(AnsibleModule):
         """The nodes the task addresses; ``[None]`` means the endpoint itself."""
         return list(self.settings.nodes)
 
+    def single_node(self, task):
+        """The one node a single-node module addresses; several targeted nodes fail the task.
+
+        ``task`` says what the module does, e.g. "bootstraps exactly one control-plane node".
+        """
+        nodes = self.target_nodes
+        if len(nodes) > 1:
+            self.fail_json(msg="%s %s but %d nodes are targeted (%s): set node to one of them, for example "
+                               "node: \"{{ ansible_host }}\" with one inventory host per node."
+                               % (self._name.rsplit(".", 1)[-1], task, len(nodes), ", ".join(nodes)))
+        return nodes[0]
+
     def close_client(self):
         if self._client is not None:
             self._client.close()

@@ -236,11 +236,7 @@ def run(module):
         module.fail_json(msg="The etcd snapshot to recover from, %s, is not a readable file." % recover_from)
 
     client = module.client
-    nodes = client.nodes
-    if len(nodes) > 1:
-        module.fail_json(msg="talos_bootstrap bootstraps exactly one control-plane node but %d nodes are targeted (%s): "
-                             "set node to one of them." % (len(nodes), ", ".join(nodes)))
-    node = nodes[0]
+    node = module.single_node("bootstraps exactly one control-plane node")
 
     service = etcd_service(client, node)
     bootstrapped = service is not None and service.state == "Running"

@@ -361,11 +361,7 @@ def wait_for_member(module, client, node, ref):
 def run(module):
     params = module.params
     client = module.client
-    nodes = client.nodes
-    if len(nodes) > 1:
-        module.fail_json(msg="talos_etcd_member talks to one control-plane node but %d nodes are targeted (%s): set node "
-                             "to one of them." % (len(nodes), ", ".join(nodes)))
-    node = nodes[0]
+    node = module.single_node("talks to one control-plane node")
     ref = params["member"] or own_member_name(client, node)
     probe = min(HEALTH_PROBE_SECONDS, params["timeout"])
     result = {"changed": False}

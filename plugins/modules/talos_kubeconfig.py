@@ -275,11 +275,7 @@ def run(module):
                              % (dest, os.path.dirname(os.path.abspath(dest))))
 
     client = module.client
-    nodes = client.nodes
-    if len(nodes) > 1:
-        module.fail_json(msg="talos_kubeconfig fetches from one control-plane node but %d nodes are targeted (%s): "
-                             "set node to one of them." % (len(nodes), ", ".join(nodes)))
-    node = nodes[0]
+    node = module.single_node("fetches from one control-plane node")
     text = extract_kubeconfig(client.read_bytes(KUBECONFIG, node=node), node)
     try:
         config = yaml.safe_load(text)

@@ -245,14 +245,6 @@ def reached(info, state, restarted_after):
     return True
 
 
-def target_node(module):
-    nodes = module.client.nodes
-    if len(nodes) > 1:
-        module.fail_json(msg="talos_service manages one node per task but %d nodes are targeted (%s): set node, "
-                             "for example node: '{{ inventory_hostname }}'." % (len(nodes), ", ".join(nodes)))
-    return nodes[0]
-
-
 def run(module):
     name = module.params["name"]
     state = module.params["state"]
@@ -261,7 +253,7 @@ def run(module):
         module.fail_json(msg=reason, name=name)
 
     client = module.client
-    node = target_node(module)
+    node = module.single_node("manages one node per task")
     services = list_services(client, node)
     if name not in services:
         module.fail_json(msg="Service %s is not defined on %s (its services are: %s): extension services appear "

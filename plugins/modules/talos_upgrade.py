@@ -357,11 +357,7 @@ def run(module):
     except ValueError as err:
         module.fail_json(msg=str(err))
 
-    nodes = module.target_nodes
-    if len(nodes) != 1:
-        module.fail_json(msg="talos_upgrade upgrades one node per task but %d nodes are targeted: use one inventory host "
-                             "per node with node: \"{{ ansible_host }}\"." % len(nodes))
-    node = nodes[0]
+    node = module.single_node("upgrades one node per task")
     client = module.client
     previous = client.call(VERSION, node=node)[0].version.tag
     result = dict(changed=False, previous_version=previous, current_version=previous, target_version=target,

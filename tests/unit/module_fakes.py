@@ -15,7 +15,7 @@ class Failed(Exception):
 
 class FakeModule:
     """What run() uses of TalosModule: client, params (``defaults`` updated with ``params``),
-    target_nodes, check_mode, diff, warn, no_log_values, exit_json, fail_json, fail_from_error."""
+    target_nodes, single_node, check_mode, diff, warn, no_log_values, exit_json, fail_json, fail_from_error."""
 
     def __init__(self, client, defaults, nodes=None, check_mode=False, diff=False, **params):
         self.client = client
@@ -26,6 +26,11 @@ class FakeModule:
         self.warnings = []
         self.params = dict(defaults)
         self.params.update(params)
+
+    def single_node(self, task):
+        if len(self.target_nodes) > 1:
+            self.fail_json(msg="module %s but %d nodes are targeted" % (task, len(self.target_nodes)))
+        return self.target_nodes[0]
 
     def warn(self, message):
         self.warnings.append(message)
