@@ -135,7 +135,8 @@ def test_present_waits_for_a_member_to_join(emulator, run_playbook):
     cluster = emulator(controlplanes=2, bootstrapped=True)
     first, second = cluster.controlplanes
     cluster.call(second.leave_etcd)
-    cluster.loop.call_soon_threadsafe(cluster.loop.call_later, 2.0, second.join_etcd)
+    # Long enough for ansible-playbook to start and list the members first, even on a loaded machine.
+    cluster.loop.call_soon_threadsafe(cluster.loop.call_later, 8.0, second.join_etcd)
 
     run = run_playbook(member_play(cluster, first.address, member=second.hostname, wait_timeout=30))
     result = run.task("etcd")["result"]
