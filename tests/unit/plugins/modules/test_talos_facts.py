@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import facts as facts_utils
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import REDACTED, config_hash
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
@@ -127,20 +128,20 @@ def run(client, nodes, **params):
 
 class TestSubsets:
     @pytest.mark.parametrize("gather_subset, expected", [
-        (["all"], set(talos_facts.SUBSETS)),
+        (["all"], set(facts_utils.SUBSETS)),
         (["min"], {"version", "hostname", "machine"}),
-        (["!etcd", "!disks"], set(talos_facts.SUBSETS) - {"etcd", "disks"}),
+        (["!etcd", "!disks"], set(facts_utils.SUBSETS) - {"etcd", "disks"}),
         (["!all"], {"version", "hostname", "machine"}),
         (["!all", "!min"], set()),
         (["min", "services", "!hostname"], {"version", "machine", "services"}),
         (["config"], {"config"}),
     ])
     def test_resolve(self, gather_subset, expected):
-        assert talos_facts.resolve_subsets(gather_subset) == expected
+        assert facts_utils.resolve_subsets(gather_subset) == expected
 
     def test_unknown_subset(self):
         with pytest.raises(TalosConfigError, match=r"^gather_subset entry 'hardware' is not one of all, min, version"):
-            talos_facts.resolve_subsets(["hardware"])
+            facts_utils.resolve_subsets(["hardware"])
 
 
 class TestOneNode:

@@ -1,0 +1,289 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fact gathering for talos_facts: which subsets to read, the reads (one RPC at a time
+for every node, concurrently) and the shape of the facts."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    TalosConfigError,
+    TalosConnectionError,
+    TalosError,
+    TalosTimeoutError,
+    TalosTLSError,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, redact
+
+try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
+except ImportError:  # reported by TalosModule through missing_required_lib
+    machine_pb2 = storage_pb2 = state_pb2 = None
+
+SUBSETS = ("version", "hostname", "machine", "services", "etcd", "disks", "memory", "network", "mounts", "config")
+MINIMAL_SUBSETS = ("version", "hostname", "machine")
+
+COSI_GET = "cosi.resource.State/Get"
+COSI_LIST = "cosi.resource.State/List"
+CONTROL_PLANE_TYPES = ("controlplane", "init")
+
+
+def resolve_subsets(gather_subset):
+    """The set of subsets ``gather_subset`` asks for, with ``all``, ``min`` and ``!name`` as in ansible.builtin.setup."""
+    include, exclude = set(), set()
+    for entry in gather_subset:
+        name = entry.strip()
+        negated = name.startswith("!")
+        name = name.lstrip("!")
+        if name not in SUBSETS + ("all", "min"):
+            raise TalosConfigError("gather_subset entry %r is not one of all, min, %s (each may be prefixed with !)."
+                                   % (entry, ", ".join(SUBSETS)))
+        if name == "all":
+            names = set(SUBSETS) - set(MINIMAL_SUBSETS) if negated else set(SUBSETS)
+        elif name == "min":
+            names = set(MINIMAL_SUBSETS)
+        else:
+            names = {name}
+        (exclude if negated else include).update(names)
+    if not any(not entry.strip().startswith("!") for entry in gather_subset):
+        include = set(SUBSETS)
+    return include - exclude
+
+
+def node_is_down(error):
+    """Errors that say the node cannot be reached at all, as opposed to one refused call."""
+    return isinstance(error, (TalosConnectionError, TalosTLSError, TalosTimeoutError))
+
+
+def _fields(message):
+    return dict((field.name, getattr(message, field.name)) for field in message.DESCRIPTOR.fields)
+
+
+def version_facts(item):
+    version = item.version
+    facts = dict((key, getattr(version, key)) for key in ("tag", "sha", "built", "go_version", "os", "arch"))
+    facts["platform"] = {"name": item.platform.name, "mode": item.platform.mode} if item.HasField("platform") else None
+    # A node in maintenance mode has no config, hence no features.
+    facts["features"] = {"rbac": item.features.rbac} if item.HasField("features") else None
+    return facts
+
+
+def service_facts(info):
+    return {
+        "id": info.id,
+        "state": info.state,
+        "health": {"unknown": info.health.unknown, "healthy": info.health.healthy, "last_message": info.health.last_message},
+    }
+
+
+def disk_facts(disk):
+    facts = _fields(disk)
+    facts["type"] = storage_pb2.Disk.DiskType.Name(disk.type)
+    return facts
+
+
+def machine_facts(status, machine_type):
+    status = status or {}
+    conditions = (status.get("status") or {}).get("unmetConditions") or []
+    return {
+        "type": machine_type,
+        "configured": machine_type not in (None, "unknown"),
+        "stage": status.get("stage"),
+        "ready": bool((status.get("status") or {}).get("ready")),
+        "unmet_conditions": [{"name": c.get("name"), "reason": c.get("reason")} for c in conditions],
+    }
+
+
+def etcd_facts(member_items, status_items):
+    members = [etcd.member_to_dict(member) for item in member_items for member in item.members]
+    facts = {"members": members, "leader": None, "member_id": None, "is_leader": False}
+    if status_items:
+        status = status_items[0].member_status
+        if status.leader:
+            facts["leader"] = etcd.format_member_id(status.leader)
+        if status.member_id:
+            facts["member_id"] = etcd.format_member_id(status.member_id)
+        facts["is_leader"] = bool(status.leader) and status.leader == status.member_id
+    return facts
+
+
+def network_facts(resources):
+    by_id = dict((resource["metadata"]["id"], (resource["spec"] or {}).get("addresses") or []) for resource in resources)
+    current = by_id.get("current", by_id.get("default", []))
+    return {"addresses": current, "node_addresses": by_id}
+
+
+def resource_facts(resource):
+    """A COSI resource with its spec parsed (several YAML documents become a list) and secrets redacted."""
+    facts = resource_to_dict(resource)
+    facts["spec"] = redact(facts["spec"])
+    return facts
+
+
+class FactGatherer:
+    """Reads the facts of several nodes, one RPC at a time for all of them concurrently."""
+
+    def __init__(self, client, nodes, insecure):
+        self.client = client
+        self.nodes = nodes
+        self.insecure = insecure
+        self.facts = dict((node, {"node": node}) for node in nodes)
+        self.unavailable = dict((node, {}) for node in nodes)
+        self.errors = {}
+
+    def alive(self, nodes=None):
+        return [node for node in (self.nodes if nodes is None else nodes) if node not in self.errors]
+
+    def call(self, subset, method, request=None, nodes=None, quiet_codes=()):
+        """``{node: items}`` of the nodes that answered; refusals are recorded under ``unavailable``.
+
+        An unreachable node is recorded as failed and left out of later calls.
+        Errors whose code is in ``quiet_codes`` are returned to the caller
+        (as the item value) instead of being recorded.
+        """
+        targets = self.alive(nodes)
+        if not targets:
+            return {}
+        answers = self.client.call_many(method, request, nodes=targets)
+        answered = {}
+        for node in targets:
+            answer = answers[node]
+            if not isinstance(answer, TalosError):
+                answered[node] = answer
+            elif node_is_down(answer):
+                self.errors[node] = answer
+            elif answer.code in quiet_codes:
+                answered[node] = answer
+            else:
+                self.unavailable[node][subset] = answer.message
+        return answered
+
+    def get_resources(self, subset, namespace, resource_type, resource_id, nodes=None, quiet_codes=()):
+        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
+        answers = self.call(subset, COSI_GET, request, nodes=nodes, quiet_codes=quiet_codes)
+        return dict((node, answer if isinstance(answer, TalosError) else answer[0].resource) for node, answer in answers.items())
+
+    def list_resources(self, subset, namespace, resource_type):
+        """Lists are streams, which are read node by node."""
+        listed = {}
+        for node in self.alive():
+            request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
+            try:
+                listed[node] = [reply.resource for reply in self.client.stream(COSI_LIST, request, node=node)]
+            except TalosError as error:
+                if node_is_down(error):
+                    self.errors[node] = error
+                else:
+                    self.unavailable[node][subset] = error.message
+        return listed
+
+    def gather(self, subsets, resources):
+        # Machine status and type decide `maintenance` and whether etcd applies: always read.
+        statuses = self.get_resources("machine", "runtime", "MachineStatuses.runtime.talos.dev", "machine")
+        types = self.get_resources("machine", "config", "MachineTypes.config.talos.dev", "machine-type",
+                                   quiet_codes=("NotFound",))
+        machine_types = {}
+        for node in self.alive():
+            status = _resource_spec(statuses.get(node)) or {}
+            machine_type = _resource_spec(types.get(node))
+            machine_types[node] = machine_type if isinstance(machine_type, str) else None
+            stage = status.get("stage")
+            self.facts[node]["maintenance"] = stage == "maintenance" if stage else self.insecure
+            if "machine" in subsets:
+                self.facts[node]["machine"] = machine_facts(status, machine_types[node])
+
+        if "version" in subsets:
+            for node, items in self.call("version", "machine.MachineService/Version").items():
+                self.facts[node]["version"] = version_facts(items[0])
+        if "hostname" in subsets:
+            for node, items in self.call("hostname", "machine.MachineService/Hostname").items():
+                self.facts[node]["hostname"] = items[0].hostname
+        if "services" in subsets:
+            for node, items in self.call("services", "machine.MachineService/ServiceList").items():
+                self.facts[node]["services"] = [service_facts(info) for item in items for info in item.services]
+        if "etcd" in subsets:
+            self._gather_etcd(machine_types)
+        if "disks" in subsets:
+            for node, items in self.call("disks", "storage.StorageService/Disks").items():
+                self.facts[node]["disks"] = [disk_facts(disk) for item in items for disk in item.disks]
+        if "memory" in subsets:
+            for node, items in self.call("memory", "machine.MachineService/Memory").items():
+                self.facts[node]["memory"] = _fields(items[0].meminfo)
+        if "network" in subsets:
+            for node, listed in self.list_resources("network", "network", "NodeAddresses.net.talos.dev").items():
+                self.facts[node]["network"] = network_facts([resource_to_dict(resource) for resource in listed])
+        if "mounts" in subsets:
+            for node, items in self.call("mounts", "machine.MachineService/Mounts").items():
+                self.facts[node]["mounts"] = [_fields(stat) for item in items for stat in item.stats]
+        if "config" in subsets:
+            # A node in maintenance mode has no configuration (and refuses the sensitive resource to its reader).
+            configured = []
+            for node in self.alive():
+                if self.facts[node]["maintenance"]:
+                    self.facts[node]["config"] = None
+                else:
+                    configured.append(node)
+            configs = self.get_resources("config", "config", "MachineConfigs.config.talos.dev", "v1alpha1", nodes=configured,
+                                         quiet_codes=("NotFound",))
+            for node, resource in configs.items():
+                self.facts[node]["config"] = None if isinstance(resource, TalosError) else config_summary(resource.spec.yaml_spec)
+        if resources:
+            self._gather_resources(resources)
+
+        for node in self.alive():
+            if self.unavailable[node]:
+                self.facts[node]["unavailable"] = self.unavailable[node]
+        return self.facts, self.errors
+
+    def _gather_etcd(self, machine_types):
+        # Workers have no etcd; nodes of unknown type are asked, and a worker's Unimplemented answer is not a refusal.
+        candidates = [node for node in self.alive() if machine_types.get(node) in CONTROL_PLANE_TYPES + (None,)]
+        quiet = ("Unimplemented",)
+        members = self.call("etcd", "machine.MachineService/EtcdMemberList", machine_pb2.EtcdMemberListRequest(query_local=False),
+                            nodes=candidates, quiet_codes=quiet)
+        statuses = self.call("etcd", "machine.MachineService/EtcdStatus", nodes=list(members), quiet_codes=quiet)
+        for node, items in members.items():
+            if isinstance(items, TalosError) or node not in statuses:
+                continue
+            status = statuses[node]
+            self.facts[node]["etcd"] = etcd_facts(items, None if isinstance(status, TalosError) else status)
+
+    def _gather_resources(self, requested):
+        collected = dict((node, []) for node in self.alive())
+        for entry in requested:
+            namespace = entry["namespace"] or self._default_namespace(entry["type"])
+            subset = "resources"
+            if entry["id"]:
+                found = self.get_resources(subset, namespace, entry["type"], entry["id"], quiet_codes=("NotFound",))
+                items = dict((node, [] if isinstance(resource, TalosError) else [resource_facts(resource)])
+                             for node, resource in found.items())
+            else:
+                items = dict((node, [resource_facts(resource) for resource in listed])
+                             for node, listed in self.list_resources(subset, namespace, entry["type"]).items())
+            for node, node_items in items.items():
+                collected[node].append({"type": entry["type"], "namespace": namespace, "id": entry["id"], "items": node_items})
+        for node in self.alive():
+            self.facts[node]["resources"] = collected[node]
+
+    def _default_namespace(self, resource_type):
+        """The type's default namespace from its ResourceDefinition, as talosctl resolves it."""
+        nodes = self.alive()
+        definitions = self.get_resources("resources", "meta", "ResourceDefinitions.meta.cosi.dev", resource_type.lower(),
+                                         nodes=nodes[:1], quiet_codes=("NotFound",))
+        definition = definitions.get(nodes[0]) if nodes else None
+        spec = _resource_spec(definition) if definition is not None and not isinstance(definition, TalosError) else None
+        if not spec or not spec.get("defaultNamespace"):
+            raise TalosConfigError("resources: the namespace of %s is unknown (no resource definition names it); set namespace."
+                                   % resource_type)
+        return spec["defaultNamespace"]
+
+
+def _resource_spec(resource):
+    if resource is None or isinstance(resource, TalosError):
+        return None
+    return resource_to_dict(resource)["spec"]
