@@ -9,17 +9,12 @@ __metaclass__ = type
 import hashlib
 import threading
 
+from module_plays import module_play
+
 
 def bootstrap_play(cluster, node, role="admin", timeout=20, **options):
     task = dict({"wait_timeout": 30}, **options)
-    return {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "module_defaults": {"group/talos_linux.talos.talos": {
-            "talosconfig": cluster.talosconfig_path(role), "node": node, "timeout": timeout}},
-        "tasks": [{"name": "bootstrap", "talos_linux.talos.talos_bootstrap": task}],
-    }
+    return module_play(cluster, "talos_bootstrap", task, node, "bootstrap", role=role, timeout=timeout)
 
 
 def test_bootstrap_once_then_idempotent(emulator, run_playbook):

@@ -9,16 +9,11 @@ __metaclass__ = type
 import hashlib
 import stat
 
+from module_plays import module_play
+
 
 def member_play(emulated, node, role="admin", timeout=20, **options):
-    return {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "module_defaults": {"group/talos_linux.talos.talos": {
-            "talosconfig": emulated.talosconfig_path(role), "node": node, "timeout": timeout}},
-        "tasks": [{"name": "etcd", "talos_linux.talos.talos_etcd_member": options}],
-    }
+    return module_play(emulated, "talos_etcd_member", options, node, "etcd", role=role, timeout=timeout)
 
 
 def names(members):

@@ -11,19 +11,14 @@ import stat
 
 import yaml
 
+from module_plays import module_play
+
 
 def kubeconfig_play(emulated, node, role="admin", no_log=False, **options):
-    task = {"name": "kubeconfig", "talos_linux.talos.talos_kubeconfig": options, "register": "fetched"}
+    keywords = {"register": "fetched"}
     if no_log:
-        task["no_log"] = True
-    return {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "module_defaults": {"group/talos_linux.talos.talos": {
-            "talosconfig": emulated.talosconfig_path(role), "node": node, "timeout": 20}},
-        "tasks": [task],
-    }
+        keywords["no_log"] = True
+    return module_play(emulated, "talos_kubeconfig", options, node, "kubeconfig", role=role, **keywords)
 
 
 def test_writes_0600_and_a_second_run_keeps_the_file(emulator, run_playbook, tmp_path):

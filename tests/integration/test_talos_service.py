@@ -6,17 +6,12 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from module_plays import module_play
+
 
 def service_play(cluster, node, name, state, role="admin", **options):
     task = dict({"name": name, "state": state, "wait_timeout": 20}, **options)
-    return {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "module_defaults": {"group/talos_linux.talos.talos": {
-            "talosconfig": cluster.talosconfig_path(role), "node": node, "timeout": 20}},
-        "tasks": [{"name": "service", "talos_linux.talos.talos_service": task}],
-    }
+    return module_play(cluster, "talos_service", task, node, "service", role=role)
 
 
 def test_extension_service_stop_and_start_are_idempotent(emulator, run_playbook):
