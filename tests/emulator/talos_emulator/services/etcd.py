@@ -27,6 +27,12 @@ class EtcdRPCs:
             raise GRPCError(Status.UNKNOWN, "etcd is not running on this node")
         return member
 
+    async def _local_call(self, stream, api):
+        """The start of every RPC served by this node's own etcd member: the member."""
+        await stream.recv_message()
+        require_control_plane(self.node, api)
+        return self._local_member()
+
     async def EtcdMemberList(self, stream):
         request = await stream.recv_message()
         node = self.node
@@ -75,10 +81,8 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdLeaveClusterResponse(messages=[machine_pb2.EtcdLeaveCluster()]))
 
     async def EtcdForfeitLeadership(self, stream):
-        await stream.recv_message()
+        member = await self._local_call(stream, "etcd forfeit leadership")
         node = self.node
-        require_control_plane(node, "etcd forfeit leadership")
-        member = self._local_member()
         etcd = node.cluster.etcd
         if len(etcd.members) == 1:
             raise GRPCError(Status.UNKNOWN, "cannot forfeit leadership, only one member")
@@ -94,10 +98,8 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdForfeitLeadershipResponse(messages=[reply]))
 
     async def EtcdStatus(self, stream):
-        await stream.recv_message()
+        member = await self._local_call(stream, "etcd status")
         node = self.node
-        require_control_plane(node, "etcd status")
-        member = self._local_member()
         etcd = node.cluster.etcd
         status = machine_pb2.EtcdMemberStatus(
             protocol_version=_ETCD_VERSION, db_size=len(etcd.keyspace) + 20480, db_size_in_use=len(etcd.keyspace),
@@ -108,10 +110,8 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdStatusResponse(messages=[machine_pb2.EtcdStatus(member_status=status)]))
 
     async def EtcdSnapshot(self, stream):
-        await stream.recv_message()
+        await self._local_call(stream, "etcd snapshot")
         node = self.node
-        require_control_plane(node, "etcd snapshot")
-        self._local_member()
         await send_chunks(stream, node.cluster.etcd.snapshot())
 
     async def EtcdRecover(self, stream):
@@ -125,18 +125,14 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdRecoverResponse(messages=[machine_pb2.EtcdRecover()]))
 
     async def EtcdAlarmList(self, stream):
-        await stream.recv_message()
+        await self._local_call(stream, "etcd alarm list")
         node = self.node
-        require_control_plane(node, "etcd alarm list")
-        self._local_member()
         alarms = [machine_pb2.EtcdMemberAlarm(member_id=member_id, alarm=alarm) for member_id, alarm in node.cluster.etcd.alarms]
         await stream.send_message(machine_pb2.EtcdAlarmListResponse(messages=[machine_pb2.EtcdAlarm(member_alarms=alarms)]))
 
     async def EtcdAlarmDisarm(self, stream):
-        await stream.recv_message()
+        await self._local_call(stream, "etcd alarm disarm")
         node = self.node
-        require_control_plane(node, "etcd alarm disarm")
-        self._local_member()
         etcd = node.cluster.etcd
         alarms = [machine_pb2.EtcdMemberAlarm(member_id=member_id, alarm=alarm) for member_id, alarm in etcd.alarms]
         etcd.alarms = []
@@ -144,8 +140,5 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdAlarmDisarmResponse(messages=[reply]))
 
     async def EtcdDefragment(self, stream):
-        await stream.recv_message()
-        node = self.node
-        require_control_plane(node, "etcd defragment")
-        self._local_member()
+        await self._local_call(stream, "etcd defragment")
         await stream.send_message(machine_pb2.EtcdDefragmentResponse(messages=[machine_pb2.EtcdDefragment()]))
