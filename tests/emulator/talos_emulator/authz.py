@@ -16,7 +16,6 @@ ADMIN = "os:admin"
 OPERATOR = "os:operator"
 READER = "os:reader"
 ETCD_BACKUP = "os:etcd:backup"
-IMPERSONATOR = "os:impersonator"
 
 _A = frozenset([ADMIN])
 _AO = frozenset([ADMIN, OPERATOR])

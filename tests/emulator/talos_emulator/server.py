@@ -68,10 +68,6 @@ class NodeServer:
         self.ca_pem = None
         self.maintenance_fingerprint = None
 
-    @property
-    def listening(self):
-        return self._listener is not None
-
     def _ssl_context(self):
         ca_pem, crt_pem, key_pem, client_ca_pem = self.node.server_tls_material()
         self.ca_pem = ca_pem
