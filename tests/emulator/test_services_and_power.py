@@ -162,3 +162,50 @@ def test_a_second_sequence_is_not_started_while_one_runs(emulator, api):
     cluster.wait_until(lambda: node.reboots == 1)
     cluster.wait_ready(node)
     assert node.powered
+
+
+def test_forced_reboot_skips_the_graceful_stop(emulator, api):
+    cluster = emulator(reboot_seconds=5)
+    client = api(cluster)
+    actor_id = client.call(M + "Reboot", machine_pb2.RebootRequest(mode=machine_pb2.RebootRequest.FORCE)).messages[0].actor_id
+    events = client.call(M + "Events", machine_pb2.EventsRequest(tail_events=-1, with_actor_id=actor_id), limit=3, timeout=2)
+    assert [_unpack(event)[0] for event in events[1:]] == ["SequenceEvent", "MachineStatusEvent"]
+    assert [entry["mode"] for entry in cluster.audit(method="Reboot")] == ["FORCE"]
+
+
+def test_rollback_returns_to_the_previous_installation(emulator, api):
+    cluster = emulator(workers=1, reboot_seconds=0.1)
+    worker = cluster.workers[0]
+    client = api(cluster)
+    assert _error(client, "Rollback", node=worker.address) == (Status.UNKNOWN, 'cannot rollback to "B", label does not exist')
+    assert worker.reboots == 0
+
+    client.call(M + "Upgrade", machine_pb2.UpgradeRequest(image="ghcr.io/siderolabs/installer:v1.14.1"), node=worker.address)
+    cluster.wait_until(lambda: worker.reboots == 1)
+    cluster.wait_ready(worker)
+    assert (worker.talos_version, worker.previous_version) == ("v1.14.1", "v1.14.0")
+    boot_id = worker.boot_id
+
+    client.reset()
+    assert client.call(M + "Rollback", node=worker.address).messages[0] == machine_pb2.Rollback()
+    cluster.wait_until(lambda: worker.reboots == 2)
+    cluster.wait_ready(worker)
+    assert (worker.talos_version, worker.previous_version) == ("v1.14.0", "v1.14.1")
+    assert worker.boot_id != boot_id
+    assert [(entry["method"], entry["code"]) for entry in cluster.audit(method="Rollback")] == [
+        ("machine.MachineService/Rollback", "Unknown"), ("machine.MachineService/Rollback", "OK")]
+    assert _error(api(cluster, role="operator"), "Rollback", node=worker.address)[0] == Status.PERMISSION_DENIED
+
+
+def test_reset_keeping_state_comes_back_configured(emulator, api):
+    cluster = emulator(workers=1, bootstrapped=True, reboot_seconds=0.1)
+    worker = cluster.workers[0]
+    client = api(cluster)
+    request = machine_pb2.ResetRequest(graceful=True, reboot=True, mode=machine_pb2.ResetRequest.SYSTEM_DISK,
+                                       system_partitions_to_wipe=[machine_pb2.ResetPartitionSpec(label="EPHEMERAL", wipe=True)])
+    client.call(M + "Reset", request, node=worker.address)
+    cluster.wait_until(lambda: worker.reboots == 1)
+    cluster.wait_ready(worker)
+    assert not worker.maintenance and worker.stage == "running"
+    (entry,) = cluster.audit(method="Reset")
+    assert entry["mode"] == "SYSTEM_DISK" and entry["system_partitions_to_wipe"] == ["EPHEMERAL"] and entry["graceful"]

@@ -23,6 +23,7 @@ MUTATING_METHODS = frozenset([
     "machine.MachineService/EtcdRemoveMemberByID",
     "machine.MachineService/Reboot",
     "machine.MachineService/Reset",
+    "machine.MachineService/Rollback",
     "machine.MachineService/ServiceRestart",
     "machine.MachineService/ServiceStart",
     "machine.MachineService/ServiceStop",

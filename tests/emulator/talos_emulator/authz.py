@@ -47,6 +47,7 @@ RULES = {
     "/machine.MachineService/Read": _A,
     "/machine.MachineService/Reboot": _AO,
     "/machine.MachineService/Reset": _A,
+    "/machine.MachineService/Rollback": _A,
     "/machine.MachineService/ServiceList": _AOR,
     "/machine.MachineService/ServiceRestart": _AO,
     "/machine.MachineService/ServiceStart": _AO,

@@ -91,6 +91,8 @@ class EmulatedNode:
         self.identity = "".join(_IDENTITY_ALPHABET[byte % len(_IDENTITY_ALPHABET)] for byte in os.urandom(43))
         self.talos_version = talos_version
         self.installed_version = talos_version
+        # The other boot slot: the installation an upgrade replaced, which Rollback returns to.
+        self.previous_version = None
         self.installed = False
         self.config_bytes = None
         self.config = None
@@ -237,7 +239,7 @@ class EmulatedNode:
             self.config = None
             self.config_bytes = None
         if self.installed_version != self.talos_version and self.cluster.faults.boot_rolls_back(self):
-            self.installed_version = self.talos_version
+            self.installed_version, self.previous_version = self.talos_version, self.installed_version
         self.talos_version = self.installed_version
         self._emit_stage("booting", False)
         self._build_services()
@@ -279,11 +281,15 @@ class EmulatedNode:
                 self.sequence = None
         return self.cluster.spawn(run())
 
-    async def reboot(self, actor_id="", sequence="reboot", stage="rebooting"):
-        """The reboot sequence: announce, go away for ``reboot_seconds``, come back with a new boot ID."""
+    async def reboot(self, actor_id="", sequence="reboot", stage="rebooting", graceful=True):
+        """The reboot sequence: announce, go away for ``reboot_seconds``, come back with a new boot ID.
+
+        ``graceful=False`` (Reboot mode FORCE) skips stopping the services.
+        """
         self.events.emit(machine_pb2.SequenceEvent(sequence=sequence, action=machine_pb2.SequenceEvent.START), actor_id=actor_id)
         self._emit_stage(stage, False, actor_id)
-        self._stop_all_services(actor_id)
+        if graceful:
+            self._stop_all_services(actor_id)
         # Let the reply that triggered the reboot, and watchers, see the node going down first.
         await asyncio.sleep(_GOING_DOWN_SECONDS)
         await self.power_off()
@@ -376,8 +382,21 @@ class EmulatedNode:
             self.apply_active_config(self.persistent_config_bytes)
 
     def install_version(self, image_ref):
-        """What an installer run leaves on disk: the version named by the image tag, active after reboot."""
+        """What an installer run leaves on disk: the version named by the image tag, active after reboot.
+
+        On an installed node the installer writes the other boot slot, so the
+        running version stays there as the one Rollback returns to.
+        """
+        if self.installed:
+            self.previous_version = self.talos_version
         self.installed_version = image_tag(image_ref) or self.installed_version
+
+    def roll_back(self):
+        """Make the previous installation the one to boot (the bootloader's other entry); False when there is none."""
+        if self.previous_version is None:
+            return False
+        self.installed_version, self.previous_version = self.previous_version, self.talos_version
+        return True
 
     # etcd.
 

@@ -109,6 +109,10 @@ class MachineServiceBase(abc.ABC):
         pass
 
     @abc.abstractmethod
+    async def Rollback(self, stream: 'grpclib.server.Stream[machine_pb2.RollbackRequest, machine_pb2.RollbackResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
     async def ServiceList(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, machine_pb2.ServiceListResponse]') -> None:
         pass
 
@@ -273,6 +277,12 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 machine_pb2.ResetRequest,
                 machine_pb2.ResetResponse,
+            ),
+            '/machine.MachineService/Rollback': grpclib.const.Handler(
+                self.Rollback,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                machine_pb2.RollbackRequest,
+                machine_pb2.RollbackResponse,
             ),
             '/machine.MachineService/ServiceList': grpclib.const.Handler(
                 self.ServiceList,
@@ -459,6 +469,12 @@ class MachineServiceStub:
             '/machine.MachineService/Reset',
             machine_pb2.ResetRequest,
             machine_pb2.ResetResponse,
+        )
+        self.Rollback = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/machine.MachineService/Rollback',
+            machine_pb2.RollbackRequest,
+            machine_pb2.RollbackResponse,
         )
         self.ServiceList = grpclib.client.UnaryUnaryMethod(
             channel,

@@ -85,9 +85,12 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, machine_grpc.MachineServic
     async def Reboot(self, stream):
         request = await stream.recv_message()
         call = current_call()
-        call.audit.update(mode=machine_pb2.RebootRequest.Mode.Name(request.mode))
+        mode = machine_pb2.RebootRequest.Mode
+        call.audit.update(mode=mode.Name(request.mode))
+        # FORCE (Talos v1.12+) skips the graceful stop; older releases do not know it and reboot as DEFAULT.
+        graceful = request.mode != mode.FORCE or older_than(self.node.talos_version, "v1.12.0")
         actor_id = new_actor_id()
-        self.node.run_sequence("reboot", self.node.reboot(actor_id), actor_id)
+        self.node.run_sequence("reboot", self.node.reboot(actor_id, graceful=graceful), actor_id)
         await stream.send_message(machine_pb2.RebootResponse(messages=[machine_pb2.Reboot(actor_id=actor_id)]))
 
     async def Shutdown(self, stream):
@@ -130,6 +133,15 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, machine_grpc.MachineServic
             "reset", node.reset(actor_id, graceful=request.graceful, reboot=request.reboot, wiped_volumes=wiped), actor_id,
         )
         await stream.send_message(machine_pb2.ResetResponse(messages=[machine_pb2.Reset(actor_id=actor_id)]))
+
+    async def Rollback(self, stream):
+        await stream.recv_message()
+        node = self.node
+        # The bootloader is switched before the reply; the reboot follows in the background.
+        if not node.roll_back():
+            raise GRPCError(Status.UNKNOWN, 'cannot rollback to "B", label does not exist')
+        node.run_sequence("reboot", node.reboot(sequence="reboot"))
+        await stream.send_message(machine_pb2.RollbackResponse(messages=[machine_pb2.Rollback()]))
 
     async def Upgrade(self, stream):
         request = await stream.recv_message()
