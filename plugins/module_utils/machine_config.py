@@ -9,9 +9,10 @@ with ``machine`` and ``cluster``) and any number of documents identified by
 (RFC 7386) given as mappings, or JSON patches (RFC 6902) given as lists of
 operations; both are applied in order before anything is sent to a node.
 
-Secrets never leave this module unredacted unless the caller asks: every value
-under a key that looks like a secret (``*key*``, ``*token*``, ``*secret*``,
-``*password*``, ...) is replaced with ``REDACTED`` in text meant for output.
+Secrets never leave this module unredacted unless the caller asks: redaction
+(redaction.py, re-exported here) replaces every secret-bearing field with
+``REDACTED`` in text meant for output, and messages about a config or a patch
+name the parameter, the operation and the path, never a value.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,7 +21,6 @@ __metaclass__ = type
 import copy
 import hashlib
 import json
-import re
 import traceback
 
 try:
@@ -39,26 +39,14 @@ except ImportError:  # modules that take patches report it with missing_required
     JSONPATCH_IMPORT_ERROR = traceback.format_exc()
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-
-REDACTED = "<redacted>"
-REDACTED_CHANGED = "<redacted, changed>"
-
-# Key names whose values are secrets: CA and service account keys, bootstrap and
-# machine tokens, cluster and encryption secrets, registry passwords, disk
-# encryption passphrases.
-_SENSITIVE_KEY = re.compile(r"key|token|secret|password|passphrase|credential", re.IGNORECASE)
-
-# Values shorter than this are not masked as literals in free text: they would
-# hide unrelated words, and they are still redacted where a sensitive key names them.
-_MIN_LITERAL_SECRET = 6
-
-# Scalars that carry no secret even under a sensitive key.
-_HARMLESS_SCALARS = frozenset(["", "~", "null", "true", "false", "{}", "[]", '""', "''"])
-
-# "  key: value", "- key: value", '"key": value' in YAML text (after any diff marker).
-_YAML_KEY_LINE = re.compile(
-    r"^(?P<head>\s*(?:-\s+)*)(?P<quote>[\"']?)(?P<key>[^\s:\"'#][^:\"']*)(?P=quote):(?P<sep>[ \t]+)(?P<value>\S.*?)\s*$")
-_BLOCK_INDICATOR = re.compile(r"^[|>][0-9+-]*(\s+#.*)?$")
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import (  # noqa: F401  (public names of this module)
+    REDACTED,
+    REDACTED_CHANGED,
+    maskable_literals,
+    redact,
+    redact_text,
+    secret_values,
+)
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
 NO_CHANGES = "No changes."
@@ -215,6 +203,28 @@ def parse_patch(patch, parameter):
     return patches
 
 
+def patch_secret_values(config_patches):
+    """The secrets inside ``config_patches``, for no_log masking of the task's arguments.
+
+    Each secret leaf of a structured patch, and the whole text of a YAML patch
+    that holds one (or that cannot be read). Only these are masked, so that
+    messages quoting a patch's operation or path stay readable.
+    """
+    found = set()
+    for item in config_patches or ():
+        if isinstance(item, str):
+            try:
+                inside = secret_values(parse_yaml_stream(item, "patch"))
+            except TalosConfigError:
+                inside = {item}
+            if inside:
+                found.update(inside)
+                found.add(item)
+        else:
+            found.update(secret_values(item))
+    return found
+
+
 def apply_patches(documents, config_patches):
     """Apply ``config_patches`` in order to a copy of ``documents``.
 
@@ -244,12 +254,43 @@ def _find_v1alpha1(documents, parameter):
     raise TalosConfigError("%s patches the v1alpha1 document, but the config has none." % parameter)
 
 
+JSON_PATCH_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
+
+
+def _check_json_patch_operation(operation, where):
+    """Refuse a malformed operation; messages quote only the operation's op and path, never a value."""
+    op = operation.get("op")
+    if op not in JSON_PATCH_OPERATIONS:
+        raise TalosConfigError("%s has no valid op: a JSON patch operation is one of %s."
+                               % (where, ", ".join(JSON_PATCH_OPERATIONS)))
+    for field in ("path",) + (("from",) if op in ("move", "copy") else ()):
+        pointer = operation.get(field)
+        if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+            raise TalosConfigError("%s (%s) needs %s: a JSON pointer such as /machine/network/hostname."
+                                   % (where, op, field))
+    if op in ("add", "replace", "test") and "value" not in operation:
+        raise TalosConfigError("%s (%s %s) needs a value." % (where, op, operation["path"]))
+
+
+def _json_patch_failure(exc):
+    """Why an operation failed, from the exception's type only (its text quotes the document)."""
+    if isinstance(exc, jsonpatch.JsonPatchTestFailed):
+        return "the value at the path is not the one the test expects"
+    return "the path (for add, its parent) does not exist in the document, or a list index is out of range"
+
+
 def _json_patch_v1alpha1(documents, operations, parameter):
     target = _find_v1alpha1(documents, parameter)
-    try:
-        patched = jsonpatch.apply_patch(target, operations)
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
-        raise TalosConfigError("%s cannot be applied to the v1alpha1 document: %s." % (parameter, str(exc).rstrip(".")))
+    for number, operation in enumerate(operations, start=1):
+        _check_json_patch_operation(operation, "%s operation %d" % (parameter, number))
+    patched = target
+    for number, operation in enumerate(operations, start=1):
+        try:
+            patched = jsonpatch.apply_patch(patched, [operation])
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+            pointers = operation["path"] if "from" not in operation else "%s to %s" % (operation["from"], operation["path"])
+            raise TalosConfigError("%s operation %d (%s %s) cannot be applied to the v1alpha1 document: %s."
+                                   % (parameter, number, operation["op"], pointers, _json_patch_failure(exc)))
     documents[documents.index(target)] = patched
 
 
@@ -285,96 +326,6 @@ def config_hash(document):
     """sha256 of a document in canonical JSON (sorted keys, no whitespace)."""
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def is_sensitive_key(key):
-    return isinstance(key, str) and bool(_SENSITIVE_KEY.search(key))
-
-
-def _walk_secrets(value, sensitive, found):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _walk_secrets(item, sensitive or is_sensitive_key(key), found)
-    elif isinstance(value, list):
-        for item in value:
-            _walk_secrets(item, sensitive, found)
-    elif sensitive and isinstance(value, str) and value.strip() not in _HARMLESS_SCALARS:
-        found.add(value)
-
-
-def secret_values(value):
-    """Every string found under a sensitive key anywhere in ``value``."""
-    found = set()
-    _walk_secrets(value, False, found)
-    return found
-
-
-def redact(value, sensitive=False):
-    """A copy of ``value`` with every string under a sensitive key replaced by REDACTED."""
-    if isinstance(value, dict):
-        return dict((key, redact(item, sensitive or is_sensitive_key(key))) for key, item in value.items())
-    if isinstance(value, list):
-        return [redact(item, sensitive) for item in value]
-    if sensitive and isinstance(value, str) and value.strip() not in _HARMLESS_SCALARS:
-        return REDACTED
-    return value
-
-
-def _mask_literals(line, literals):
-    for literal in literals:
-        if literal in line:
-            line = line.replace(literal, REDACTED)
-    return line
-
-
-def _is_diff_header(line):
-    return line.startswith(("--- ", "+++ ", "@@ ")) or line in ("---", "+++")
-
-
-def _redact_line(body, literals, block_indent):
-    """One YAML line redacted; returns ``(line, block_indent)`` where block_indent tracks a literal block under a secret key."""
-    indent = len(body) - len(body.lstrip(" "))
-    if block_indent is not None:
-        if body.strip() and indent > block_indent:
-            return " " * indent + REDACTED, block_indent
-        block_indent = None
-    match = _YAML_KEY_LINE.match(body)
-    if match and is_sensitive_key(match.group("key")):
-        value = match.group("value")
-        if _BLOCK_INDICATOR.match(value):
-            # Lines of a literal block are indented deeper than its key.
-            block_indent = match.start("quote")
-        elif value not in _HARMLESS_SCALARS:
-            body = body[:match.start("value")] + REDACTED
-    return _mask_literals(body, literals), block_indent
-
-
-def redact_text(text, known_secrets=(), diff=False):
-    """Redact YAML ``text`` (or a unified diff of YAML when ``diff``) line by line.
-
-    Values of sensitive keys are replaced, including literal blocks under them,
-    and so is every literal occurrence of ``known_secrets`` (secrets found in
-    the config being applied; the other side of a diff is only known as text).
-    In a diff, an added line whose secret differs from the removed line it
-    replaces says REDACTED_CHANGED, so that a changed secret stays visible.
-    """
-    literals = sorted((value for value in known_secrets if len(value) >= _MIN_LITERAL_SECRET), key=len, reverse=True)
-    lines = []
-    block_indent = None
-    removed = {}
-    for line in text.splitlines():
-        if diff and _is_diff_header(line):
-            removed = {}
-            lines.append(line)
-            continue
-        marker, body = (line[:1], line[1:]) if diff else ("", line)
-        redacted, block_indent = _redact_line(body, literals, block_indent)
-        if marker == "-":
-            removed.setdefault(redacted, set()).add(body)
-        elif marker == "+" and REDACTED in redacted and redacted in removed and body not in removed[redacted]:
-            redacted = redacted.replace(REDACTED, REDACTED_CHANGED)
-        lines.append(marker + redacted)
-    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
 def dry_run_diff(mode_details):

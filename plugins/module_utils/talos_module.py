@@ -61,6 +61,21 @@ def missing_libraries():
     return missing
 
 
+def _scalars(value):
+    """The strings Ansible masks for a no_log value: every non-empty scalar in it, as text."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            for scalar in _scalars(item):
+                yield scalar
+    elif isinstance(value, str):
+        if value:
+            yield value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield str(value)
+
+
 class TalosModule(AnsibleModule):
     """An AnsibleModule with the connection options, a lazy ``client`` and ``run()``.
 
@@ -116,6 +131,21 @@ class TalosModule(AnsibleModule):
                                "node: \"{{ ansible_host }}\" with one inventory host per node."
                                % (self._name.rsplit(".", 1)[-1], task, len(nodes), ", ".join(nodes)))
         return nodes[0]
+
+    def mask_only(self, option, secrets):
+        """Narrow the no_log masking of ``option`` to ``secrets``.
+
+        Ansible masks every scalar of a no_log option wherever it appears, so a
+        word of a structured option (an operation, a path) garbles unrelated
+        messages. Until this is called (argument validation) the option stays
+        masked whole.
+        """
+        others = set()
+        for name, spec in self.argument_spec.items():
+            if name != option and spec.get("no_log") and self.params.get(name):
+                others.update(_scalars(self.params[name]))
+        self.no_log_values.difference_update(set(_scalars(self.params.get(option))) - others)
+        self.no_log_values.update(secrets)
 
     def close_client(self):
         if self._client is not None:

@@ -45,7 +45,8 @@ options:
         it when it holds C($patch) set to C(delete).
       - A list of operations (C(op), C(path), C(value)) is a JSON patch (RFC 6902) of the v1alpha1 document.
       - YAML text may hold several patch documents, applied in order.
-      - Treated as secret (C(no_log)), since patches often carry keys or tokens.
+      - Treated as secret (C(no_log)), since patches often carry keys or tokens; once the options are validated only
+        the secret fields of the patches stay masked, so that messages naming an operation or a path stay readable.
     type: list
     elements: raw
   mode:
@@ -217,6 +218,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config i
     dry_run_diff,
     dry_run_has_no_changes,
     load_config,
+    maskable_literals,
+    patch_secret_values,
     redact_mode_details,
     redact_text,
     split_unified_diff,
@@ -362,10 +365,13 @@ def run(module):
     if module.params["config_patches"] and not HAS_JSONPATCH:
         module.fail_json(msg=missing_required_lib("jsonpatch"), exception=JSONPATCH_IMPORT_ERROR)
 
+    # Masking every word of the patches would garble messages that name an operation or a path.
+    module.mask_only("config_patches", patch_secret_values(module.params["config_patches"]))
     config = load_config(module.params["config"], module.params["config_file"], module.params["config_patches"])
     known_secrets = config.secret_values()
     if not module.params["show_secrets"]:
-        module.no_log_values.update(known_secrets)
+        # Messages and diffs hold no secret by construction; masking long literals is a second line of defence.
+        module.no_log_values.update(maskable_literals(known_secrets))
 
     applier = ConfigApplier(module, config, known_secrets)
     nodes = module.target_nodes

@@ -133,6 +133,7 @@ import tempfile
 import zlib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
 
 try:
@@ -147,7 +148,6 @@ except ImportError:  # reported by TalosModule through missing_required_lib
 
 KUBECONFIG = "machine.MachineService/Kubeconfig"
 CREDENTIAL_KEYS = ("client-certificate-data", "client-key-data")
-REDACTED = "<redacted>"
 # Existing credentials that expire sooner than this are replaced.
 RENEW_BEFORE = datetime.timedelta(days=1)
 
@@ -194,17 +194,13 @@ def rewrite(config, server=None, context=None, cluster=None):
     return config
 
 
-def without_credentials(config, replacement=None):
-    """A copy of ``config`` whose users' client credentials are removed (or replaced by ``replacement``)."""
+def without_credentials(config):
+    """A copy of ``config`` whose users' client credentials are removed."""
     config = copy.deepcopy(config)
     for entry in config.get("users") or []:
         user = entry.get("user") or {}
         for key in CREDENTIAL_KEYS:
-            if key in user:
-                if replacement is None:
-                    del user[key]
-                else:
-                    user[key] = replacement
+            user.pop(key, None)
     return config
 
 
@@ -262,7 +258,7 @@ def write_private(path, text):
 def redacted_text(config):
     if config is None:
         return ""
-    return yaml.safe_dump(without_credentials(config, REDACTED), default_flow_style=False, sort_keys=False)
+    return yaml.safe_dump(redact(config), default_flow_style=False, sort_keys=False)
 
 
 def run(module):

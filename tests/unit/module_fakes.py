@@ -4,6 +4,8 @@
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+
 
 class Exited(Exception):
     """exit_json was called; args[0] is the result."""
@@ -15,7 +17,7 @@ class Failed(Exception):
 
 class FakeModule:
     """What run() uses of TalosModule: client, params (``defaults`` updated with ``params``),
-    target_nodes, single_node, check_mode, diff, warn, no_log_values, exit_json, fail_json, fail_from_error."""
+    target_nodes, single_node, check_mode, diff, warn, no_log_values, mask_only, exit_json, fail_json, fail_from_error."""
 
     def __init__(self, client, defaults, nodes=None, check_mode=False, diff=False, **params):
         self.client = client
@@ -23,6 +25,7 @@ class FakeModule:
         self.check_mode = check_mode
         self._diff = diff
         self.no_log_values = set()
+        self.argument_spec = {}
         self.warnings = []
         self.params = dict(defaults)
         self.params.update(params)
@@ -31,6 +34,8 @@ class FakeModule:
         if len(self.target_nodes) > 1:
             self.fail_json(msg="module %s but %d nodes are targeted" % (task, len(self.target_nodes)))
         return self.target_nodes[0]
+
+    mask_only = TalosModule.mask_only
 
     def warn(self, message):
         self.warnings.append(message)

@@ -132,7 +132,8 @@ class TestPatches:
         assert machine["network"]["hostname"] == "patched"
 
     def test_json_patch_failure_names_the_patch(self):
-        with pytest.raises(TalosConfigError, match=r"^config_patches\[1\] cannot be applied to the v1alpha1 document"):
+        with pytest.raises(TalosConfigError, match=r"^config_patches\[1\] operation 1 \(remove /machine/nothing/here\) cannot be "
+                                                   r"applied to the v1alpha1 document: the path .* does not exist"):
             mc.load_config(config=CONFIG, config_patches=[
                 {"machine": {"network": {"hostname": "ok"}}},
                 [{"op": "remove", "path": "/machine/nothing/here"}],

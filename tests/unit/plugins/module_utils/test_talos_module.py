@@ -174,3 +174,19 @@ def test_missing_library_ends_in_missing_required_lib(capsys, monkeypatch, libra
     assert result["failed"] is True
     assert "Failed to import the required Python library (%s)" % pypi_name in result["msg"]
     assert "Traceback" not in result["msg"]
+
+
+def test_mask_only_keeps_the_secrets_of_a_structured_option_masked_and_the_rest_readable(capsys):
+    spec = dict(patches=dict(type="list", elements="raw", no_log=True))
+    patches = [[{"op": "remove", "path": "/machine/network"}], {"machine": {"token": "abc.secret-token"}}]
+
+    def body(module):
+        module.mask_only("patches", {"abc.secret-token"})
+        module.fail_json(msg="patches[0] operation 1 (remove /machine/network) failed; 60 s; abc.secret-token")
+
+    result = run_module(capsys, dict(INSECURE, patches=patches, key="remove"), body, argument_spec=spec)
+    # "remove" is also the value of the no_log key option, so it stays masked.
+    assert result["msg"] == "patches[0] operation 1 (******** /machine/network) failed; 60 s; ********"
+    operation = result["invocation"]["module_args"]["patches"][0][0]
+    assert operation["path"] == "/machine/network" and operation["op"] != "remove"
+    assert "abc.secret-token" not in json.dumps(result)
