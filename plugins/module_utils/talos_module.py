@@ -11,12 +11,10 @@ TalosClient on first use and turns every TalosError into one fail_json.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import importlib
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import missing_libraries
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
 
@@ -48,17 +46,6 @@ REQUIRED_LIBRARIES = (
     ("PyYAML", "yaml"),
     ("cryptography", "cryptography.x509"),
 )
-
-
-def missing_libraries():
-    """``[(pypi_name, traceback_text)]`` for every required library that cannot be imported."""
-    missing = []
-    for pypi_name, module_name in REQUIRED_LIBRARIES:
-        try:
-            importlib.import_module(module_name)
-        except ImportError:
-            missing.append((pypi_name, traceback.format_exc()))
-    return missing
 
 
 def _scalars(value):
@@ -94,7 +81,7 @@ class TalosModule(AnsibleModule):
         spec.update(argument_spec)
         exclusive = list(CONNECTION_MUTUALLY_EXCLUSIVE) + list(mutually_exclusive or [])
         super(TalosModule, self).__init__(argument_spec=spec, mutually_exclusive=exclusive, **kwargs)
-        missing = missing_libraries()
+        missing = missing_libraries(REQUIRED_LIBRARIES)
         if missing:
             names = ", ".join(name for name, _tb in missing)
             self.fail_json(msg=missing_required_lib(names), exception=missing[0][1])

@@ -129,10 +129,10 @@ import gzip
 import io
 import os
 import tarfile
-import tempfile
 import zlib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import write_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
 
@@ -240,19 +240,6 @@ def needs_write(existing, fetched, path):
     if credentials_expire_soon(existing, datetime.datetime.now(datetime.timezone.utc)):
         return True
     return os.stat(path).st_mode & 0o777 != 0o600
-
-
-def write_private(path, text):
-    """Write ``text`` to ``path`` with mode 0600 through a temporary file in the same directory."""
-    fd, temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(temp_path, 0o600)
-        os.rename(temp_path, path)
-    finally:
-        if os.path.exists(temp_path):
-            os.unlink(temp_path)
 
 
 def redacted_text(config):

@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""YAML text the way Talos writes it (Go ``yaml.v3`` with an indent of four).
+
+Talos tools write machine configs, secrets bundles and talosconfigs with Go's
+encoder. PyYAML's dumper differs in ways a byte comparison notices (sequences
+not indented under their key, other quoting), so generated files are written
+here instead: mappings keep their key order, sequences are indented under
+their key, multi-line strings become literal blocks, and a string is quoted
+only when it would otherwise read back as something else.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import io
+import json
+
+try:
+    import yaml
+    from yaml.emitter import Emitter
+    from yaml.nodes import ScalarNode
+    from yaml.resolver import Resolver
+except ImportError:  # reported by the module through missing_required_lib
+    yaml = None
+
+INDENT = 4
+DOCUMENT_SEPARATOR = "---\n"
+
+
+def dump_documents(documents):
+    """A YAML stream of ``documents`` joined by ``---`` (no leading separator), as Talos writes configs."""
+    return DOCUMENT_SEPARATOR.join(dump(document) for document in documents)
+
+
+def dump(document):
+    """One YAML document (a mapping) as text ending in a newline."""
+    if not isinstance(document, dict):
+        raise TypeError("a YAML document here is a mapping, not %s" % type(document).__name__)
+    if not document:
+        return "{}\n"
+    lines = []
+    _mapping(document, 0, INDENT, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _mapping(mapping, key_indent, child_indent, lines, first_prefix=None):
+    """Emit ``mapping``; its keys at ``key_indent``, nested blocks at ``child_indent``.
+
+    ``first_prefix`` replaces the indentation of the first key (``"- "`` of a
+    sequence item that is a mapping).
+    """
+    for position, (key, value) in enumerate(mapping.items()):
+        prefix = first_prefix if position == 0 and first_prefix is not None else " " * key_indent
+        head = prefix + _scalar(str(key) if not isinstance(key, str) else key) + ":"
+        _value(head, value, child_indent, lines)
+
+
+def _value(head, value, child_indent, lines):
+    if isinstance(value, dict) and value:
+        lines.append(head)
+        _mapping(value, child_indent, child_indent + INDENT, lines)
+    elif isinstance(value, list) and value:
+        lines.append(head)
+        _sequence(value, child_indent, lines)
+    elif isinstance(value, str) and "\n" in value:
+        _literal(head, value, child_indent, lines)
+    else:
+        lines.append(head + " " + _scalar(value))
+
+
+def _sequence(items, dash_indent, lines):
+    for item in items:
+        prefix = " " * dash_indent + "- "
+        if isinstance(item, dict) and item:
+            _mapping(item, dash_indent + 2, dash_indent + INDENT, lines, first_prefix=prefix)
+        elif isinstance(item, list) and item:
+            raise TypeError("nested sequences are not written in Talos configs")
+        elif isinstance(item, str) and "\n" in item:
+            _literal(prefix.rstrip(), item, dash_indent + 2, lines)
+        else:
+            lines.append(prefix + _scalar(item))
+
+
+def _literal(head, text, indent, lines):
+    indicator = "|" if text.endswith("\n") and not text.endswith("\n\n") else ("|-" if not text.endswith("\n") else "|+")
+    lines.append(head + " " + indicator)
+    body = text[:-1] if text.endswith("\n") else text
+    for line in body.split("\n"):
+        lines.append(" " * indent + line if line else "")
+
+
+def _scalar(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return _string(value)
+
+
+def _string(text):
+    # A string that would read back as another type is double-quoted (Go does the same);
+    # one the plain style cannot carry is single-quoted, or double-quoted when it must be.
+    if Resolver().resolve(ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
+        return json.dumps(text, ensure_ascii=False)
+    analysis = Emitter(io.StringIO()).analyze_scalar(text)
+    if analysis.allow_block_plain and not analysis.empty:
+        return text
+    if analysis.allow_single_quoted:
+        return "'%s'" % text.replace("'", "''")
+    return json.dumps(text, ensure_ascii=False)
