@@ -35,7 +35,7 @@ DEFAULT_TALOS_VERSION = "v1.14.0"
 # What ``talos-emulator fault`` may ask of a running cluster: the fault injection API and power_on.
 CONTROL_CALLS = frozenset([
     "make_unreachable", "make_reachable", "set_latency", "fail", "cut_stream", "pause", "fail_installer",
-    "mark_image_unavailable", "clear", "power_on",
+    "mark_image_unavailable", "clear", "power_on", "add_node",
 ])
 ROLES = {"admin": ("os:admin",), "operator": ("os:operator",), "reader": ("os:reader",)}
 
@@ -83,17 +83,22 @@ class EmulatedCluster:
         self._thread = None
         self._tasks = set()
         self._authorities = {self.secrets.os_ca.crt_pem: self.secrets.os_ca}
-        prefix, first = _address_block()
+        self._address_prefix, self._first_address = _address_block()
         self.port = None
         self.nodes = []
-        roles = ["controlplane"] * controlplanes + ["worker"] * workers
-        counters = {"controlplane": 0, "worker": 0}
-        for offset, role in enumerate(roles):
-            counters[role] += 1
-            name = "%s-%d" % (role, counters[role])
-            version = (node_versions or {}).get(name, talos_version)
-            self.nodes.append(EmulatedNode(self, name, "%s%d" % (prefix, first + offset), None, role, version))
+        for role in ["controlplane"] * controlplanes + ["worker"] * workers:
+            self._new_node(role, node_versions)
         self.endpoint = None
+
+    def _new_node(self, role, node_versions=None):
+        """A node named after its role (``worker-3``) on the next address of the cluster's block."""
+        if len(self.nodes) >= _BLOCK_SIZE - 1:
+            raise ValueError("an emulated cluster has at most %d nodes" % (_BLOCK_SIZE - 1))
+        name = "%s-%d" % (role, sum(1 for node in self.nodes if node.role == role) + 1)
+        address = "%s%d" % (self._address_prefix, self._first_address + len(self.nodes))
+        node = EmulatedNode(self, name, address, self.port, role, (node_versions or {}).get(name, self.talos_version))
+        self.nodes.append(node)
+        return node
 
     # Starting and stopping.
 
@@ -125,11 +130,7 @@ class EmulatedCluster:
         endpoint = "https://%s:6443" % self.controlplanes[0].address
         for node in self.nodes:
             if not self.maintenance:
-                config = configgen.generate_machine_config(
-                    self.secrets, node.role, self.name, endpoint, talos_version=node.talos_version,
-                    hostname=node.name, cert_sans=[node.address],
-                ).encode()
-                node.load_installed_config(config)
+                self._install(node)
         for _attempt in range(20):
             self.port = _free_port(self.nodes[0].address)
             for node in self.nodes:
@@ -158,6 +159,29 @@ class EmulatedCluster:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
             self.loop.close()
+
+    def _install(self, node):
+        """Give a node its own installed config (hostname = node name, certSANs = its address)."""
+        endpoint = "https://%s:6443" % self.controlplanes[0].address
+        node.load_installed_config(configgen.generate_machine_config(
+            self.secrets, node.role, self.name, endpoint, talos_version=node.talos_version,
+            hostname=node.name, cert_sans=[node.address],
+        ).encode())
+
+    def add_node(self, role="worker"):
+        """Boot one more node, installed and configured, into the running cluster; returns it.
+
+        A new control plane joins etcd when the cluster is bootstrapped. The
+        state files (inventory, state.json) list it afterwards.
+        """
+        if role not in ("controlplane", "worker"):
+            raise ValueError("role must be controlplane or worker, got %r" % (role,))
+        node = self.call(self._new_node, role)
+        if not self.maintenance:
+            self._install(node)
+        self.run(node.boot())
+        self.write_state_files()
+        return node
 
     async def _power_off_all(self):
         for task in list(self._tasks):
@@ -206,7 +230,7 @@ class EmulatedCluster:
             try:
                 if request["call"] not in CONTROL_CALLS:
                     raise ValueError("unknown control call %r" % request["call"])
-                target = self if request["call"] == "power_on" else self.faults
+                target = self if request["call"] in ("power_on", "add_node") else self.faults
                 getattr(target, request["call"])(*request.get("args", []), **request.get("kwargs", {}))
                 outcome = {"ok": True}
             except Exception as error:  # reported to the command line, which exits non-zero

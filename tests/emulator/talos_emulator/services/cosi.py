@@ -77,19 +77,29 @@ def _nodename(node):
     return [("nodename", {"nodename": node.hostname, "hostnameVersion": "1", "skipNodeRegistration": False})]
 
 
+def _discovery_enabled(node):
+    return not node.maintenance and bool((((node.config.get("cluster") or {}).get("discovery")) or {}).get("enabled"))
+
+
 def _members(node):
-    if node.maintenance:
+    """The configured, powered nodes that take part in discovery, named by nodename as Talos's MemberController does."""
+    if not _discovery_enabled(node):
         return []
-    return [
-        (member.identity, {
+    members = []
+    for member in node.cluster.nodes:
+        if not (member.powered and _discovery_enabled(member)):
+            continue
+        spec = {
             "nodeId": member.identity,
             "addresses": [member.address],
             "hostname": member.hostname,
             "machineType": member.machine_type,
             "operatingSystem": "Talos (%s)" % member.talos_version,
-        })
-        for member in node.cluster.nodes if member.powered and not member.maintenance
-    ]
+        }
+        if member.is_control_plane:
+            spec["controlPlane"] = {"apiServerPort": 6443}
+        members.append((member.hostname, spec))
+    return members
 
 
 def _node_addresses(node):
