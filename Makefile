@@ -11,7 +11,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_LOCAL_TEMP := $(CURDIR)/.cache/ansible-tmp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup install build demo test unit sanity integration molecule lint changelog generate bench clean
+.PHONY: setup install build demo test unit sanity integration molecule conformance lint changelog generate bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-generate.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,9 @@ integration: install
 
 molecule: install
 	cd $(CURDIR) && molecule test --all
+
+conformance: install
+	tests/run-conformance
 
 generate: $(VENV)/.installed
 	python tools/generate_protos.py

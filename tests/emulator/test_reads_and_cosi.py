@@ -78,6 +78,8 @@ def test_cosi_machine_status_and_hostname(emulator, api):
     status = _get(client, "runtime", "MachineStatuses.runtime.talos.dev", "machine")
     assert status.metadata.namespace == "runtime" and status.metadata.id == "machine"
     assert yaml.safe_load(status.spec.yaml_spec) == {"stage": "running", "status": {"ready": True, "unmetConditions": []}}
+    # The Go client decodes proto_spec (MachineStatusSpec: stage 1 = RUNNING (4), status 2 = {ready 1 = true}).
+    assert status.spec.proto_spec == b"\x08\x04\x12\x02\x08\x01"
     hostname = _get(client, "network", "HostnameStatuses.net.talos.dev", "hostname", node=cluster.workers[0].address)
     assert yaml.safe_load(hostname.spec.yaml_spec)["hostname"] == "worker-1"
     nodename = _get(client, "k8s", "Nodenames.kubernetes.talos.dev", "nodename")
@@ -88,6 +90,11 @@ def test_cosi_machine_status_and_hostname(emulator, api):
     assert yaml.safe_load(addresses[0].spec.yaml_spec) == {"addresses": ["%s/8" % cluster.nodes[0].address]}
     machine_type = _get(client, "config", "MachineTypes.config.talos.dev", "machine-type", node=cluster.workers[0].address)
     assert yaml.safe_load(machine_type.spec.yaml_spec) == "worker"
+    assert machine_type.spec.proto_spec == b"\x08\x03"
+    address = cluster.workers[0].address
+    member = next(member for member in members if yaml.safe_load(member.spec.yaml_spec)["hostname"] == "worker-1")
+    net_ip = b"\x0a\x04" + bytes(int(part) for part in address.split("."))
+    assert b"\x12\x06" + net_ip in member.spec.proto_spec and b"\x20\x03" in member.spec.proto_spec
 
 
 def test_cosi_machine_config_is_sensitive(emulator, api):
@@ -96,6 +103,8 @@ def test_cosi_machine_config_is_sensitive(emulator, api):
         namespace="config", type="MachineConfigs.config.talos.dev", id="v1alpha1")) == (Status.PERMISSION_DENIED, "not authorized")
     config = _get(api(cluster), "config", "MachineConfigs.config.talos.dev", "v1alpha1")
     assert yaml.safe_load(config.spec.yaml_spec) == cluster.nodes[0].config
+    text = cluster.nodes[0].config_bytes
+    assert config.spec.proto_spec.endswith(text) and config.spec.proto_spec.startswith(b"\x0a")
 
 
 def test_cosi_errors(emulator, api):

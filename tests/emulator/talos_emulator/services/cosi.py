@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""cosi.resource.State: the read verbs over the node's resources, each with a ``yaml_spec``.
+"""cosi.resource.State: the read verbs over the node's resources, each with a ``proto_spec`` and a ``yaml_spec``.
 
 Access follows Talos's ``internal/app/resources/access.go``: unknown types and
 namespaces are refused, sensitive types need ``os:admin``. Missing resources
@@ -18,7 +18,7 @@ from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_grpc, state_pb2
 
-from .. import authz
+from .. import authz, resource_specs
 from ..context import current_call
 
 _NAMESPACES = frozenset([
@@ -31,12 +31,13 @@ _WATCH_POLL_SECONDS = 0.01
 class _Kind:
     """One resource type: its definition and how to read its resources from a node."""
 
-    def __init__(self, resource_type, namespace, aliases, columns, read, sensitive=False):
+    def __init__(self, resource_type, namespace, aliases, columns, read, encode, sensitive=False):
         self.type = resource_type
         self.namespace = namespace
         self.aliases = aliases
         self.columns = columns
         self.read = read
+        self.encode = encode
         self.sensitive = sensitive
 
     def definition(self):
@@ -108,13 +109,16 @@ def _node_addresses(node):
 
 
 _KINDS = [
-    _Kind("MachineStatuses.runtime.talos.dev", "runtime", ["machinestatus"], [("Stage", "{.stage}"), ("Ready", "{.status.ready}")], _machine_status),
-    _Kind("MachineConfigs.config.talos.dev", "config", ["mc", "machineconfig"], [], _machine_config, sensitive=True),
-    _Kind("MachineTypes.config.talos.dev", "config", ["machinetype"], [("Type", "{@}")], _machine_type),
-    _Kind("HostnameStatuses.net.talos.dev", "network", ["hostname"], [("Hostname", "{.hostname}"), ("Domainname", "{.domainname}")], _hostname_status),
-    _Kind("Nodenames.kubernetes.talos.dev", "k8s", ["nodename"], [("Nodename", "{.nodename}")], _nodename),
-    _Kind("Members.cluster.talos.dev", "cluster", ["member"], [("Hostname", "{.hostname}"), ("Machine Type", "{.machineType}")], _members),
-    _Kind("NodeAddresses.net.talos.dev", "network", ["nodeaddress"], [("Addresses", "{.addresses}")], _node_addresses),
+    _Kind("MachineStatuses.runtime.talos.dev", "runtime", ["machinestatus"], [("Stage", "{.stage}"), ("Ready", "{.status.ready}")],
+          _machine_status, resource_specs.machine_status),
+    _Kind("MachineConfigs.config.talos.dev", "config", ["mc", "machineconfig"], [], _machine_config, resource_specs.machine_config, sensitive=True),
+    _Kind("MachineTypes.config.talos.dev", "config", ["machinetype"], [("Type", "{@}")], _machine_type, resource_specs.machine_type),
+    _Kind("HostnameStatuses.net.talos.dev", "network", ["hostname"], [("Hostname", "{.hostname}"), ("Domainname", "{.domainname}")],
+          _hostname_status, resource_specs.hostname_status),
+    _Kind("Nodenames.kubernetes.talos.dev", "k8s", ["nodename"], [("Nodename", "{.nodename}")], _nodename, resource_specs.nodename),
+    _Kind("Members.cluster.talos.dev", "cluster", ["member"], [("Hostname", "{.hostname}"), ("Machine Type", "{.machineType}")],
+          _members, resource_specs.member),
+    _Kind("NodeAddresses.net.talos.dev", "network", ["nodeaddress"], [("Addresses", "{.addresses}")], _node_addresses, resource_specs.node_address),
 ]
 
 
@@ -124,6 +128,7 @@ def _definitions(_node):
 
 _DEFINITIONS = _Kind(
     "ResourceDefinitions.meta.cosi.dev", "meta", ["api-resources", "rd"], [("Aliases", "{.aliases}")], _definitions,
+    resource_specs.resource_definition,
 )
 _BY_TYPE = {kind.type: kind for kind in _KINDS + [_DEFINITIONS]}
 
@@ -167,7 +172,7 @@ class CosiStateService(state_grpc.StateBase):
             namespace=kind.namespace, type=kind.type, id=resource_id, version=str(version), phase="running",
             created=_timestamp(created), updated=_timestamp(time.time()),
         )
-        return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec(yaml_spec=yaml_spec))
+        return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec(proto_spec=kind.encode(spec), yaml_spec=yaml_spec))
 
     async def Get(self, stream):
         request = await stream.recv_message()

@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ``proto_spec`` bytes of the COSI resources the emulator serves.
+
+Talos marshals every resource with both a YAML and a protobuf spec; the Go
+client (talosctl, the Terraform provider) decodes the protobuf one into its
+typed resources and ignores the YAML. Field numbers are those of Talos's
+``api/resource/definitions`` messages (``MachineStatusSpec``, ``MemberSpec``,
+``MachineConfigSpec``, ...) and of COSI's ``ResourceDefinitionSpec``; addresses
+are ``common.NetIP`` / ``common.NetIPPrefix`` messages. These few messages are
+written with the protobuf wire format directly rather than adding generated
+code that the collection itself never uses.
+"""
+
+import ipaddress
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+
+# Talos's machine.Type numbers (pkg/machinery/config/machine).
+_MACHINE_TYPES = {"unknown": 0, "init": 1, "controlplane": 2, "worker": 3}
+_SENSITIVITY = {"non-sensitive": 0, "sensitive": 1}
+
+
+def _varint(value):
+    out = bytearray()
+    value &= (1 << 64) - 1
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _number(field, value):
+    """A varint field (int, enum, bool), left out at its zero value as proto3 does."""
+    return _varint(field << 3) + _varint(int(value)) if value else b""
+
+
+def _bytes(field, value):
+    """A length-delimited field (string, bytes, message), left out when empty."""
+    if isinstance(value, str):
+        value = value.encode()
+    return _varint(field << 3 | 2) + _varint(len(value)) + value if value else b""
+
+
+def _message(field, value):
+    """An embedded message: present even when all its fields are zero."""
+    return _varint(field << 3 | 2) + _varint(len(value)) + value
+
+
+def _net_ip(address):
+    return _bytes(1, ipaddress.ip_address(address).packed)
+
+
+def _net_ip_prefix(prefix):
+    network = ipaddress.ip_interface(prefix)
+    return _bytes(1, network.ip.packed) + _number(2, network.network.prefixlen)
+
+
+def machine_status(spec):
+    stage = machine_pb2.MachineStatusEvent.MachineStage.Value(spec["stage"].upper().replace(" ", "_"))
+    conditions = b"".join(
+        _message(2, _bytes(1, condition["name"]) + _bytes(2, condition["reason"]))
+        for condition in spec["status"]["unmetConditions"]
+    )
+    return _number(1, stage) + _message(2, _number(1, spec["status"]["ready"]) + conditions)
+
+
+def machine_config(text):
+    return _bytes(1, text)
+
+
+def machine_type(text):
+    return _number(1, _MACHINE_TYPES[text.strip()])
+
+
+def hostname_status(spec):
+    return _bytes(1, spec["hostname"]) + _bytes(2, spec["domainname"])
+
+
+def nodename(spec):
+    return _bytes(1, spec["nodename"]) + _bytes(2, spec["hostnameVersion"]) + _number(3, spec["skipNodeRegistration"])
+
+
+def member(spec):
+    addresses = b"".join(_message(2, _net_ip(address)) for address in spec["addresses"])
+    return (_bytes(1, spec["nodeId"]) + addresses + _bytes(3, spec["hostname"])
+            + _number(4, _MACHINE_TYPES[spec["machineType"]]) + _bytes(5, spec["operatingSystem"]))
+
+
+def node_address(spec):
+    return b"".join(_message(1, _net_ip_prefix(prefix)) for prefix in spec["addresses"])
+
+
+def resource_definition(spec):
+    columns = b"".join(
+        _message(6, _bytes(1, column["name"]) + _bytes(2, column["jsonPath"])) for column in spec["printColumns"]
+    )
+    return (_bytes(1, spec["type"]) + _bytes(2, spec["displayType"]) + _bytes(3, spec["defaultNamespace"])
+            + b"".join(_bytes(4, alias) for alias in spec["aliases"])
+            + b"".join(_bytes(5, alias) for alias in spec["allAliases"])
+            + columns + _number(7, _SENSITIVITY[spec["sensitivity"]]))
