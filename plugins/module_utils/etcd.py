@@ -169,15 +169,37 @@ def removal_check(members, statuses, member):
     remaining voting members are healthy.
     """
     voters_after = [m for m in members if not m["is_learner"] and m["id"] != member["id"]]
-    healthy_after = [m for m in voters_after if is_healthy(statuses.get(m["id"]))]
+    return _quorum_check(voters_after, statuses, member)
+
+
+def outage_check(members, statuses, member):
+    """Whether etcd keeps quorum while ``member``'s node is down (a reboot, a shutdown, a wipe without leaving).
+
+    The member stays in the cluster, so quorum stays (N//2+1 of the N voting
+    members), but only the other members can provide it: at least that many
+    of them must be healthy. A one-member cluster never keeps quorum.
+    """
+    voters = [m for m in members if not m["is_learner"]]
+    return _quorum_check(voters, statuses, member)
+
+
+def _quorum_check(voters_after, statuses, member):
+    """The quorum of ``voters_after`` against its healthy members other than ``member``."""
+    healthy_after = [m for m in voters_after if m["id"] != member["id"] and is_healthy(statuses.get(m["id"]))]
     needed = quorum(len(voters_after))
     return {
         "safe": member["is_learner"] or len(healthy_after) >= needed,
         "voters_after": len(voters_after),
         "quorum_after": needed,
         "healthy_after": len(healthy_after),
-        "unhealthy": sorted(m["hostname"] or m["id"] for m in voters_after if m not in healthy_after),
+        "unhealthy": sorted(m["hostname"] or m["id"] for m in voters_after
+                            if m["id"] != member["id"] and m not in healthy_after),
     }
+
+
+def own_member_name(client, node):
+    """The etcd member name of ``node``: Talos names members after the node's hostname."""
+    return client.call("machine.MachineService/Hostname", node=node)[0].hostname
 
 
 def save_snapshot(client, node, path, check_mode=False):

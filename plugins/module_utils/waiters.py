@@ -75,6 +75,26 @@ def read_boot_id(client, node, deadline=None):
     return data.decode("utf-8", "replace").strip()
 
 
+def read_boot_marker(client, node, deadline=None):
+    """What identifies the node's current boot: its boot ID, or ``boot-time:<seconds>`` when Read is not allowed.
+
+    The boot time (SystemStat, open to os:reader and os:operator) changes on
+    every boot too, so a certificate without os:admin still tells a rebooted
+    node from one that has not gone down yet.
+    """
+    boot_id = read_boot_id(client, node, deadline=deadline)
+    if boot_id is not None:
+        return boot_id
+    items = client.call("machine.MachineService/SystemStat", node=node, deadline=deadline)
+    return "boot-time:%d" % items[0].boot_time
+
+
+def list_services(client, node, deadline=None):
+    """The ``ServiceInfo`` messages of ``node`` by service ID."""
+    items = client.call("machine.MachineService/ServiceList", node=node, deadline=deadline)
+    return dict((info.id, info) for item in items for info in item.services)
+
+
 def machine_status(client, node, deadline=None):
     """The spec of MachineStatuses.runtime.talos.dev/machine: ``{"stage": ..., "status": {"ready": ...}}``."""
     resource = client.get_resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", node=node, deadline=deadline)
@@ -86,8 +106,10 @@ def wait_for_reboot(client, node, previous_boot_id, timeout, interval=2.0):
 
     Done when the machine status is stage ``running`` with ``status.ready``
     true and, when ``previous_boot_id`` is known, the boot ID has changed.
-    Unreachable nodes and Unavailable/Canceled answers are expected meanwhile.
-    Returns the new boot ID (or None when Read is not allowed).
+    ``previous_boot_id`` may also be a ``read_boot_marker`` value, which is
+    then compared with the node's marker. Unreachable nodes and
+    Unavailable/Canceled answers are expected meanwhile. Returns the new boot
+    ID or marker (None when Read is not allowed and no marker was given).
     """
     end = time.monotonic() + timeout
     state = {"boot_id": None}
@@ -101,7 +123,8 @@ def wait_for_reboot(client, node, previous_boot_id, timeout, interval=2.0):
                 return False, "stage %s, ready %s" % (stage, str(ready).lower())
             if previous_boot_id is None:
                 return True, "stage running, ready true"
-            boot_id = read_boot_id(client, node, deadline=_poll_deadline(end))
+            read = read_boot_marker if str(previous_boot_id).startswith("boot-time:") else read_boot_id
+            boot_id = read(client, node, deadline=_poll_deadline(end))
             state["boot_id"] = boot_id
             if boot_id is not None and boot_id == previous_boot_id:
                 return False, "stage running, ready true, but the boot ID has not changed yet"
@@ -137,3 +160,59 @@ def wait_for_secure_api(client, node, timeout, interval=2.0):
 
     wait_until(answers, timeout, interval, "node %s to serve the Talos API with the cluster certificates" % (node or "(the endpoint)"))
     return reply["version"]
+
+
+def wait_for_services(client, node, names, timeout, interval=2.0):
+    """Wait until every service in ``names`` is Running and, when it has a health check, healthy.
+
+    Returns ``{name: state}`` as last seen. A service the node does not define
+    keeps the wait going (extensions appear once their system extension runs).
+    """
+    end = time.monotonic() + timeout
+    seen = {}
+
+    def ready():
+        try:
+            services = list_services(client, node, deadline=_poll_deadline(end))
+        except TalosError as error:
+            if not is_transient(error):
+                raise
+            return False, error.message
+        waiting = []
+        for name in names:
+            info = services.get(name)
+            if info is None:
+                seen[name] = "not defined"
+            else:
+                health = "unknown" if info.health.unknown else ("healthy" if info.health.healthy else "unhealthy")
+                seen[name] = "%s, %s" % (info.state, health)
+            if info is None or info.state != "Running" or (not info.health.unknown and not info.health.healthy):
+                waiting.append("%s (%s)" % (name, seen[name]))
+        if waiting:
+            return False, "waiting for " + ", ".join(waiting)
+        return True, "every service is running"
+
+    wait_until(ready, timeout, interval, "services %s on node %s to be running and healthy"
+               % (", ".join(names), node or "(the endpoint)"))
+    return dict(seen)
+
+
+def wait_until_unreachable(client, node, timeout, interval=1.0):
+    """Wait until ``node`` stops answering the API (after a shutdown or a reset without reboot).
+
+    Done at the first Version call that fails the way a node that is going
+    away or gone does (connection refused or lost, Unavailable through the
+    endpoint). Nothing is retried inside a poll, so the wait ends promptly.
+    """
+    end = time.monotonic() + timeout
+
+    def gone():
+        try:
+            client.call("machine.MachineService/Version", node=node, retry_codes=(), deadline=_poll_deadline(end))
+        except TalosError as error:
+            if not is_transient(error):
+                raise
+            return True, error.message
+        return False, "the node still answers"
+
+    wait_until(gone, timeout, interval, "node %s to stop answering" % (node or "(the endpoint)"))

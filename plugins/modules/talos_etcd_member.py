@@ -268,11 +268,6 @@ class ClusterView:
         return {"id": leader_id, "hostname": member["hostname"] if member else None}
 
 
-def own_member_name(client, node):
-    """The etcd member name of ``node``: Talos names members after the node's hostname."""
-    return client.call("machine.MachineService/Hostname", node=node)[0].hostname
-
-
 def forfeit(module, client, view, member, result):
     """Move leadership away from ``member`` when it leads; True when it did (or would)."""
     leader = view.leader()
@@ -362,7 +357,7 @@ def run(module):
     params = module.params
     client = module.client
     node = module.single_node("talks to one control-plane node")
-    ref = params["member"] or own_member_name(client, node)
+    ref = params["member"] or etcd.own_member_name(client, node)
     probe = min(HEALTH_PROBE_SECONDS, params["timeout"])
     result = {"changed": False}
 

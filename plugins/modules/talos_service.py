@@ -137,7 +137,7 @@ response:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import is_transient, wait_until
+from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import is_transient, list_services, wait_until
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -204,12 +204,6 @@ def service_to_dict(info):
         "events": [{"msg": event.msg, "state": event.state, "ts": _timestamp(event.ts)}
                    for event in info.events.events[-RECENT_EVENTS:]],
     }
-
-
-def list_services(client, node):
-    """The ``ServiceInfo`` messages of ``node`` by service ID."""
-    items = client.call("machine.MachineService/ServiceList", node=node)
-    return dict((info.id, info) for item in items for info in item.services)
 
 
 def last_event_time(info):

@@ -1,0 +1,201 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_reboot
+short_description: Reboot one Talos Linux node and wait until it is back
+version_added: 0.1.0
+description:
+  - Reboots one node with C(MachineService.Reboot), as C(talosctl reboot) does, and by default waits until the node
+    has booted again (a new boot ID), reports stage C(running) and ready, and, with O(wait_for_services), runs the
+    named services.
+  - On a control-plane node the module first checks etcd and refuses to reboot when etcd would lose its quorum while
+    the node is down - when fewer of the other voting members are healthy than quorum needs, which includes a
+    one-member cluster. O(force_quorum_loss=true) reboots anyway.
+  - Like M(ansible.builtin.reboot), the task always reports a change.
+author:
+  - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.wait
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: Runs the etcd quorum check and reports the reboot without sending it.
+  diff_mode:
+    support: none
+  idempotent:
+    support: none
+    details: Every run reboots the node.
+options:
+  mode:
+    description:
+      - V(default) stops pods and services, then reboots (with kexec when possible).
+      - V(powercycle) reboots through the firmware, without kexec.
+      - V(force) skips the graceful stop of pods and services (Talos v1.12 and newer; refused before any call on
+        older nodes).
+    type: str
+    choices: [default, powercycle, force]
+    default: default
+  wait_for_services:
+    description:
+      - Services that must be C(Running) (and healthy, when they have a health check) before the wait ends, for
+        example V([etcd, kubelet]).
+    type: list
+    elements: str
+    default: []
+  force_quorum_loss:
+    description:
+      - Reboot a control plane even when etcd loses its quorum while the node is down.
+    type: bool
+    default: false
+notes:
+  - Reading the boot ID needs the C(os:admin) role; with C(os:operator) the wait compares the node's boot time
+    instead.
+  - The module does not drain the node's Kubernetes workloads; drain it beforehand when that matters.
+seealso:
+  - module: talos_linux.talos.talos_shutdown
+  - module: talos_linux.talos.talos_upgrade
+  - name: Node lifecycle
+    description: Reboot, shutdown, reset, rollback and node removal with this collection.
+    link: https://github.com/talos-linux-ansible/talos/blob/main/docs/lifecycle.md
+"""
+
+EXAMPLES = r"""
+- name: Reboot this node and wait until etcd and kubelet run again
+  talos_linux.talos.talos_reboot:
+    node: "{{ ansible_host }}"
+    wait_for_services: [etcd, kubelet]
+
+- name: Power-cycle a worker without waiting
+  talos_linux.talos.talos_reboot:
+    node: "{{ ansible_host }}"
+    mode: powercycle
+    wait: false
+
+- name: Reboot the only control plane of a lab cluster (etcd is down meanwhile)
+  talos_linux.talos.talos_reboot:
+    node: 10.5.0.2
+    force_quorum_loss: true
+"""
+
+RETURN = r"""
+boot_id_before:
+  description:
+    - The node's boot ID before the reboot; C(boot-time:<seconds>) when the certificate may not read it (no
+      C(os:admin) role).
+  returned: always
+  type: str
+  sample: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1
+boot_id_after:
+  description: The boot ID after the reboot, in the same form; null without O(wait) and in check mode.
+  returned: always
+  type: str
+  sample: 9a0c7f55-2b0e-4d8b-a1f2-7f4c0f2e9d11
+elapsed:
+  description: Seconds from the reboot request to the end of the wait; null without O(wait) and in check mode.
+  returned: always
+  type: float
+  sample: 74.2
+actor_id:
+  description: The actor ID Talos gave the reboot (its events carry it); null in check mode.
+  returned: always
+  type: str
+  sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
+mode:
+  description: The reboot mode used.
+  returned: always
+  type: str
+  sample: default
+controlplane:
+  description: Whether the node is a control plane (it answered the etcd member list).
+  returned: always
+  type: bool
+  sample: true
+quorum:
+  description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
+  returned: always
+  type: dict
+  sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
+services:
+  description: The state and health of each service of O(wait_for_services) at the end of the wait.
+  returned: when O(wait_for_services) is set and the module waited
+  type: dict
+  sample: {etcd: "Running, healthy", kubelet: "Running, healthy"}
+"""
+
+import time
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, waiters
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.upgrade import parse_version
+
+try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+except ImportError:  # reported by TalosModule through missing_required_lib
+    machine_pb2 = None
+
+REBOOT = "machine.MachineService/Reboot"
+
+
+def run(module):
+    params = module.params
+    client = module.client
+    node = module.single_node("reboots one node per task")
+    if params["mode"] == "force":
+        tag = client.call(lifecycle.VERSION, node=node)[0].version.tag
+        key = parse_version(tag)
+        if key is not None and key[:2] < (1, 12):
+            module.fail_json(msg="mode: force needs Talos v1.12 or newer, but %s runs %s; use mode: default or "
+                                 "powercycle." % (lifecycle.describe(node), tag))
+
+    guard = lifecycle.etcd_guard(client, node)
+    result = dict(changed=True, mode=params["mode"], controlplane=guard["controlplane"], quorum=guard["quorum"],
+                  boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
+    lifecycle.refuse_unless_forced(module, guard, "reboot", node, **result)
+    result["boot_id_before"] = waiters.read_boot_marker(client, node)
+    if module.check_mode:
+        module.exit_json(**result)
+
+    started = time.monotonic()
+    request = machine_pb2.RebootRequest(mode=machine_pb2.RebootRequest.Mode.Value(params["mode"].upper()))
+    items = client.call(REBOOT, request, node=node)
+    result["actor_id"] = items[0].actor_id if items and items[0].actor_id else None
+    if not params["wait"]:
+        module.exit_json(**result)
+    try:
+        result["boot_id_after"] = waiters.wait_for_reboot(client, node, result["boot_id_before"], params["wait_timeout"])
+        if params["wait_for_services"]:
+            remaining = max(1.0, params["wait_timeout"] - (time.monotonic() - started))
+            result["services"] = waiters.wait_for_services(client, node, params["wait_for_services"], remaining)
+    except TalosError as err:
+        result.update(err.to_result())
+        module.fail_json(msg="The reboot of %s was requested but the node is not back as expected: %s"
+                             % (lifecycle.describe(node), err.message), **result)
+    result["elapsed"] = round(time.monotonic() - started, 1)
+    module.exit_json(**result)
+
+
+def main():
+    module = TalosModule(
+        argument_spec=dict(
+            mode=dict(type="str", default="default", choices=["default", "powercycle", "force"]),
+            wait_for_services=dict(type="list", elements="str", default=[]),
+            force_quorum_loss=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+        wait=True,
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()
