@@ -22,7 +22,7 @@ class FakeClient:
         self.nodes = list(nodes)
         self.calls = []
 
-    def call(self, method, request=None, node=None):
+    def call(self, method, request=None, node=None, deadline=None):
         self.calls.append(method.rsplit("/", 1)[-1])
         if method.endswith("/ServiceList"):
             infos = [machine_pb2.ServiceInfo(id=name, state=state, health=machine_pb2.ServiceHealth(unknown=True))
@@ -141,7 +141,7 @@ def test_reached_stopped_waits_out_stopping():
 
 def test_wait_timeout_names_the_state_last_seen():
     class StuckClient(FakeClient):
-        def call(self, method, request=None, node=None):
+        def call(self, method, request=None, node=None, deadline=None):
             items = super(StuckClient, self).call(method, request, node)
             if method.endswith("/ServiceStart"):
                 self.services[request.id] = "Starting"
