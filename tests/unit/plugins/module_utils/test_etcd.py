@@ -117,6 +117,35 @@ def test_removing_a_healthy_member_next_to_an_unhealthy_one_is_refused():
     assert etcd.removal_check(members, statuses, members[2])["safe"] is True
 
 
+@pytest.mark.parametrize("voters, unhealthy, safe", [
+    (1, 0, False),  # a one-member cluster has no quorum while its member is down
+    (2, 0, False),  # two members need both
+    (3, 0, True),
+    (3, 1, False),  # the other unhealthy member plus the one going down: one of three left
+    (4, 0, True),
+    (4, 1, False),  # quorum of four is three
+    (5, 1, True),
+    (5, 2, False),
+])
+def test_outage_keeps_the_member_but_not_its_vote(voters, unhealthy, safe):
+    members = [member("cp-%d" % i, "%016x" % i) for i in range(1, voters + 1)]
+    statuses = dict((m["id"], status(m["id"], ONE)) for m in members)
+    for m in members[voters - unhealthy:]:
+        statuses[m["id"]] = TalosError("unreachable")
+    check = etcd.outage_check(members, statuses, members[0])
+    assert check["safe"] is safe
+    assert check["voters_after"] == voters and check["quorum_after"] == etcd.quorum(voters)
+    assert check["healthy_after"] == voters - 1 - unhealthy
+    assert check["unhealthy"] == sorted(m["hostname"] for m in members[voters - unhealthy:])
+
+
+def test_outage_of_a_learner_is_always_safe():
+    members = [member("cp-1", ONE), member("cp-2", TWO, learner=True)]
+    statuses = {ONE: status(ONE, ONE), TWO: TalosError("unreachable")}
+    assert etcd.outage_check(members, statuses, members[1])["safe"] is True
+    assert etcd.outage_check(members, statuses, members[0])["safe"] is False
+
+
 def test_member_with_etcd_errors_counts_as_unhealthy():
     members = [member("cp-%d" % i, "%016x" % i) for i in range(1, 6)]
     statuses = dict((m["id"], status(m["id"], ONE)) for m in members)
