@@ -211,9 +211,11 @@ class Job(object):
         results = os.path.join(os.path.dirname(self.private_data_dir), "results-%d" % self.job_id)
         with open(transmitted, "wb") as stream:
             ansible_runner.run(streamer="transmit", _output=stream, private_data_dir=self.private_data_dir, **runner_kwargs)
+        # The worker exits with the playbook's code; the job's status comes through the stream.
         with open(transmitted, "rb") as stream, open(results, "wb") as output:
             subprocess.run([os.path.join(VENV_BIN, "ansible-runner"), "worker", "--private-data-dir", self.worker_dir],
-                           stdin=stream, stdout=output, env=self.execution_environment(), timeout=600, cwd=self.home)
+                           stdin=stream, stdout=output, env=self.execution_environment(), timeout=600, cwd=self.home,
+                           check=False)
         with open(results, "rb") as stream:
             processed = ansible_runner.run(
                 streamer="process", _input=stream, private_data_dir=self.private_data_dir, quiet=True,

@@ -109,9 +109,8 @@ def assert_successful(job, result):
 
 def test_cluster_then_upgrade_job_templates_with_their_surveys(cluster, tmp_path):
     provision = role_job(cluster, tmp_path, 51, "cluster")
-    result = provision.run_playbook("cluster.yml", extra_vars=answers(
-        "cluster", cluster_wait_timeout=60, cluster_facts_subset=["version", "hostname", "machine", "etcd"]),
-                                    job_template_name="Talos cluster")
+    survey_answers = answers("cluster", cluster_wait_timeout=60, cluster_facts_subset=["version", "hostname", "machine", "etcd"])
+    result = provision.run_playbook("cluster.yml", extra_vars=survey_answers, job_template_name="Talos cluster")
     assert_successful(provision, result)
     assert all(node.stage == "running" and node.hostname == node.name for node in cluster.nodes)
     assert [member.node.name for member in cluster.etcd.members] == [cluster.controlplanes[0].name]
