@@ -270,6 +270,11 @@ def generate_machine_config(bundle, machine_type, cluster_name, cluster_endpoint
     gen = GenerationInput(bundle, machine_type, cluster_name, cluster_endpoint, talos_version=talos_version,
                           kubernetes_version=kubernetes_version, install_disk=install_disk, install_image=install_image,
                           additional_sans=additional_sans)
+    return render(gen, config_patches)
+
+
+def render(gen, config_patches=None):
+    """The YAML text of the documents for ``gen`` with ``config_patches`` applied in order."""
     documents = generate_documents(gen)
     if config_patches:
         documents = apply_patches(documents, config_patches)

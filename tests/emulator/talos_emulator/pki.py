@@ -138,6 +138,15 @@ class CertificateAuthority:
     def from_pem(cls, crt_pem, key_pem):
         return cls(x509.load_pem_x509_certificate(crt_pem), load_private_key(key_pem))
 
+    def _authority_key_identifier(self):
+        # Go copies the CA's SubjectKeyIdentifier, which Talos CAs fill with random bytes:
+        # a digest of the CA's key would name no issuer a verifier can find.
+        try:
+            ski = self.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+            return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+        except x509.ExtensionNotFound:
+            return x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key())
+
     def _issue(self, subject, key_usage, extended_key_usage, days, sans=None):
         key = _new_key_like(self.key)
         builder = (
@@ -149,7 +158,7 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(key_usage, critical=True)
             .add_extension(x509.ExtendedKeyUsage(extended_key_usage), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+            .add_extension(self._authority_key_identifier(), critical=False)
         )
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -1,0 +1,265 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_machine_config
+short_description: Render a Talos machine configuration from the cluster's secrets bundle
+version_added: 0.1.0
+description:
+  - Renders the machine configuration of a control plane or a worker from the secrets bundle O(secrets), as
+    C(talosctl gen config --with-secrets) does, for the version contract O(talos_version), then applies
+    O(config_patches), and writes it to O(dest) (mode C(0600)) or returns it.
+  - The same inputs always give byte-identical output (no timestamps, key order of Talos's own encoder), so the file
+    is rewritten only when its content would change and a second run reports no change.
+  - Contracts V(v1.9) to V(v1.11) give one v1alpha1 document; V(v1.12) and V(v1.13) add a C(HostnameConfig)
+    document; V(v1.14) gives the multi-document layout of Talos 1.14 (Kubernetes settings in C(Kube*) documents,
+    C(UnattendedInstallConfig), C(DiscoveryIdentityConfig), ...).
+  - A worker configuration carries no CA private key; a control-plane configuration carries the CA keys, the
+    service-account key and the encryption secret a control plane needs.
+  - Runs on the controller and talks to no Talos node, so it takes none of the connection options and is not a
+    member of the C(talos_linux.talos.talos) action group.
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  secrets:
+    description: Path of the cluster's secrets bundle (see M(talos_linux.talos.talos_machine_secrets)).
+    type: path
+    required: true
+  machine_type:
+    description: The kind of node the configuration is for.
+    type: str
+    choices: [controlplane, worker]
+    required: true
+  cluster_name:
+    description: Name of the cluster.
+    type: str
+    required: true
+  cluster_endpoint:
+    description:
+      - URL of the Kubernetes API, C(https://host[:port]), usually a load balancer or a shared address of the control
+        planes on port 6443. Checked as C(talosctl gen config) checks it (https scheme, a host, IPv6 in brackets,
+        a valid port).
+    type: str
+    required: true
+  talos_version:
+    description:
+      - The version contract, the oldest Talos version the nodes run, such as V(v1.13) or V(v1.14.1). It chooses the
+        document layout and must not be newer than the nodes, which refuse fields they do not know.
+      - A version with a patch level (V(v1.14.1)) is also the default tag of O(install_image); V(v1.13) means V(v1.13.0).
+    type: str
+    default: v1.14.1
+  kubernetes_version:
+    description:
+      - Kubernetes version of the control-plane and kubelet images, with or without the leading C(v).
+      - Defaults to what that Talos version ships with (V(1.37.0) for v1.14, V(1.36.3) for v1.13, V(1.35.4) for v1.12,
+        V(1.34.1) for v1.11, V(1.33.6) for v1.10, V(1.32.4) for v1.9).
+    type: str
+  install_disk:
+    description:
+      - Disk Talos installs to. Set to an empty string to leave the install disk out (a config for nodes installed
+        otherwise).
+    type: str
+    default: /dev/sda
+  install_image:
+    description:
+      - Installer image. Defaults to C(ghcr.io/siderolabs/installer:<talos_version>) for contracts up to v1.13 and to the
+        Image Factory's C(factory.talos.dev/metal-installer/<empty schematic>:<talos_version>) for v1.14, as talosctl.
+    type: str
+  additional_sans:
+    description: Extra names and addresses for the Talos API and Kubernetes API server certificates.
+    type: list
+    elements: str
+    default: []
+  config_patches:
+    description:
+      - Patches applied in order after rendering, with the same forms and code as
+        O(talos_linux.talos.talos_apply_config#module:config_patches) - a mapping (JSON merge patch of the v1alpha1
+        document, or of the document whose C(kind) and C(name) it names), a list of RFC 6902 operations on the
+        v1alpha1 document, or YAML text of either.
+      - For per-node settings such as the hostname on contracts v1.12 and later, patch the C(HostnameConfig)
+        document (see the examples) - C(auto) set to null removes the generated C(auto=stable).
+    type: list
+    elements: raw
+    default: []
+  dest:
+    description:
+      - Where to write the configuration on the controller. Its directory must exist.
+      - When not set the configuration is returned in RV(config).
+    type: path
+extends_documentation_fragment:
+  - talos_linux.talos.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written; the result says whether the file would change.
+  diff_mode:
+    support: full
+    details: The diff shows the configuration with every key, token and secret replaced by C(<redacted>).
+  idempotent:
+    support: full
+    details: Output is byte-deterministic, so a second run changes nothing.
+notes:
+  - Without O(dest), RV(config) holds the cluster's keys (a control-plane configuration holds every CA key). Set
+    C(no_log=true) on such tasks.
+  - The YAML comments C(talosctl gen config) adds by default (C(--with-docs), C(--with-examples)) are not written;
+    nodes ignore them.
+requirements:
+  - PyYAML
+  - cryptography
+  - jsonpatch (only for RFC 6902 patches)
+seealso:
+  - module: talos_linux.talos.talos_machine_secrets
+  - module: talos_linux.talos.talos_client_config
+  - module: talos_linux.talos.talos_apply_config
+"""
+
+EXAMPLES = r"""
+- name: Render the control-plane and worker configs of the cluster
+  talos_linux.talos.talos_machine_config:
+    secrets: "{{ playbook_dir }}/secrets.yaml"
+    machine_type: "{{ item }}"
+    cluster_name: prod
+    cluster_endpoint: https://k8s.example.com:6443
+    talos_version: v1.13.4
+    dest: "{{ playbook_dir }}/{{ item }}.yaml"
+  loop: [controlplane, worker]
+
+- name: Render one node's config with its hostname and hand it to the next task
+  talos_linux.talos.talos_machine_config:
+    secrets: "{{ playbook_dir }}/secrets.yaml"
+    machine_type: worker
+    cluster_name: prod
+    cluster_endpoint: https://k8s.example.com:6443
+    config_patches:
+      - apiVersion: v1alpha1
+        kind: HostnameConfig
+        auto: null
+        hostname: "{{ inventory_hostname }}"
+  register: rendered
+  no_log: true
+"""
+
+RETURN = r"""
+dest:
+  description: Absolute path of the written configuration.
+  returned: when O(dest) is set
+  type: str
+  sample: /home/ops/prod/controlplane.yaml
+config:
+  description:
+    - The machine configuration (YAML text). It holds the cluster's secrets; use C(no_log) on the task.
+  returned: when O(dest) is not set
+  type: str
+talos_version:
+  description: The version contract the configuration follows.
+  returned: always
+  type: str
+  sample: v1.14
+kubernetes_version:
+  description: The Kubernetes version of the images.
+  returned: always
+  type: str
+  sample: 1.37.0
+documents:
+  description: The configuration's documents, C(v1alpha1) then C(kind) (with C(/name) for named ones).
+  returned: always
+  type: list
+  elements: str
+  sample: [v1alpha1, HostnameConfig]
+sha256:
+  description: SHA-256 of the configuration text, to compare renderings without reading them.
+  returned: always
+  type: str
+"""
+
+import hashlib
+import os
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, redaction
+from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import contract_name
+from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import ControllerModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
+    PRIVATE_MODE, destination_problem, file_mode, read_text, write_private,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, parse_yaml_stream, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+
+
+def redacted_text(text, secrets):
+    return redaction.redact_text(text, known_secrets=secrets) if text else ""
+
+
+def run(module):
+    params = module.params
+    module.no_log_values.update(patch_secret_values(params["config_patches"]))
+    dest = os.path.abspath(params["dest"]) if params["dest"] else None
+    if dest:
+        problem = destination_problem(dest, "dest")
+        if problem:
+            raise TalosConfigError(problem)
+    bundle = SecretsBundle.load(os.path.abspath(params["secrets"]))
+    gen = config_generation.GenerationInput(
+        bundle, params["machine_type"], params["cluster_name"], params["cluster_endpoint"],
+        talos_version=params["talos_version"], kubernetes_version=params["kubernetes_version"],
+        install_disk=params["install_disk"], install_image=params["install_image"],
+        additional_sans=params["additional_sans"])
+    text = config_generation.render(gen, params["config_patches"])
+    result = {
+        "changed": False,
+        "talos_version": contract_name(gen.contract),
+        "kubernetes_version": gen.kubernetes_version,
+        "documents": config_summary(text)["documents"],
+        "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    }
+    if not dest:
+        result["config"] = text
+        module.exit_json(**result)
+
+    result["dest"] = dest
+    current = read_text(dest)
+    result["changed"] = current != text or file_mode(dest) != PRIVATE_MODE
+    if result["changed"]:
+        secrets = bundle.secret_values() | patch_secret_values(params["config_patches"])
+        if current:
+            try:
+                secrets |= redaction.secret_values(parse_yaml_stream(current, "dest"))
+            except TalosConfigError:
+                pass  # not YAML: its lines are still redacted by field name and shape
+        result["diff"] = {"before": redacted_text(current, secrets), "after": redacted_text(text, secrets),
+                          "before_header": dest, "after_header": dest}
+        if not module.check_mode:
+            try:
+                write_private(dest, text)
+            except (IOError, OSError) as error:
+                raise TalosConfigError("Cannot write the machine config to %s: %s." % (dest, error.strerror or error))
+    module.exit_json(**result)
+
+
+def main():
+    module = ControllerModule(
+        argument_spec=dict(
+            secrets=dict(type="path", required=True),
+            machine_type=dict(type="str", choices=list(config_generation.MACHINE_TYPES), required=True),
+            cluster_name=dict(type="str", required=True),
+            cluster_endpoint=dict(type="str", required=True),
+            talos_version=dict(type="str", default="v1.14.1"),
+            kubernetes_version=dict(type="str"),
+            install_disk=dict(type="str", default=config_generation.DEFAULT_INSTALL_DISK),
+            install_image=dict(type="str"),
+            additional_sans=dict(type="list", elements="str", default=[]),
+            config_patches=dict(type="list", elements="raw", default=[]),
+            dest=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

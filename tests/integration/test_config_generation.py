@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""From nothing to a cluster: talos_machine_secrets, talos_machine_config and talos_client_config
+through ansible-playbook, then provisioning an emulated cluster in maintenance mode with what they made."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import os
+import stat
+
+import pytest
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+
+
+def generation_tasks(workdir, cluster_name, endpoint, talosconfig_endpoints, talos_version="v1.14.0"):
+    common = {"secrets": "%s/secrets.yaml" % workdir, "cluster_name": cluster_name, "cluster_endpoint": endpoint,
+              "talos_version": talos_version}
+    return [
+        {"name": "bundle", "talos_linux.talos.talos_machine_secrets": {"path": "%s/secrets.yaml" % workdir},
+         "register": "bundle"},
+        {"name": "controlplane config", "talos_linux.talos.talos_machine_config": dict(
+            common, machine_type="controlplane", dest="%s/controlplane.yaml" % workdir)},
+        {"name": "worker config", "talos_linux.talos.talos_machine_config": dict(
+            common, machine_type="worker", dest="%s/worker.yaml" % workdir,
+            config_patches=[{"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": None, "hostname": "w-1"}])},
+        {"name": "talosconfig", "talos_linux.talos.talos_client_config": {
+            "dest": "%s/talosconfig" % workdir, "secrets": "%s/secrets.yaml" % workdir, "cluster_name": cluster_name,
+            "endpoints": talosconfig_endpoints}},
+    ]
+
+
+def local_play(tasks):
+    return {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}
+
+
+def bundle_secrets(path):
+    """Every secret of the bundle, and base64 forms, to look for in output."""
+    bundle = SecretsBundle.load(str(path))
+    values = set(bundle.secret_values())
+    for value in list(values):
+        for line in value.splitlines():
+            if len(line) > 20 and not line.startswith("-----"):
+                values.add(line)
+    return values
+
+
+def test_from_nothing_to_a_bootstrapped_cluster(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True, reboot_seconds=0.1)
+    controlplane, worker = cluster.controlplanes[0], cluster.workers[0]
+    workdir = tmp_path / "generated"
+    workdir.mkdir()
+    tasks = generation_tasks(workdir, "from-nothing", "https://%s:6443" % controlplane.address, [controlplane.endpoint])
+    talosconfig = "%s/talosconfig" % workdir
+    tasks += [
+        {"name": "install control plane", "talos_linux.talos.talos_apply_config": {
+            "talosconfig": talosconfig, "endpoints": [controlplane.endpoint], "node": controlplane.address,
+            "insecure": True, "config_file": "%s/controlplane.yaml" % workdir, "wait_timeout": 60}},
+        {"name": "install worker", "talos_linux.talos.talos_apply_config": {
+            "talosconfig": talosconfig, "endpoints": [worker.endpoint], "node": worker.address,
+            "insecure": True, "config_file": "%s/worker.yaml" % workdir, "wait_timeout": 60}},
+        {"name": "bootstrap", "talos_linux.talos.talos_bootstrap": {
+            "talosconfig": talosconfig, "node": controlplane.address, "wait_timeout": 60}},
+        {"name": "facts", "talos_linux.talos.talos_facts": {
+            "talosconfig": talosconfig, "nodes": [controlplane.address, worker.address],
+            "gather_subset": ["min", "etcd", "config"]}},
+    ]
+    run = run_playbook(local_play(tasks), env={"ANSIBLE_VERBOSITY": "3"})
+
+    for name in ("bundle", "controlplane config", "worker config", "talosconfig", "install control plane",
+                 "install worker", "bootstrap"):
+        assert run.task(name)["status"] == "changed", name
+    for name in ("secrets.yaml", "controlplane.yaml", "worker.yaml", "talosconfig"):
+        assert stat.S_IMODE(os.stat(str(workdir / name)).st_mode) == 0o600, name
+    facts = run.task("facts")["result"]["nodes"]
+    assert facts[controlplane.address]["machine"]["type"] == "controlplane"
+    assert facts[worker.address]["machine"]["type"] == "worker"
+    assert cluster.etcd.bootstrapped and [m.node for m in cluster.etcd.members] == [controlplane]
+    # The nodes run the configs the collection made.
+    assert controlplane.config_bytes == (workdir / "controlplane.yaml").read_bytes()
+    assert worker.config_bytes == (workdir / "worker.yaml").read_bytes()
+    bundle = SecretsBundle.load(str(workdir / "secrets.yaml"))
+    assert controlplane.config["machine"]["ca"]["crt"] == base64.b64encode(bundle.os_ca.crt_pem.encode()).decode()
+
+    secrets = bundle_secrets(workdir / "secrets.yaml")
+    output = run.stdout + run.stderr + repr(run.results)
+    leaked = [secret for secret in secrets if secret in output]
+    assert not leaked, "%d secrets of the bundle appear in the -vvv output" % len(leaked)
+    talosconfig_key = yaml.safe_load((workdir / "talosconfig").read_text())["contexts"]["from-nothing"]["key"]
+    assert talosconfig_key not in output
+
+
+def test_check_mode_creates_no_bundle(run_playbook, tmp_path):
+    play = local_play(generation_tasks(tmp_path, "check", "https://10.5.0.2:6443", [])[:1])
+    run = run_playbook(play, check=True, diff=True)
+    assert run.task("bundle")["status"] == "changed"
+    assert os.listdir(str(tmp_path)) == [name for name in os.listdir(str(tmp_path)) if name != "secrets.yaml"]
+    assert not (tmp_path / "secrets.yaml").exists()
+
+
+def test_second_run_changes_nothing(run_playbook, tmp_path):
+    workdir = tmp_path / "generated"
+    workdir.mkdir()
+    play = local_play(generation_tasks(workdir, "idem", "https://10.5.0.2:6443", ["10.5.0.2"]))
+    first = run_playbook(play, diff=True)
+    assert first.changed_count == 4
+    contents = dict((name, (workdir / name).read_bytes()) for name in os.listdir(str(workdir)))
+    second = run_playbook(play, diff=True)
+    assert second.changed_count == 0
+    assert contents == dict((name, (workdir / name).read_bytes()) for name in os.listdir(str(workdir)))
+    results = dict((name, second.task(name)["result"]) for name in ("controlplane config", "talosconfig"))
+    assert results["talosconfig"]["issued"] is False
+    assert "config" not in results["controlplane config"]
+
+    # Check mode on an existing set writes nothing, even when a change is due.
+    (workdir / "talosconfig").chmod(0o644)
+    play["tasks"][3]["talos_linux.talos.talos_client_config"]["endpoints"] = ["10.5.0.3"]
+    checked = run_playbook(play, check=True, diff=True)
+    assert checked.task("talosconfig")["status"] == "changed"
+    assert (workdir / "talosconfig").read_bytes() == contents["talosconfig"]
+    for secret in bundle_secrets(workdir / "secrets.yaml"):
+        assert secret not in checked.stdout
+
+    # New endpoints rewrite the context but keep its certificate.
+    rewritten = run_playbook(play)
+    assert rewritten.task("talosconfig")["result"]["issued"] is False
+    before = yaml.safe_load(contents["talosconfig"])["contexts"]["idem"]
+    after = yaml.safe_load((workdir / "talosconfig").read_text())["contexts"]["idem"]
+    assert after["endpoints"] == ["10.5.0.3"] and (after["crt"], after["key"]) == (before["crt"], before["key"])
+
+    # Other roles need a new certificate.
+    play["tasks"][3]["talos_linux.talos.talos_client_config"]["roles"] = ["os:reader"]
+    reissued = run_playbook(play)
+    assert reissued.task("talosconfig")["result"]["issued"] is True
+    assert reissued.task("talosconfig")["result"]["certificate"]["roles"] == ["os:reader"]
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"cluster_endpoint": "http://10.5.0.2:6443"}, "must use https"),
+    ({"talos_version": "v1.8"}, "talos_version v1.8 is not supported"),
+])
+def test_bad_input_names_the_parameter(run_playbook, tmp_path, options, message):
+    workdir = tmp_path / "generated"
+    workdir.mkdir()
+    tasks = generation_tasks(workdir, "bad", "https://10.5.0.2:6443", [])
+    tasks[1]["talos_linux.talos.talos_machine_config"].update(options)
+    tasks[1]["ignore_errors"] = True
+    run = run_playbook(local_play(tasks[:2]))
+    result = run.task("controlplane config")
+    assert result["status"] == "failed" and message in result["result"]["msg"]
+    assert not (workdir / "controlplane.yaml").exists()
