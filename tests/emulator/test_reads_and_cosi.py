@@ -147,3 +147,39 @@ def test_cosi_watch_follows_machine_status_through_a_reboot(emulator, api):
     cluster.wait_ready(cluster.nodes[0])
     again = client.call("cosi.resource.State/Watch", request, limit=1, timeout=3)[0].event[0]
     assert yaml.safe_load(again.resource.spec.yaml_spec)["stage"] == "running"
+
+
+def _members(client, **options):
+    return dict((member.metadata.id, yaml.safe_load(member.spec.yaml_spec)) for member in _list(client, "cluster", "Members.cluster.talos.dev", **options))
+
+
+def test_members_match_what_each_node_reports_and_follow_the_cluster(emulator, api):
+    cluster = emulator(controlplanes=1, workers=1)
+    client = api(cluster, role="reader")
+    members = _members(client)
+    assert sorted(members) == ["controlplane-1", "worker-1"]
+    for node in cluster.nodes:
+        member = members[node.hostname]
+        version = client.call(M + "Version", node=node.address).messages[0]
+        hostname = client.call(M + "Hostname", node=node.address).messages[0]
+        assert member["hostname"] == hostname.hostname == node.hostname
+        assert member["operatingSystem"] == "Talos (%s)" % version.version.tag
+        assert member["addresses"] == [node.address]
+        assert member["nodeId"] == node.identity
+        machine_type = _get(client, "config", "MachineTypes.config.talos.dev", "machine-type", node=node.address)
+        assert member["machineType"] == yaml.safe_load(machine_type.spec.yaml_spec)
+    assert members["controlplane-1"]["controlPlane"] == {"apiServerPort": 6443} and "controlPlane" not in members["worker-1"]
+    # Every node sees the same members.
+    assert _members(client, node=cluster.workers[0].address) == members
+
+    added = cluster.add_node("worker")
+    assert added.name == "worker-2" and added.address not in [node.address for node in cluster.nodes[:-1]]
+    assert sorted(_members(client)) == ["controlplane-1", "worker-1", "worker-2"]
+    assert client.call(M + "Hostname", node=added.address).messages[0].hostname == "worker-2"
+    with open("%s/state.json" % cluster.state_dir) as state:
+        assert [node["name"] for node in yaml.safe_load(state)["nodes"]][-1] == "worker-2"
+
+    # A node whose configuration turns discovery off neither publishes itself nor sees members.
+    cluster.call(lambda: added.config["cluster"]["discovery"].update(enabled=False))
+    assert sorted(_members(client)) == ["controlplane-1", "worker-1"]
+    assert _members(client, node=added.address) == {}

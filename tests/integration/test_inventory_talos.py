@@ -138,9 +138,16 @@ def test_names_groups_and_variables_are_configurable(cluster, inventory):
     assert "ansible_connection" not in hostvars and "ansible_python_interpreter" not in hostvars
 
 
-def test_without_discovery_the_nodes_option_and_etcd_members_are_listed(cluster, inventory):
+@pytest.mark.parametrize("discovery_off_in", ["the source", "the machine configuration"])
+def test_without_discovery_the_nodes_option_and_etcd_members_are_listed(cluster, inventory, discovery_off_in):
     worker = cluster.workers[0]
-    source = inventory.source(talosconfig=cluster.talosconfig_path(), discovery=False, nodes=[worker.address])
+    options = dict(talosconfig=cluster.talosconfig_path(), nodes=[worker.address])
+    if discovery_off_in == "the source":
+        options["discovery"] = False
+    else:  # cluster.discovery.enabled: false on every node: no Members anywhere
+        for node in cluster.nodes:
+            cluster.call(lambda node=node: node.config["cluster"]["discovery"].update(enabled=False))
+    source = inventory.source(**options)
     listing = inventory.list(source)
     assert groups_of(listing) == {"controlplane": ["controlplane-1", "controlplane-2", "controlplane-3"],
                                   "workers": ["worker-1"]}
