@@ -34,10 +34,10 @@ Here the worker is an ``ansible-runner worker`` process with a clean environment
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import base64
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -52,6 +52,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CREDENTIAL_TYPE_FILE = os.path.join(REPO, "docs", "awx", "credential_type.yml")
 VENV_BIN = os.path.dirname(sys.executable)
+# Keys of the secrets bundle whose values are secret.
+SECRET_KEYS = {"key", "secret", "token", "bootstraptoken", "secretboxencryptionsecret", "aescbcencryptionsecret"}
 
 
 class CredentialType(object):
@@ -307,5 +309,28 @@ class Job(object):
     def host_results(self, event_name):
         return [event for event in self.events if event.get("event") == event_name]
 
-    def cleanup(self):
-        shutil.rmtree(self.worker_dir, ignore_errors=True)
+
+def secret_values(cluster):
+    """Every secret the job may hold: the talosconfig's client key, the cluster's keys and tokens."""
+    secrets = []
+
+    def collect(node):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                collect(value)
+            elif key in SECRET_KEYS and isinstance(value, str) and value:
+                secrets.append(value)
+
+    with open(os.path.join(cluster.state_dir, "secrets.yaml")) as bundle:
+        collect(yaml.safe_load(bundle))
+    with open(cluster.talosconfig_path()) as talosconfig:
+        document = yaml.safe_load(talosconfig)
+    secrets.append(document["contexts"][document["context"]]["key"])
+    # The PEM form too: every base64 line of the decoded keys.
+    for value in list(secrets):
+        try:
+            decoded = base64.b64decode(value, validate=True).decode()
+        except ValueError:
+            continue
+        secrets.extend(line for line in decoded.splitlines() if len(line) >= 16 and "-----" not in line)
+    return secrets

@@ -21,7 +21,7 @@ import yaml
 
 from talos_emulator import EmulatedCluster
 
-from awx_job import CredentialType, Job
+from awx_job import CredentialType, Job, secret_values
 
 PLAYBOOK = [{
     "name": "Talos facts and machine configuration",
@@ -37,41 +37,12 @@ PLAYBOOK = [{
     ],
 }]
 
-# Keys of the secrets bundle whose values are secret.
-SECRET_KEYS = {"key", "secret", "token", "bootstraptoken", "secretboxencryptionsecret", "aescbcencryptionsecret"}
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     cluster = EmulatedCluster.start(str(tmp_path_factory.mktemp("awx-job")), controlplanes=2, workers=1, bootstrapped=True)
     yield cluster
     cluster.stop()
-
-
-def secret_values(cluster):
-    """Every secret the job may hold: the talosconfig's client key, the cluster's keys and tokens."""
-    secrets = []
-
-    def collect(node):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                collect(value)
-            elif key in SECRET_KEYS and isinstance(value, str) and value:
-                secrets.append(value)
-
-    with open(os.path.join(cluster.state_dir, "secrets.yaml")) as bundle:
-        collect(yaml.safe_load(bundle))
-    with open(cluster.talosconfig_path()) as talosconfig:
-        document = yaml.safe_load(talosconfig)
-    secrets.append(document["contexts"][document["context"]]["key"])
-    # The PEM form too: every base64 line of the decoded keys.
-    for value in list(secrets):
-        try:
-            decoded = base64.b64decode(value, validate=True).decode()
-        except ValueError:
-            continue
-        secrets.extend(line for line in decoded.splitlines() if len(line) >= 16 and "-----" not in line)
-    return secrets
 
 
 def prepare_job(cluster, tmp_path, inputs):
