@@ -4,13 +4,14 @@
 
 In tests the cluster runs its own asyncio loop in a daemon thread
 (``EmulatedCluster.start``); ``tests/talos-emulator`` runs the same code as a
-background process (``serve``). Every node listens on its own 127.0.0.x
-address; all nodes of one cluster share one port, chosen free at start.
+background process (``serve``). Every node listens on its own loopback
+address (127.0.0.11 onwards, see ``_reserve_addresses``); all nodes of one
+cluster share one port, chosen free at start.
 """
 
 import asyncio
 import errno
-import itertools
+import ipaddress
 import json
 import os
 import signal
@@ -39,16 +40,29 @@ CONTROL_CALLS = frozenset([
 ])
 ROLES = {"admin": ("os:admin",), "operator": ("os:operator",), "reader": ("os:reader",)}
 
-# Address blocks handed out to clusters of this process, so that they never share an address.
-_blocks = itertools.count()
-_blocks_lock = threading.Lock()
-_BLOCK_SIZE = 20
+# Loopback addresses handed out to the clusters of this process, so that they
+# never share one: 127.0.0.11 onwards, in order, skipping .0-.10 and .255 of
+# every /24 (127.0.0.1 is localhost, 127.0.1.1 often the machine's host name).
+_next_address = [int(ipaddress.IPv4Address("127.0.0.11"))]
+_addresses_lock = threading.Lock()
+# Room every cluster keeps for add_node beyond the nodes it starts with (and the
+# smallest cluster's capacity, 19 nodes, as before).
+SPARE_ADDRESSES = 16
+MIN_CAPACITY = 19
+MAX_NODES = 1000
 
 
-def _address_block():
-    with _blocks_lock:
-        index = next(_blocks)
-    return "127.0.%d." % (index // 12), 11 + _BLOCK_SIZE * (index % 12)
+def _reserve_addresses(count):
+    """``count`` loopback addresses nobody else in this process uses."""
+    addresses = []
+    with _addresses_lock:
+        current = _next_address[0]
+        while len(addresses) < count:
+            if 11 <= current & 0xFF <= 254:
+                addresses.append(str(ipaddress.IPv4Address(current)))
+            current += 1
+        _next_address[0] = current
+    return addresses
 
 
 def _free_port(address):
@@ -62,8 +76,9 @@ class EmulatedCluster:
                  reboot_seconds=0.3, name="emulated", node_versions=None):
         if controlplanes < 1:
             raise ValueError("an emulated cluster needs at least one control plane")
-        if controlplanes + workers > _BLOCK_SIZE - 1:
-            raise ValueError("an emulated cluster has at most %d nodes" % (_BLOCK_SIZE - 1))
+        if workers < 0 or controlplanes + workers > MAX_NODES:
+            raise ValueError("an emulated cluster has 1 to %d nodes, got %d control planes and %d workers"
+                             % (MAX_NODES, controlplanes, workers))
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         self.name = name
@@ -83,21 +98,23 @@ class EmulatedCluster:
         self._thread = None
         self._tasks = set()
         self._authorities = {self.secrets.os_ca.crt_pem: self.secrets.os_ca}
-        self._address_prefix, self._first_address = _address_block()
+        self._addresses = _reserve_addresses(max(MIN_CAPACITY, controlplanes + workers + SPARE_ADDRESSES))
         self.port = None
         self.nodes = []
+        self._nodes_by_address = {}
         for role in ["controlplane"] * controlplanes + ["worker"] * workers:
             self._new_node(role, node_versions)
         self.endpoint = None
 
     def _new_node(self, role, node_versions=None):
-        """A node named after its role (``worker-3``) on the next address of the cluster's block."""
-        if len(self.nodes) >= _BLOCK_SIZE - 1:
-            raise ValueError("an emulated cluster has at most %d nodes" % (_BLOCK_SIZE - 1))
+        """A node named after its role (``worker-3``) on the next of the cluster's reserved addresses."""
+        if len(self.nodes) >= len(self._addresses):
+            raise ValueError("this emulated cluster has room for %d nodes; start it with more" % len(self._addresses))
         name = "%s-%d" % (role, sum(1 for node in self.nodes if node.role == role) + 1)
-        address = "%s%d" % (self._address_prefix, self._first_address + len(self.nodes))
+        address = self._addresses[len(self.nodes)]
         node = EmulatedNode(self, name, address, self.port, role, (node_versions or {}).get(name, self.talos_version))
         self.nodes.append(node)
+        self._nodes_by_address[address] = node
         return node
 
     # Starting and stopping.
@@ -258,10 +275,7 @@ class EmulatedCluster:
 
     def node_at(self, address):
         """The node listening on ``address``, or None."""
-        for node in self.nodes:
-            if node.address == address:
-                return node
-        return None
+        return self._nodes_by_address.get(address)
 
     def node(self, node):
         """A node given as an EmulatedNode, its name or its address."""

@@ -75,15 +75,15 @@ class NodeServer:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(["h2"])
-        # ssl loads a certificate chain only from files.
-        with tempfile.TemporaryDirectory(prefix="talos-emulator-") as scratch:
-            crt_path = os.path.join(scratch, "server.crt")
-            key_path = os.path.join(scratch, "server.key")
-            with open(crt_path, "wb") as crt_file:
-                crt_file.write(crt_pem)
-            with open(key_path, "wb") as key_file:
-                key_file.write(pki.to_standard_pem(key_pem))
-            context.load_cert_chain(crt_path, key_path)
+        # ssl loads a certificate chain only from a file: one private file holding both, removed at once.
+        handle, pem_path = tempfile.mkstemp(prefix="talos-emulator-", suffix=".pem")
+        try:
+            with os.fdopen(handle, "wb") as pem_file:
+                pem_file.write(crt_pem)
+                pem_file.write(pki.to_standard_pem(key_pem))
+            context.load_cert_chain(pem_path)
+        finally:
+            os.unlink(pem_path)
         if client_ca_pem is not None:
             context.verify_mode = ssl.CERT_REQUIRED
             context.load_verify_locations(cadata=client_ca_pem.decode())
