@@ -166,6 +166,11 @@ if HAS_GRPCLIB:
             return _TrackingProtocol(self, grpclib.client.Handler(), self._config, self._h2_config)
 
 
+def _certificate_required(reason):
+    """Whether a connection ended with the TLS 1.3 alert a server sends when no client certificate came."""
+    return isinstance(reason, ssl.SSLError) and "CERTIFICATE_REQUIRED" in (reason.reason or "").upper()
+
+
 def _backoff(attempt):
     """Exponential backoff with jitter: 0.1-0.2 s, 0.2-0.4 s, ... capped at 5 s."""
     delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** attempt))
@@ -408,7 +413,9 @@ class TalosClient:
         method = spec.path.lstrip("/")
         if isinstance(err, GRPCError):
             return errors.from_grpc_error(err, method, node, endpoint=endpoint, client_roles=self.settings.client_roles)
-        if channel.lost_reason is CLOSED_AFTER_HANDSHAKE and not self.settings.insecure:
+        if channel.lost_reason is CLOSED_AFTER_HANDSHAKE or _certificate_required(channel.lost_reason):
+            if self.settings.insecure:
+                return errors.client_certificate_required(endpoint)
             return errors.client_certificate_refused(endpoint, "the connection was closed right after the TLS handshake")
         if isinstance(channel.lost_reason, ssl.SSLError):
             err = channel.lost_reason

@@ -67,6 +67,10 @@ class TalosPermissionError(TalosError):
     """The server refused the call for lack of a role (or refused to forward it)."""
 
 
+class TalosRoutingError(TalosPermissionError):
+    """The endpoint refused to forward the call to the node: it is no control plane, or routing is off."""
+
+
 class TalosUnimplementedError(TalosError):
     """The node does not offer the API: too old a Talos version, or the wrong node type."""
 
@@ -193,7 +197,7 @@ def from_status(code, server_message, method, node, endpoint=None, client_roles=
     detail = server_message or "no details"
     if code == "PermissionDenied":
         if "forwarding" in server_message:
-            return TalosPermissionError(
+            return TalosRoutingError(
                 "Endpoint %s refused to forward %s to node %s (%s): endpoints must be control-plane nodes, "
                 "a worker endpoint only answers for itself." % (endpoint or "in use", method, node, server_message),
                 code=code, node=node, server_message=server_message)
@@ -271,6 +275,13 @@ def client_certificate_refused(endpoint, reason):
     return TalosTLSError(
         "Endpoint %s refused the client certificate (%s): crt and key must be a client certificate "
         "(extended key usage clientAuth only) issued by the cluster's OS CA." % (endpoint, reason))
+
+
+def client_certificate_required(endpoint):
+    """An insecure connection (no client certificate) ended by a node that asks for one: it is configured."""
+    return TalosTLSError(
+        "Endpoint %s requires a client certificate, so the node is configured (no longer in maintenance mode): "
+        "connect with its talosconfig (mutual TLS) instead of insecure: true." % endpoint, code="Unauthenticated")
 
 
 def unreachable_error(failures):

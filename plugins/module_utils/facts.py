@@ -13,6 +13,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConfigError,
     TalosConnectionError,
     TalosError,
+    TalosRoutingError,
     TalosTimeoutError,
     TalosTLSError,
 )
@@ -56,8 +57,8 @@ def resolve_subsets(gather_subset):
 
 
 def node_is_down(error):
-    """Errors that say the node cannot be reached at all, as opposed to one refused call."""
-    return isinstance(error, (TalosConnectionError, TalosTLSError, TalosTimeoutError))
+    """Errors that fail the node as a whole (configuration, TLS, connection, routing), as opposed to one refused call."""
+    return isinstance(error, (TalosConfigError, TalosConnectionError, TalosTLSError, TalosTimeoutError, TalosRoutingError))
 
 
 def _fields(message):
@@ -135,6 +136,8 @@ class FactGatherer:
         self.facts = dict((node, {"node": node}) for node in nodes)
         self.unavailable = dict((node, {}) for node in nodes)
         self.errors = {}
+        self.answered = set()
+        self.first_refusal = {}
 
     def alive(self, nodes=None):
         return [node for node in (self.nodes if nodes is None else nodes) if node not in self.errors]
@@ -154,14 +157,22 @@ class FactGatherer:
         for node in targets:
             answer = answers[node]
             if not isinstance(answer, TalosError):
+                self.answered.add(node)
                 answered[node] = answer
-            elif node_is_down(answer):
-                self.errors[node] = answer
-            elif answer.code in quiet_codes:
+            elif answer.code in quiet_codes and not node_is_down(answer):
+                self.answered.add(node)
                 answered[node] = answer
             else:
-                self.unavailable[node][subset] = answer.message
+                self._refused(node, subset, answer)
         return answered
+
+    def _refused(self, node, subset, error):
+        """Record a failed read: the node's failure, or the refusal of one subset."""
+        if node_is_down(error):
+            self.errors[node] = error
+        else:
+            self.unavailable[node][subset] = error.message
+            self.first_refusal.setdefault(node, error)
 
     def get_resources(self, subset, namespace, resource_type, resource_id, nodes=None, quiet_codes=()):
         request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
@@ -176,10 +187,9 @@ class FactGatherer:
             try:
                 listed[node] = [reply.resource for reply in self.client.stream(COSI_LIST, request, node=node)]
             except TalosError as error:
-                if node_is_down(error):
-                    self.errors[node] = error
-                else:
-                    self.unavailable[node][subset] = error.message
+                self._refused(node, subset, error)
+            else:
+                self.answered.add(node)
         return listed
 
     def gather(self, subsets, resources):
@@ -236,7 +246,10 @@ class FactGatherer:
             self._gather_resources(resources)
 
         for node in self.alive():
-            if self.unavailable[node]:
+            if node not in self.answered and node in self.first_refusal:
+                # Every read was refused: nothing about the node is known, which is its failure, not a fact.
+                self.errors[node] = self.first_refusal[node]
+            elif self.unavailable[node]:
                 self.facts[node]["unavailable"] = self.unavailable[node]
         return self.facts, self.errors
 

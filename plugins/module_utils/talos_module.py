@@ -33,6 +33,11 @@ CONNECTION_ARGUMENT_SPEC = dict(
 
 CONNECTION_MUTUALLY_EXCLUSIVE = [("node", "nodes")]
 
+# Inclusive (lowest, highest) bounds of the shared numeric options; modules add their own with ``ranges``.
+# Every int or float option must have bounds: TalosModule refuses to build a module that leaves one out.
+CONNECTION_RANGES = dict(timeout=(1, None))
+WAIT_RANGES = dict(wait_timeout=(1, None))
+
 WAIT_ARGUMENT_SPEC = dict(
     wait=dict(type="bool", default=True),
     wait_timeout=dict(type="int", default=600),
@@ -46,6 +51,45 @@ REQUIRED_LIBRARIES = (
     ("PyYAML", "yaml"),
     ("cryptography", "cryptography.x509"),
 )
+
+
+def _bounds_text(low, high):
+    if high is None:
+        return "at least %s" % low
+    if low is None:
+        return "at most %s" % high
+    return "between %s and %s" % (low, high)
+
+
+def option_problem(spec, params, bounds, may_be_empty=(), prefix=""):
+    """The first option of ``params`` outside its bounds or given as an empty string, as a sentence; None when all are fine.
+
+    Runs after Ansible's own type checks and before anything is sent, so that a
+    negative timeout or an unset variable never reaches a node. Sub-options
+    (lists of dicts) are checked under ``option[index].name``.
+    """
+    for name, option in spec.items():
+        value = params.get(name)
+        label = prefix + name
+        if value is None or name in may_be_empty:
+            continue
+        kind = option.get("type", "str")
+        if kind in ("int", "float"):
+            low, high = bounds[name]
+            if (low is not None and value < low) or (high is not None and value > high):
+                return "%s must be %s, got %s." % (label, _bounds_text(low, high), value)
+        elif kind in ("str", "path") and not value.strip():
+            return "%s is empty: set it to a value or leave it out (an unset variable?)." % label
+        elif kind == "list" and option.get("elements") in ("str", "path"):
+            for index, item in enumerate(value):
+                if item is None or not str(item).strip():
+                    return "%s[%d] is empty: every item must be a non-empty string." % (label, index)
+        elif kind == "list" and option.get("elements") == "dict" and option.get("options"):
+            for index, item in enumerate(value):
+                problem = option_problem(option["options"], item or {}, bounds, may_be_empty, "%s[%d]." % (label, index))
+                if problem:
+                    return problem
+    return None
 
 
 def _scalars(value):
@@ -70,17 +114,26 @@ class TalosModule(AnsibleModule):
     talos_linux.talos.wait).
     """
 
-    def __init__(self, argument_spec, wait=False, mutually_exclusive=None, **kwargs):
+    def __init__(self, argument_spec, wait=False, mutually_exclusive=None, ranges=None, may_be_empty=(), **kwargs):
         spec = dict(CONNECTION_ARGUMENT_SPEC)
+        bounds = dict(CONNECTION_RANGES)
         if wait:
             spec.update(WAIT_ARGUMENT_SPEC)
+            bounds.update(WAIT_RANGES)
+        bounds.update(ranges or {})
         shadowed = sorted(set(spec) & set(argument_spec))
         if shadowed:
             # A module option with a shared option's name would silently replace it.
             raise ValueError("module options %s shadow the shared connection or wait options" % ", ".join(shadowed))
         spec.update(argument_spec)
+        unbounded = sorted(name for name, option in spec.items() if option.get("type") in ("int", "float") and name not in bounds)
+        if unbounded:
+            raise ValueError("numeric options %s have no range" % ", ".join(unbounded))
         exclusive = list(CONNECTION_MUTUALLY_EXCLUSIVE) + list(mutually_exclusive or [])
         super(TalosModule, self).__init__(argument_spec=spec, mutually_exclusive=exclusive, **kwargs)
+        problem = option_problem(spec, self.params, bounds, may_be_empty)
+        if problem:
+            self.fail_json(msg=problem)
         missing = missing_libraries(REQUIRED_LIBRARIES)
         if missing:
             names = ", ".join(name for name, _tb in missing)

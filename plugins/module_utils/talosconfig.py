@@ -57,8 +57,11 @@ def default_talosconfig_paths(environ=None):
     return paths
 
 
-def normalize_endpoint(endpoint):
-    """``host`` -> ``host:50000``; ``https://host`` -> ``host:443``; bare IPv6 gets brackets."""
+def normalize_endpoint(endpoint, source="the endpoints option"):
+    """``host`` -> ``host:50000``; ``https://host`` -> ``host:443``; bare IPv6 gets brackets.
+
+    ``source`` names where the endpoint came from, for the error message.
+    """
     value = endpoint.strip()
     default_port = DEFAULT_PORT
     scheme = re.match(r"^([a-z][a-z0-9+.-]*)://", value, re.I)
@@ -67,7 +70,7 @@ def normalize_endpoint(endpoint):
             default_port = 443
         value = value[scheme.end():].split("/", 1)[0]
     if not value:
-        raise TalosConfigError("Endpoint %r names no host." % endpoint)
+        raise TalosConfigError("Endpoint %r from %s names no host." % (endpoint, source))
     if value.startswith("["):
         host, _sep, rest = value[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else ""
@@ -75,8 +78,10 @@ def normalize_endpoint(endpoint):
         host, port = value, ""
     else:
         host, _sep, port = value.partition(":")
-    if port and not port.isdigit():
-        raise TalosConfigError("Endpoint %r has an invalid port %r." % (endpoint, port))
+    if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise TalosConfigError("Endpoint %r from %s has port %r: expected a number from 1 to 65535." % (endpoint, source, port))
+    if not host:
+        raise TalosConfigError("Endpoint %r from %s names no host." % (endpoint, source))
     host_text = "[%s]" % host if ":" in host else host
     return "%s:%s" % (host_text, port or default_port)
 
@@ -128,8 +133,9 @@ class ConnectionSettings:
 
     def __init__(self, endpoints, nodes=None, ca=None, crt=None, key=None, insecure=False,
                  timeout=DEFAULT_TIMEOUT, context=None, config_path=None, cluster=None,
-                 ca_source="the ca option", certificate_source="the crt and key options", params=None):
-        self.endpoints = [normalize_endpoint(e) for e in endpoints]
+                 ca_source="the ca option", certificate_source="the crt and key options", params=None,
+                 endpoints_source="the endpoints option"):
+        self.endpoints = [normalize_endpoint(e, endpoints_source) for e in endpoints]
         self.nodes = list(nodes) if nodes else [None]
         self.ca = ca
         self.crt = crt
@@ -168,6 +174,8 @@ class ConnectionSettings:
         path = params["talosconfig"] or environ.get("TALOSCONFIG") or None
         if path:
             path = os.path.expanduser(path)
+            if os.path.isdir(path):
+                raise TalosConfigError("The talosconfig path %s is a directory: expected a talosconfig file." % path)
             if not os.path.isfile(path):
                 raise TalosConfigError("The talosconfig file %s does not exist." % path)
         else:
@@ -178,9 +186,11 @@ class ConnectionSettings:
             raise TalosConfigError("The context option %r needs a talosconfig file, but none was found at %s."
                                    % (params["context"], ", ".join(default_talosconfig_paths(environ))))
 
+        file_source = "talosconfig context %r (%s)" % (context_name, path)
         endpoints = params["endpoints"] or context_data.get("endpoints") or []
         if not endpoints and context_data.get("target"):
             endpoints = [context_data["target"]]
+        endpoints_source = "the endpoints option" if params["endpoints"] else file_source
         if params["nodes"]:
             nodes = params["nodes"]
         elif params["node"]:
@@ -188,7 +198,6 @@ class ConnectionSettings:
         else:
             nodes = context_data.get("nodes") or []
 
-        file_source = "talosconfig context %r (%s)" % (context_name, path)
         pems = {}
         for name in ("ca", "crt", "key"):
             if params[name]:
@@ -203,7 +212,8 @@ class ConnectionSettings:
         timeout = params["timeout"] if params["timeout"] is not None else DEFAULT_TIMEOUT
         return cls(endpoints=[str(e) for e in endpoints], nodes=[str(n) for n in nodes], insecure=params["insecure"],
                    timeout=timeout, context=context_name, config_path=path, cluster=context_data.get("cluster") or None,
-                   ca_source=ca_source, certificate_source=certificate_source, params=params, **pems)
+                   ca_source=ca_source, certificate_source=certificate_source, params=params,
+                   endpoints_source=endpoints_source, **pems)
 
     def replace(self, **overrides):
         """New settings from the same options with some of them replaced (``insecure=False``...)."""
@@ -270,10 +280,12 @@ def _load_client_certificate(context, crt, key, source):
 def _load_context(path, context_option):
     """Read ``path`` and return ``(context_name, context_dict)``."""
     try:
-        with open(path) as config_file:
-            data = yaml.safe_load(config_file)
+        with open(path, "rb") as config_file:
+            data = yaml.safe_load(config_file.read().decode("utf-8"))
     except (OSError, IOError) as err:
         raise TalosConfigError("The talosconfig file %s cannot be read: %s." % (path, err.strerror or err))
+    except UnicodeDecodeError:
+        raise TalosConfigError("The talosconfig file %s is not a text file: expected the YAML that talosctl writes." % path)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = " at line %d" % (mark.line + 1) if mark else ""
@@ -283,7 +295,9 @@ def _load_context(path, context_option):
     if not isinstance(data, dict):
         raise TalosConfigError("The talosconfig file %s is not a mapping of context, contexts." % path)
     contexts = data.get("contexts") or {}
-    available = ", ".join(sorted(contexts)) or "none"
+    if not isinstance(contexts, dict):
+        raise TalosConfigError("The contexts of talosconfig %s must be a mapping of context names to contexts." % path)
+    available = ", ".join(sorted(str(name) for name in contexts)) or "none"
     if context_option:
         if context_option not in contexts:
             raise TalosConfigError("The context %r was not found in talosconfig %s (contexts: %s)."
@@ -297,4 +311,11 @@ def _load_context(path, context_option):
     context = contexts[name] or {}
     if not isinstance(context, dict):
         raise TalosConfigError("The context %r in talosconfig %s is not a mapping." % (name, path))
+    for field in ("endpoints", "nodes"):
+        if context.get(field) is not None and not (
+                isinstance(context[field], list) and all(isinstance(item, str) and item.strip() for item in context[field])):
+            raise TalosConfigError("The %s of context %r in talosconfig %s must be a list of addresses." % (field, name, path))
+    for field in ("ca", "crt", "key", "target", "cluster"):
+        if context.get(field) is not None and not isinstance(context[field], str):
+            raise TalosConfigError("The %s of context %r in talosconfig %s must be a string." % (field, name, path))
     return name, context

@@ -411,6 +411,7 @@ def main():
             show_secrets=dict(type="bool", default=False),
         ),
         wait=True,
+        ranges=dict(try_timeout=(1, None)),
         mutually_exclusive=[("config", "config_file")],
         required_one_of=[("config", "config_file")],
         supports_check_mode=True,

@@ -165,6 +165,17 @@ def etcd_service(client, node):
     return None
 
 
+def machine_type(client, node):
+    """The node's machine type (controlplane, init, worker), or None when it has none yet or cannot say."""
+    try:
+        resource = client.get_resource("config", "MachineTypes.config.talos.dev", "machine-type", node=node)
+    except TalosError as err:
+        if err.code in ("NotFound", "Unimplemented"):
+            return None
+        raise
+    return resource["spec"] if isinstance(resource["spec"], str) else None
+
+
 def current_members(client, node):
     """The members ``node`` reports (None: the endpoint), or [] while it cannot answer (etcd not running, no leader)."""
     try:
@@ -238,6 +249,10 @@ def run(module):
     client = module.client
     node = module.single_node("bootstraps exactly one control-plane node")
 
+    if machine_type(client, node) == "worker":
+        # Checked first: the cluster being bootstrapped already says nothing about a worker.
+        module.fail_json(msg="Cannot bootstrap %s: it is a worker node, and only a control-plane node can bootstrap etcd; "
+                             "target one of the cluster's control planes." % describe(node), node=node)
     service = etcd_service(client, node)
     bootstrapped = service is not None and service.state == "Running"
     if not bootstrapped and node is not None:

@@ -176,6 +176,13 @@ controlplane:
   returned: always
   type: bool
   sample: true
+etcd_gate_open:
+  description:
+    - Whether the etcd health gate let the upgrade through; false when it refused (a state that may pass, worth
+      retrying), null when not checked (a worker, O(force=true), or a failure before the gate).
+  returned: always
+  type: bool
+  sample: true
 progress:
   description:
     - What happened, in order - the image pull, each line of installer output, the reboot and the wait.
@@ -361,12 +368,14 @@ def run(module):
     client = module.client
     previous = client.call(VERSION, node=node)[0].version.tag
     result = dict(changed=False, previous_version=previous, current_version=previous, target_version=target,
-                  image=image, rebooted=False, api_used=None, controlplane=None, progress=[])
+                  image=image, rebooted=False, api_used=None, controlplane=None, etcd_gate_open=None, progress=[])
     if previous == target:
         module.exit_json(**result)
 
     if not params["force"]:
         result["controlplane"], problem = upgrade_utils.etcd_gate(client, node)
+        if result["controlplane"]:
+            result["etcd_gate_open"] = not problem
         if problem:
             module.fail_json(msg="Refusing to upgrade control-plane node %s to %s: %s, so the cluster could lose its etcd "
                                  "quorum while the node reboots; fix etcd first, or set force: true to upgrade anyway."

@@ -190,3 +190,25 @@ def test_mask_only_keeps_the_secrets_of_a_structured_option_masked_and_the_rest_
     operation = result["invocation"]["module_args"]["patches"][0][0]
     assert operation["path"] == "/machine/network" and operation["op"] != "remove"
     assert "abc.secret-token" not in json.dumps(result)
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(timeout=0), "timeout must be at least 1, got 0."),
+    (dict(wait_timeout=-5), "wait_timeout must be at least 1, got -5."),
+    (dict(count=11), "count must be between 1 and 10, got 11."),
+    (dict(name=" "), "name is empty: set it to a value or leave it out (an unset variable?)."),
+    (dict(node=""), "node is empty: set it to a value or leave it out (an unset variable?)."),
+    (dict(endpoints=["127.0.0.1", ""]), "endpoints[1] is empty: every item must be a non-empty string."),
+    (dict(items=[{"kind": "a"}, {"kind": ""}]), "items[1].kind is empty: set it to a value or leave it out (an unset variable?)."),
+])
+def test_options_out_of_range_or_empty_fail_before_the_module_runs(capsys, args, message):
+    spec = dict(name=dict(type="str"), count=dict(type="int"), items=dict(type="list", elements="dict", options=dict(kind=dict(type="str"))))
+    ran = []
+    result = run_module(capsys, dict(INSECURE, **args), ran.append, argument_spec=spec, wait=True, ranges=dict(count=(1, 10)))
+    assert result["failed"] is True and result["msg"] == message and ran == []
+
+
+def test_a_numeric_option_without_a_range_is_a_programming_error():
+    with patch_module_args(dict(INSECURE)):
+        with pytest.raises(ValueError, match="numeric options count have no range"):
+            TalosModule(argument_spec=dict(count=dict(type="int")))

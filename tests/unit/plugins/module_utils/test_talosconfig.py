@@ -276,3 +276,43 @@ def test_directly_built_settings_can_be_replaced(pki, tmp_path, monkeypatch):
     assert other.endpoints == ["10.0.0.1:50000"]
     assert other.nodes == ["10.0.0.3"]
     assert other.timeout == 5.0 and other.client_roles == ["os:admin"]
+
+
+@pytest.mark.parametrize("endpoint, port", [("10.0.0.1:http", "http"), ("10.0.0.1:0", "0"), ("10.0.0.1:65536", "65536"),
+                                            ("[fd00::1]:99999", "99999"), ("https://cp:70000", "70000")])
+def test_port_out_of_range_names_the_option(endpoint, port):
+    with pytest.raises(TalosConfigError, match=r"^Endpoint '.*' from the endpoints option has port '%s': expected a number "
+                                               r"from 1 to 65535\.$" % port):
+        ConnectionSettings.from_params(params(endpoints=[endpoint], insecure=True), environ={"HOME": "/nonexistent"})
+
+
+def test_port_out_of_range_in_the_file_names_the_file(tmp_path, pki):
+    path = write_config(tmp_path, pki, contexts={"prod": {"endpoints": ["10.5.0.2:123456"], "ca": _b64(pki["ca"]),
+                                                          "crt": _b64(pki["crt"]), "key": _b64(pki["key"])}})
+    with pytest.raises(TalosConfigError, match=r"from talosconfig context 'prod' \(%s\) has port '123456'" % path):
+        ConnectionSettings.from_params(params(talosconfig=path))
+
+
+def test_directory_is_not_reported_as_missing(tmp_path):
+    with pytest.raises(TalosConfigError, match=r"^The talosconfig path %s is a directory: expected a talosconfig file\.$" % tmp_path):
+        ConnectionSettings.from_params(params(talosconfig=str(tmp_path)))
+
+
+def test_binary_file_is_named(tmp_path):
+    path = tmp_path / "talosconfig"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary")
+    with pytest.raises(TalosConfigError, match=r"^The talosconfig file %s is not a text file" % path):
+        ConnectionSettings.from_params(params(talosconfig=str(path)))
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"context": "a", "contexts": ["a"]}, r"contexts of talosconfig .* must be a mapping"),
+    ({"context": "a", "contexts": {"a": {"endpoints": "10.0.0.1"}}}, r"endpoints of context 'a' .* must be a list of addresses"),
+    ({"context": "a", "contexts": {"a": {"endpoints": ["10.0.0.1"], "nodes": [1]}}}, r"nodes of context 'a' .* must be a list"),
+    ({"context": "a", "contexts": {"a": {"endpoints": ["10.0.0.1"], "ca": ["x"]}}}, r"ca of context 'a' .* must be a string"),
+])
+def test_malformed_context_fields_are_named(tmp_path, data, expected):
+    path = tmp_path / "talosconfig"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(TalosConfigError, match=expected):
+        ConnectionSettings.from_params(params(talosconfig=str(path)))

@@ -19,8 +19,10 @@ class FakeNode:
 
     nodes = ["10.5.0.2"]
 
-    def __init__(self, etcd_state="Preparing", bootstrap_answer=None, server_message="", endpoint_has_members=False):
+    def __init__(self, etcd_state="Preparing", bootstrap_answer=None, server_message="", endpoint_has_members=False,
+                 machine_type="controlplane"):
         self.etcd_state = etcd_state
+        self.machine_type = machine_type
         self.endpoint_has_members = endpoint_has_members
         self.bootstrap_answer = bootstrap_answer
         self.server_message = server_message
@@ -48,13 +50,19 @@ class FakeNode:
             return [machine_pb2.Bootstrap()]
         raise AssertionError("unexpected call %s" % method)
 
+    def get_resource(self, namespace, resource_type, resource_id, node=None):
+        self.calls.append(("Get %s" % resource_type, None, None))
+        if self.machine_type is None:
+            raise from_status("NotFound", "resource not found", "cosi.resource.State/Get", node)
+        return {"metadata": {"id": resource_id}, "spec": self.machine_type}
+
     def upload(self, method, chunks, node=None):
         self.calls.append((method.rsplit("/", 1)[-1], None, None))
         self.uploaded = b"".join(chunks)
         return [machine_pb2.EtcdRecover()]
 
     def called(self):
-        return [name for name, _request, _codes in self.calls]
+        return [name for name, _request, _codes in self.calls if not name.startswith("Get ")]
 
 
 DEFAULTS = dict(recover_from=None, recover_skip_hash_check=False, wait=False, wait_timeout=5)
@@ -114,14 +122,25 @@ def test_worker_answer_names_control_planes():
                                     "control planes.")
 
 
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("endpoint_has_members", [False, True])
+def test_a_worker_fails_whether_or_not_the_cluster_is_bootstrapped(check_mode, endpoint_has_members):
+    client = FakeNode(etcd_state=None, machine_type="worker", endpoint_has_members=endpoint_has_members)
+    ok, result = run(client, check_mode=check_mode)
+    assert not ok and result["msg"] == ("Cannot bootstrap node 10.5.0.2: it is a worker node, and only a control-plane node "
+                                        "can bootstrap etcd; target one of the cluster's control planes.")
+    assert client.called() == []
+
+
 def test_check_mode_on_a_node_without_etcd_service_fails_without_calling_bootstrap():
-    client = FakeNode(etcd_state=None)
+    client = FakeNode(etcd_state=None, machine_type=None)
     ok, result = run(client, check_mode=True)
     assert not ok and "runs no etcd service" in result["msg"] and client.called() == ["ServiceList", "EtcdMemberList"]
 
 
 def test_without_etcd_service_the_node_itself_answers_bootstrap():
-    client = FakeNode(etcd_state=None, bootstrap_answer="Unimplemented", server_message="bootstrap is only available on control plane nodes")
+    client = FakeNode(etcd_state=None, bootstrap_answer="Unimplemented", server_message="bootstrap is only available on control plane nodes",
+                      machine_type=None)
     with pytest.raises(TalosError, match="Bootstrap works only on a configured control-plane node"):
         run(client)
     assert client.called() == ["ServiceList", "EtcdMemberList", "Bootstrap"]

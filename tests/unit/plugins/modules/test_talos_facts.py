@@ -39,6 +39,8 @@ class FakeCluster:
         self.calls.append((name, node, getattr(request, "type", None)))
         if spec.get("down"):
             raise from_status("Unavailable", "connection refused", method, node)
+        if spec.get("error"):
+            raise spec["error"](method, node)
         machine_type = spec.get("type")
         control_plane = machine_type == "controlplane"
         if name == "Version":
@@ -107,6 +109,8 @@ class FakeCluster:
         self.calls.append(("List", node, request.type))
         if self.nodes[node].get("down"):
             raise from_status("Unavailable", "connection refused", method, node)
+        if self.nodes[node].get("error"):
+            raise self.nodes[node]["error"](method, node)
         if request.type == "NodeAddresses.net.talos.dev":
             return [state_pb2.ListResponse(resource=resource("network", request.type, resource_id, "addresses:\n  - %s/24\n" % node))
                     for resource_id in ("current", "default")]
@@ -201,6 +205,18 @@ class TestOneNode:
         assert "Permission denied" in facts["unavailable"]["config"]
         assert facts["hostname"]
 
+    @pytest.mark.parametrize("error, message", [
+        (lambda method, node: from_status("PermissionDenied", "no request forwarding", method, node, endpoint="10.5.0.3:50000"),
+         r"^Endpoint 10.5.0.3:50000 refused to forward .* endpoints must be control-plane nodes"),
+        (lambda method, node: TalosConfigError("The client certificate and key from talosconfig context 'a' cannot be loaded."),
+         r"^The client certificate and key .* cannot be loaded"),
+        (lambda method, node: from_status("PermissionDenied", "not authorized", method, node, client_roles=[]),
+         r"^Permission denied for .* the client certificate carries no role"),
+    ], ids=["routing", "configuration", "every-call-refused"])
+    def test_a_node_that_answered_nothing_fails_the_task(self, error, message):
+        with pytest.raises(TalosError, match=message):
+            run(FakeCluster({CP: {"error": error}}), [CP])
+
     def test_unreachable_node_fails_the_task(self):
         with pytest.raises(TalosError, match="unavailable"):
             run(FakeCluster({CP: {"down": True}}), [CP])
@@ -246,6 +262,14 @@ class TestSeveralNodes:
         ok, result = run(client, [CP, WORKER], fail_on_node_error=True)
         assert not ok and result["msg"].startswith("Could not read 1 of 2 nodes (%s)" % WORKER)
         assert result["nodes"][CP]["hostname"]
+
+    def test_a_refused_route_fails_that_node_only(self):
+        def refuse(method, node):
+            return from_status("PermissionDenied", "no request forwarding", method, node, endpoint="10.5.0.9:50000")
+
+        ok, result = run(FakeCluster({CP: {"type": "controlplane"}, WORKER: {"error": refuse}}), [CP, WORKER])
+        assert ok and result["nodes"][WORKER]["failed"] is True and "refused to forward" in result["nodes"][WORKER]["msg"]
+        assert "unavailable" not in result["nodes"][CP]
 
     def test_every_node_failed(self):
         ok, result = run(FakeCluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
