@@ -149,6 +149,7 @@ except ImportError:  # earlier versions render every string that is not marked u
     def trust_as_template(value):
         return value
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster_nodes import discover, is_control_plane, preferred_address
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import missing_libraries
@@ -208,8 +209,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return nodes
 
     def _client(self, settings):
-        # Imported here so that unit tests can replace the client.
-        from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
         return TalosClient(settings)
 
     def _group(self, node):
