@@ -92,6 +92,9 @@ def test_list_and_graph_follow_the_cluster_as_it_changes(cluster, inventory):
             "ansible_connection": "local",
             "ansible_python_interpreter": "{{ ansible_playbook_python }}",
         }
+    credentials = yaml.safe_load(open(cluster.talosconfig_path()).read())["contexts"][cluster.name]
+    listed = json.dumps(listing)
+    assert not any(credentials[key][:40] in listed for key in ("ca", "crt", "key")) and "PRIVATE KEY" not in listed
     graph = inventory.run(source, "--graph")
     assert graph.returncode == 0, graph.stderr
     assert "|--@controlplane:\n  |  |--controlplane-1\n  |  |--controlplane-2\n  |  |--controlplane-3" in graph.stdout
@@ -172,7 +175,8 @@ def test_cache_serves_the_last_listing_until_flushed(cluster, inventory, tmp_pat
     assert groups_of(_plain(json.loads(proc.stdout)))["workers"] == ["worker-1", "worker-2", "worker-3"]
 
 
-@pytest.mark.parametrize("case", ["missing", "unreadable", "not_yaml", "no_context", "unreachable", "wrong_ca", "env"])
+@pytest.mark.parametrize("case", ["missing", "unreadable", "not_yaml", "no_context", "unreachable", "wrong_ca", "permission", "env",
+                                  "bad_option"])
 def test_bad_sources_fail_with_one_sentence_naming_the_file(cluster, inventory, tmp_path, case):
     talosconfig = tmp_path / "talosconfig"
     config = yaml.safe_load(open(cluster.talosconfig_path()).read())
@@ -203,6 +207,13 @@ def test_bad_sources_fail_with_one_sentence_naming_the_file(cluster, inventory, 
         talosconfig.write_text(yaml.safe_dump(other))
         options["talosconfig"] = str(talosconfig)
         expected = "Certificate verification of endpoint"
+    elif case == "permission":
+        talosconfig.write_text(cluster.talosconfig(roles=["os:etcd:backup"]))
+        options["talosconfig"] = str(talosconfig)
+        expected = "Permission denied for cosi.resource.State/List"
+    elif case == "bad_option":
+        options.update(talosconfig=cluster.talosconfig_path(), inventory_hostname="fqdn")
+        expected = "inventory_hostname"
     else:  # TALOSCONFIG names the file when the source does not
         env["TALOSCONFIG"] = str(tmp_path / "from-env")
         expected = "The talosconfig file %s does not exist." % (tmp_path / "from-env")
@@ -210,7 +221,7 @@ def test_bad_sources_fail_with_one_sentence_naming_the_file(cluster, inventory, 
     if case == "unreadable" and os.access(str(talosconfig), os.R_OK):
         pytest.skip("running as a user who reads every file")
     proc = inventory.run(source, "--list", env=env)
-    assert proc.returncode != 0
+    assert proc.returncode != 0 and "_meta" not in proc.stdout
     assert source in proc.stderr and expected in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     secrets = [yaml.safe_load(open(cluster.talosconfig_path()).read())["contexts"]["emulated"][key] for key in ("crt", "key")]
