@@ -54,6 +54,11 @@ MAX_MESSAGE_SIZE = 32 * 1024 * 1024
 # Connecting to one endpoint may take this long before the next one is tried.
 CONNECT_TIMEOUT = 10.0
 
+# How many calls of one call_many are in flight at once: every call is an
+# HTTP/2 stream on the endpoint's connection that the endpoint relays to its
+# node, so a task on a thousand nodes must not open a thousand at a time.
+DEFAULT_MAX_CONCURRENCY = 32
+
 # Why a connection ended when the server closed it before saying anything.
 CLOSED_AFTER_HANDSHAKE = ConnectionAbortedError("closed by the server right after the TLS handshake")
 
@@ -285,14 +290,26 @@ class TalosClient:
         spec = self._method(method, Cardinality.UNARY_UNARY)
         return self._run(self._call(spec, request, node, retry_codes, deadline))
 
-    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None):
-        """The same unary call to several nodes at once: ``{node: items or TalosError}``."""
+    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
+        """The same unary call to several nodes at once: ``{node: items or TalosError}``.
+
+        At most ``max_concurrency`` calls (default DEFAULT_MAX_CONCURRENCY) are
+        in flight at a time; a node's ``deadline`` starts when its call does.
+        """
         spec = self._method(method, Cardinality.UNARY_UNARY)
         targets = self.nodes if nodes is None else list(nodes)
+        limit = DEFAULT_MAX_CONCURRENCY if max_concurrency is None else max_concurrency
+        if limit < 1:
+            raise ValueError("max_concurrency must be at least 1, got %r" % (limit,))
 
         async def gather():
-            results = await asyncio.gather(*[self._call(spec, request, node, retry_codes, deadline) for node in targets],
-                                           return_exceptions=True)
+            slots = asyncio.Semaphore(limit)
+
+            async def bounded(node):
+                async with slots:
+                    return await self._call(spec, request, node, retry_codes, deadline)
+
+            results = await asyncio.gather(*[bounded(node) for node in targets], return_exceptions=True)
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(result, TalosError):
                     raise result

@@ -129,10 +129,11 @@ def resource_facts(resource):
 class FactGatherer:
     """Reads the facts of several nodes, one RPC at a time for all of them concurrently."""
 
-    def __init__(self, client, nodes, insecure):
+    def __init__(self, client, nodes, insecure, max_concurrency=None):
         self.client = client
         self.nodes = nodes
         self.insecure = insecure
+        self.max_concurrency = max_concurrency
         self.facts = dict((node, {"node": node}) for node in nodes)
         self.unavailable = dict((node, {}) for node in nodes)
         self.errors = {}
@@ -152,7 +153,7 @@ class FactGatherer:
         targets = self.alive(nodes)
         if not targets:
             return {}
-        answers = self.client.call_many(method, request, nodes=targets)
+        answers = self.client.call_many(method, request, nodes=targets, max_concurrency=self.max_concurrency)
         answered = {}
         for node in targets:
             answer = answers[node]

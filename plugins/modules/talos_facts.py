@@ -56,6 +56,15 @@ options:
         description:
           - The resource ID. When not set, every resource of the type in the namespace is returned.
         type: str
+  max_concurrency:
+    description:
+      - How many nodes are read at the same time when the task targets several O(nodes). Each read is one gRPC
+        stream on the endpoint's connection, which the endpoint relays to its node; the others wait their turn, so
+        a task on a thousand nodes never opens a thousand streams at once.
+      - Each node's O(timeout) starts when its read does, not while it waits.
+      - Must be at least V(1).
+    type: int
+    default: 32
   fail_on_node_error:
     description:
       - With several O(nodes), fail the task when any node cannot be read.
@@ -268,14 +277,18 @@ nodes:
     10.5.0.3: {node: 10.5.0.3, failed: true, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
 """
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
 
 
 def run(module):
     subsets = resolve_subsets(module.params["gather_subset"])
+    if module.params["max_concurrency"] < 1:
+        raise TalosConfigError("max_concurrency must be at least 1 (nodes read at the same time), got %d."
+                               % module.params["max_concurrency"])
     nodes = module.target_nodes
-    gatherer = FactGatherer(module.client, nodes, module.params["insecure"])
+    gatherer = FactGatherer(module.client, nodes, module.params["insecure"], module.params["max_concurrency"])
     facts, errors = gatherer.gather(subsets, module.params["resources"])
 
     if len(nodes) == 1:
@@ -307,6 +320,7 @@ def main():
                 id=dict(type="str"),
             )),
             fail_on_node_error=dict(type="bool", default=False),
+            max_concurrency=dict(type="int", default=32),
         ),
         supports_check_mode=True,
     )

@@ -126,3 +126,20 @@ def test_reader_certificate_leaves_out_the_config(emulator, run_playbook):
     facts = run.task("gather")["result"]["ansible_facts"]["talos"]
     assert facts["hostname"] == node.hostname and "config" not in facts
     assert "os:admin" in facts["unavailable"]["config"]
+
+
+def test_one_task_reads_a_hundred_nodes_a_few_at_a_time(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=97)
+    addresses = [node.address for node in cluster.nodes]
+    tasks = [{"name": "gather", FACTS: {"nodes": addresses, "gather_subset": ["min"], "max_concurrency": 10}},
+             {"name": "zero", FACTS: {"nodes": addresses[:1], "max_concurrency": 0}, "ignore_errors": True}]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()))
+
+    result = run.task("gather", "localhost")["result"]
+    assert sorted(result["nodes"]) == sorted(addresses)
+    for node in cluster.nodes:
+        facts = result["nodes"][node.address]
+        assert facts["hostname"] == node.hostname and facts["machine"]["type"] == node.machine_type
+    refused = run.task("zero", "localhost")
+    assert refused["status"] == "failed"
+    assert refused["result"]["msg"] == "max_concurrency must be at least 1 (nodes read at the same time), got 0."

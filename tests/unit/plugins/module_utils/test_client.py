@@ -92,6 +92,43 @@ def test_nodes_are_targeted_through_a_control_plane_endpoint(cluster):
         assert results[node.address][0].hostname == node.hostname
 
 
+@pytest.mark.parametrize("limit, expected", [(None, client_module.DEFAULT_MAX_CONCURRENCY), (7, 7), (1, 1)])
+def test_call_many_keeps_at_most_max_concurrency_calls_in_flight(monkeypatch, limit, expected):
+    import asyncio
+
+    in_flight = [0]
+    peak = [0]
+
+    async def call(spec, request, node, retry_codes, deadline):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.001)
+        in_flight[0] -= 1
+        return [node]
+
+    client = TalosClient(ConnectionSettings(endpoints=["127.0.0.1"], insecure=True))
+    monkeypatch.setattr(client, "_call", call)
+    nodes = ["10.0.%d.%d" % (i // 250, i % 250 + 1) for i in range(1000)]
+    with client:
+        results = client.call_many(VERSION, nodes=nodes, max_concurrency=limit)
+    assert results == dict((node, [node]) for node in nodes)
+    assert peak[0] == expected
+
+
+def test_call_many_refuses_a_concurrency_below_one():
+    with TalosClient(ConnectionSettings(endpoints=["127.0.0.1"], insecure=True)) as client:
+        with pytest.raises(ValueError, match="max_concurrency must be at least 1"):
+            client.call_many(VERSION, nodes=["10.0.0.1"], max_concurrency=0)
+
+
+def test_call_many_one_at_a_time_through_the_emulator(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        results = client.call_many(HOSTNAME, nodes=[node.address for node in cluster.nodes], max_concurrency=1)
+    assert dict((address, items[0].hostname) for address, items in results.items()) == dict(
+        (node.address, node.hostname) for node in cluster.nodes)
+
+
 def test_call_many_reports_a_failing_node_without_raising(cluster):
     controlplane = node_of(cluster, "controlplane")
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:

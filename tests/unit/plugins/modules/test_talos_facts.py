@@ -32,6 +32,7 @@ class FakeCluster:
         self.nodes = nodes
         self.role = role
         self.calls = []
+        self.concurrency = []
 
     def _answer(self, method, request, node):
         spec = self.nodes[node]
@@ -96,7 +97,8 @@ class FakeCluster:
             return resource(request.namespace, request.type, request.id, "image: kubelet\nclientKey: c2VjcmV0LWtleQ==\n")
         raise from_status("NotFound", "resource doesn't exist", method, node)
 
-    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None):
+    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
+        self.concurrency.append(max_concurrency)
         results = {}
         for node in nodes:
             try:
@@ -123,7 +125,7 @@ CP = "10.5.0.2"
 WORKER = "10.5.0.3"
 
 
-DEFAULTS = dict(gather_subset=["all"], resources=[], fail_on_node_error=False, insecure=False)
+DEFAULTS = dict(gather_subset=["all"], resources=[], fail_on_node_error=False, insecure=False, max_concurrency=32)
 
 
 def run(client, nodes, **params):
@@ -274,3 +276,18 @@ class TestSeveralNodes:
     def test_every_node_failed(self):
         ok, result = run(FakeCluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
         assert not ok and result["msg"].startswith("Could not read 2 of 2 nodes")
+
+
+class TestConcurrency:
+    def test_max_concurrency_reaches_every_concurrent_read(self):
+        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
+        ok, result = run(client, [CP, WORKER], gather_subset=["min", "etcd"], max_concurrency=5)
+        assert ok and client.concurrency and set(client.concurrency) == {5}
+
+    @pytest.mark.parametrize("value", [0, -3])
+    def test_max_concurrency_below_one_is_refused_before_any_call(self, value):
+        client = FakeCluster({CP: {"type": "controlplane"}})
+        with pytest.raises(TalosConfigError) as failure:
+            run(client, [CP], max_concurrency=value)
+        assert failure.value.message == "max_concurrency must be at least 1 (nodes read at the same time), got %d." % value
+        assert client.calls == [] and client.concurrency == []
