@@ -277,16 +277,12 @@ nodes:
     10.5.0.3: {node: 10.5.0.3, failed: true, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
 
 
 def run(module):
     subsets = resolve_subsets(module.params["gather_subset"])
-    if module.params["max_concurrency"] < 1:
-        raise TalosConfigError("max_concurrency must be at least 1 (nodes read at the same time), got %d."
-                               % module.params["max_concurrency"])
     nodes = module.target_nodes
     gatherer = FactGatherer(module.client, nodes, module.params["insecure"], module.params["max_concurrency"])
     facts, errors = gatherer.gather(subsets, module.params["resources"])
@@ -322,6 +318,7 @@ def main():
             fail_on_node_error=dict(type="bool", default=False),
             max_concurrency=dict(type="int", default=32),
         ),
+        ranges=dict(max_concurrency=(1, None)),
         supports_check_mode=True,
     )
     module.run(run)

@@ -142,4 +142,4 @@ def test_one_task_reads_a_hundred_nodes_a_few_at_a_time(emulator, run_playbook):
         assert facts["hostname"] == node.hostname and facts["machine"]["type"] == node.machine_type
     refused = run.task("zero", "localhost")
     assert refused["status"] == "failed"
-    assert refused["result"]["msg"] == "max_concurrency must be at least 1 (nodes read at the same time), got 0."
+    assert refused["result"]["msg"] == "max_concurrency must be at least 1, got 0."

@@ -283,11 +283,3 @@ class TestConcurrency:
         client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
         ok, result = run(client, [CP, WORKER], gather_subset=["min", "etcd"], max_concurrency=5)
         assert ok and client.concurrency and set(client.concurrency) == {5}
-
-    @pytest.mark.parametrize("value", [0, -3])
-    def test_max_concurrency_below_one_is_refused_before_any_call(self, value):
-        client = FakeCluster({CP: {"type": "controlplane"}})
-        with pytest.raises(TalosConfigError) as failure:
-            run(client, [CP], max_concurrency=value)
-        assert failure.value.message == "max_concurrency must be at least 1 (nodes read at the same time), got %d." % value
-        assert client.calls == [] and client.concurrency == []
