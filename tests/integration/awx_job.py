@@ -205,7 +205,7 @@ class Job(object):
             "PATH": os.pathsep.join([VENV_BIN, "/usr/bin", "/bin"]),
             "HOME": self.home,
             "LANG": "C.UTF-8",
-            "ANSIBLE_COLLECTIONS_PATH": os.environ.get("ANSIBLE_COLLECTIONS_PATH", ""),
+            "ANSIBLE_COLLECTIONS_PATH": os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.path.join(REPO, ".collections"),
         }
 
     def _run_pipeline(self, runner_kwargs):
