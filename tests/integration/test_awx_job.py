@@ -46,12 +46,14 @@ def cluster(tmp_path_factory):
 
 
 def prepare_job(cluster, tmp_path, inputs):
+    """The job; ``inputs`` of the Talos API credential, or None for a job template without it."""
     job = Job(tmp_path)
     job.add_project_file("talos_check.yml", PLAYBOOK)
     for machine_type in ("controlplane", "worker"):
         with open(os.path.join(cluster.state_dir, "%s.yaml" % machine_type)) as config:
             job.add_project_file("configs/%s.yaml" % machine_type, config.read())
-    job.attach_credential(CredentialType.load(), inputs)
+    if inputs is not None:
+        job.attach_credential(CredentialType.load(), inputs)
     groups = {"controlplane": [n.name for n in cluster.controlplanes], "workers": [n.name for n in cluster.workers]}
     hostvars = dict((n.name, {"ansible_host": n.address}) for n in cluster.nodes)
     job.set_inventory(groups, hostvars, group_vars={
@@ -116,3 +118,15 @@ def test_check_job_gathers_facts_and_predicts_the_change_without_leaking(cluster
             assert secret not in text, "a secret is in artifact %s" % name
         for event in job.events:
             assert secret not in repr(event)
+
+
+def test_job_without_the_credential_fails_with_one_sentence_per_node(cluster, tmp_path):
+    job = prepare_job(cluster, tmp_path, None)
+
+    result = job.run_playbook("talos_check.yml", extra_vars={"somaxconn": 4096}, check=True)
+
+    assert (result.status, job.rc) == ("failed", 2)
+    failures = dict((e["event_data"]["host"], e["event_data"]["res"]["msg"]) for e in job.host_results("runner_on_failed"))
+    assert sorted(failures) == sorted(n.name for n in cluster.nodes)
+    assert all(message.startswith("No Talos endpoint is configured") for message in failures.values()), failures
+    assert job.host_results("playbook_on_stats")[0]["event_data"]["failures"] == dict((n.name, 1) for n in cluster.nodes)
