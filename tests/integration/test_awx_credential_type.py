@@ -122,6 +122,18 @@ def test_awx_accepts_the_credential_type(credential_type):
     assert set(credential_type.injectors) == {"env", "file"}
 
 
+@pytest.mark.parametrize("broken, reason", [
+    ({"env": {"TALOSCONFIG": "{{ tower.filename.talosconfig }}"}, "file": {"template.talosconfig": "{{ nodes }}"}}, "nodes"),
+    ({"env": {"ANSIBLE_CONFIG": "{{ tower.filename.talosconfig }}"}, "file": {"template.talosconfig": "x"}}, "ANSIBLE_"),
+    ({"env": {"TALOSCONFIG": "{{ tower.filename.other }}"}, "file": {"template.talosconfig": "x"}}, "other"),
+    ({"file": {"talosconfig": "x"}}, "template"),
+])
+def test_awx_refuses_broken_injectors(credential_type, broken, reason):
+    # The checks above can fail: AWX refuses to save these.
+    with pytest.raises(Exception, match=reason):
+        CredentialType({"inputs": credential_type.inputs, "injectors": broken}).validate()
+
+
 @pytest.mark.parametrize("style", INPUT_STYLES, ids=lambda style: style.__name__)
 def test_rendered_talosconfig_reaches_every_node(cluster, credential_type, tmp_path, style):
     inputs, expected_endpoints = style(cluster)
