@@ -75,8 +75,8 @@ notes:
   - The connection options can be set for every module at once with
     C(module_defaults) and the action group C(group/talos_linux.talos.talos).
   - Environment variable E(TALOSCONFIG) sets O(talosconfig).
-  - O(endpoints) are the control-plane nodes the client connects to; O(node) and O(nodes) are the machines the
-    task acts on. The server certificate of every endpoint must list the endpoint's address or name.
+  - O(endpoints) are the control-plane nodes the client connects to; O(node) and O(nodes) name the machines to act
+    on. The server certificate of every endpoint must list the endpoint's address or name.
   - Requires the Python libraries C(grpclib), C(protobuf), C(googleapis-common-protos), C(PyYAML) and
-    C(cryptography) on the host that runs the module.
+    C(cryptography) on the host that runs the module or plugin (the controller, for the inventory plugin).
 '''
