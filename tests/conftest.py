@@ -24,6 +24,22 @@ for _path in _collection_paths() + [os.path.join(_TESTS, "emulator"), os.path.jo
 from talos_emulator import EmulatedCluster  # noqa: E402  (needs the paths above)
 
 
+def _started_clusters(base_dir):
+    """A factory starting clusters under ``base_dir`` and the list of what it started."""
+    clusters = []
+
+    def start(controlplanes=1, workers=0, maintenance=False, talos_version="v1.14.0", reboot_seconds=0.3, **options):
+        state_dir = base_dir / ("cluster-%d" % len(clusters))
+        cluster = EmulatedCluster.start(
+            str(state_dir), controlplanes=controlplanes, workers=workers, maintenance=maintenance,
+            talos_version=talos_version, reboot_seconds=reboot_seconds, **options
+        )
+        clusters.append(cluster)
+        return cluster
+
+    return start, clusters
+
+
 @pytest.fixture
 def emulator(tmp_path):
     """Factory for started emulated clusters, each in its own state directory, stopped at teardown.
@@ -32,17 +48,16 @@ def emulator(tmp_path):
     reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None)`` returns an
     ``EmulatedCluster`` (see docs/emulator.md).
     """
-    clusters = []
+    start, clusters = _started_clusters(tmp_path)
+    yield start
+    for cluster in clusters:
+        cluster.stop()
 
-    def start(controlplanes=1, workers=0, maintenance=False, talos_version="v1.14.0", reboot_seconds=0.3, **options):
-        state_dir = tmp_path / ("cluster-%d" % len(clusters))
-        cluster = EmulatedCluster.start(
-            str(state_dir), controlplanes=controlplanes, workers=workers, maintenance=maintenance,
-            talos_version=talos_version, reboot_seconds=reboot_seconds, **options
-        )
-        clusters.append(cluster)
-        return cluster
 
+@pytest.fixture(scope="module")
+def module_emulator(tmp_path_factory):
+    """As ``emulator``, for clusters that the tests of one module share (stopped after the module)."""
+    start, clusters = _started_clusters(tmp_path_factory.mktemp("emulated"))
     yield start
     for cluster in clusters:
         cluster.stop()

@@ -22,7 +22,6 @@ import yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings, relabel_private_key
-from talos_emulator import EmulatedCluster
 
 from awx_job import CredentialType
 
@@ -30,10 +29,8 @@ VERSION = "machine.MachineService/Version"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = EmulatedCluster.start(str(tmp_path_factory.mktemp("awx-credential")), controlplanes=2, workers=1)
-    yield cluster
-    cluster.stop()
+def cluster(module_emulator):
+    return module_emulator(controlplanes=2, workers=1)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,6 @@ __metaclass__ = type
 
 import pytest
 
-from talos_emulator import EmulatedCluster
-
 from awx_job import CredentialType, Job, secret_values
 from test_inventory_talos import _plain as imported
 
@@ -30,10 +28,8 @@ FACTS_PLAYBOOK = [{
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = EmulatedCluster.start(str(tmp_path_factory.mktemp("awx-inventory")), controlplanes=2, workers=1, bootstrapped=True)
-    yield cluster
-    cluster.stop()
+def cluster(module_emulator):
+    return module_emulator(controlplanes=2, workers=1, bootstrapped=True)
 
 
 def credential_inputs(cluster):

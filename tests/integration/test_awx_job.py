@@ -19,8 +19,6 @@ import shutil
 import pytest
 import yaml
 
-from talos_emulator import EmulatedCluster
-
 from awx_job import CredentialType, Job, secret_values
 
 PLAYBOOK = [{
@@ -39,10 +37,8 @@ PLAYBOOK = [{
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = EmulatedCluster.start(str(tmp_path_factory.mktemp("awx-job")), controlplanes=2, workers=1, bootstrapped=True)
-    yield cluster
-    cluster.stop()
+def cluster(module_emulator):
+    return module_emulator(controlplanes=2, workers=1, bootstrapped=True)
 
 
 def prepare_job(cluster, tmp_path, inputs):

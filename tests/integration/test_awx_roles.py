@@ -21,8 +21,6 @@ import os
 import pytest
 import yaml
 
-from talos_emulator import EmulatedCluster
-
 from awx_job import REPO, CredentialType, Job
 
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
@@ -76,11 +74,8 @@ def test_survey_questions_fit_the_role_options(role):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = EmulatedCluster.start(str(tmp_path_factory.mktemp("awx-roles")), controlplanes=1, workers=1, maintenance=True,
-                                    talos_version="v1.13.0", reboot_seconds=0.2)
-    yield cluster
-    cluster.stop()
+def cluster(module_emulator):
+    return module_emulator(controlplanes=1, workers=1, maintenance=True, talos_version="v1.13.0", reboot_seconds=0.2)
 
 
 def role_job(cluster, tmp_path, job_id, role, playbook_hosts="controlplane:workers"):
