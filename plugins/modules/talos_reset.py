@@ -188,14 +188,15 @@ PROBE_SECONDS = 10
 def found_in_maintenance(module, node):
     """True when ``node`` is in maintenance mode; raises the secure client's error when it simply does not answer."""
     client = module.client
+    probe_seconds = min(PROBE_SECONDS, module.params["timeout"])
     if client.settings.insecure:
-        return lifecycle.in_maintenance(client, node, min(PROBE_SECONDS, module.params["timeout"]))
+        return lifecycle.in_maintenance(client, node, probe_seconds)
     try:
-        client.call(lifecycle.VERSION, node=node)
+        client.call(lifecycle.VERSION, node=node, retry_codes=(), deadline=probe_seconds)
     except TalosError:
-        if lifecycle.in_maintenance(client, node, min(PROBE_SECONDS, module.params["timeout"])):
+        if lifecycle.in_maintenance(client, node, probe_seconds):
             return True
-        raise
+        client.call(lifecycle.VERSION, node=node)  # a node that is only slow to answer gets the whole timeout
     return False
 
 

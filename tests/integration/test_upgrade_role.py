@@ -77,3 +77,43 @@ def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook)
     assert "Not started: worker-3." in message
     assert sorted(_upgraded(cluster)) == ["controlplane-1", "worker-2"]
     assert cluster.node("worker-3").talos_version == "v1.13.0"
+
+
+REBOOT_PLAYBOOK = """
+- name: Roll a restart
+  hosts: controlplane:workers
+  gather_facts: false
+  roles:
+    - role: talos_linux.talos.upgrade
+      vars:
+        upgrade_reboot_only: true
+        upgrade_wait_for_services: [kubelet]
+        upgrade_talosconfig: "{{ talos_state_dir }}/talosconfig"
+        upgrade_worker_batch_size: 2
+        upgrade_wait_timeout: 60
+        upgrade_etcd_wait_timeout: 3
+        upgrade_etcd_wait_delay: 1
+        upgrade_poll_delay: 1
+"""
+
+
+def test_reboot_only_restarts_every_node_in_order_behind_the_etcd_gate(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2)
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+
+    run = run_playbook(REBOOT_PLAYBOOK, inventory=inventory)
+    order = [entry["node"] for entry in cluster.audit(method="Reboot")]
+    assert order[:3] == ["controlplane-1", "controlplane-2", "controlplane-3"]
+    assert sorted(order[3:]) == ["worker-1", "worker-2"]
+    assert all(node.reboots == 1 for node in cluster.nodes)
+    assert cluster.audit(method=UPGRADE) == []
+    (report,) = [r for r in run.results if r["task"].endswith("Report the rolling reboot")]
+    assert "Rebooted" in report["result"]["msg"] and "controlplane-1, controlplane-2, controlplane-3" in report["result"]["msg"]
+
+    # An unhealthy member closes the gate before the first control plane that etcd cannot spare.
+    cluster.faults.make_unreachable("controlplane-3")
+    stopped = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, expect_rc=2)
+    message = _failure(stopped)
+    assert "The rolling upgrade stopped at control plane controlplane-1" in message
+    assert "Refusing to reboot control-plane node" in message
+    assert len(cluster.audit(method="Reboot")) == 5

@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The node_remove role against the emulator: a control plane leaves etcd and is wiped,
+a worker is wiped, check mode sends nothing and the quorum guard stops a removal."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+
+def remove_play(cluster, node, **role_vars):
+    variables = dict(node_remove_node=node.address, node_remove_talosconfig=cluster.talosconfig_path(),
+                     node_remove_wait_timeout=30)
+    variables.update(role_vars)
+    return [{"name": "Remove a node", "hosts": "localhost", "connection": "local", "gather_facts": False,
+             "roles": [{"role": "talos_linux.talos.node_remove", "vars": variables}]}]
+
+
+def _report(run):
+    (report,) = [r for r in run.results if "Report the removal" in r["task"]]
+    return report["result"]["msg"]
+
+
+def test_control_plane_leaves_etcd_then_is_wiped(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True, reboot_seconds=0.2)
+    cp3 = cluster.controlplanes[2]
+
+    check = run_playbook(remove_play(cluster, cp3), check=True)
+    assert cluster.audit() == []
+    assert _report(check).startswith("Check mode: would remove %s (controlplane). etcd: member controlplane-3 would "
+                                     "leave. Reset: wiped the whole system disk." % cp3.address)
+
+    run = run_playbook(remove_play(cluster, cp3, node_remove_reboot=True, node_remove_system_labels_to_wipe=["STATE"]))
+    assert [(e["method"], e["node"]) for e in cluster.audit()] == [
+        ("machine.MachineService/EtcdLeaveCluster", cp3.name), ("machine.MachineService/Reset", cp3.name)]
+    assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-1", "controlplane-2"]
+    assert cp3.maintenance
+    assert _report(run) == ("Removed %s (controlplane). etcd: member controlplane-3 left. Reset: wiped STATE. The node "
+                            "is maintenance." % cp3.address)
+
+    again = run_playbook(remove_play(cluster, cp3, node_remove_reboot=True, node_remove_system_labels_to_wipe=["STATE"]))
+    assert again.changed_count == 0 and len(cluster.audit()) == 2
+    assert "Reset: nothing to do, the node is already in maintenance mode." in _report(again)
+
+
+def test_worker_is_wiped_and_powered_off(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True)
+    worker = cluster.workers[0]
+    run = run_playbook(remove_play(cluster, worker, node_remove_wipe_mode="system_disk"))
+    assert [e["method"] for e in cluster.audit()] == ["machine.MachineService/Reset"]
+    assert cluster.audit()[0]["mode"] == "SYSTEM_DISK" and not worker.powered
+    assert _report(run) == ("Removed %s (worker). etcd: not a member. Reset: wiped the whole system disk. The node is "
+                            "off." % worker.address)
+
+
+def test_quorum_guard_stops_the_removal_before_any_change(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cp1, _cp2, cp3 = cluster.controlplanes
+    cluster.faults.make_unreachable(cp3)
+    run = run_playbook(remove_play(cluster, cp1, node_remove_wait_timeout=2), expect_rc=2)
+    (failed,) = [r for r in run.results if r["status"] == "failed"]
+    assert "Make the node's etcd member leave etcd" in failed["task"]
+    assert failed["result"]["msg"].startswith("Refusing to remove etcd member controlplane-1")
+    assert cluster.audit() == []
