@@ -119,6 +119,12 @@ controlplane:
   returned: always
   type: bool
   sample: true
+etcd_gate_open:
+  description:
+    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true)).
+  returned: always
+  type: bool
+  sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
   returned: always
@@ -159,7 +165,7 @@ def run(module):
 
     guard = lifecycle.etcd_guard(client, node)
     result = dict(changed=True, mode=params["mode"], controlplane=guard["controlplane"], quorum=guard["quorum"],
-                  boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
+                  etcd_gate_open=guard["safe"], boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
     lifecycle.refuse_unless_forced(module, guard, "reboot", node, **result)
     result["boot_id_before"] = waiters.read_boot_marker(client, node)
     if module.check_mode:

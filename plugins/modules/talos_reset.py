@@ -161,6 +161,13 @@ controlplane:
   returned: always
   type: bool
   sample: true
+etcd_gate_open:
+  description:
+    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true));
+      null when the node was found in maintenance mode.
+  returned: always
+  type: bool
+  sample: true
 quorum:
   description:
     - The etcd quorum check made on a control plane that is an etcd member - of its removal for a graceful reset,
@@ -210,7 +217,7 @@ def run(module):
     node = module.single_node("resets one node per task")
     expected = plan.pop("ends")
     result = dict(changed=False, wiped=plan, expected_state=expected, state=None, graceful=params["graceful"],
-                  controlplane=None, quorum=None, actor_id=None)
+                  controlplane=None, quorum=None, etcd_gate_open=None, actor_id=None)
 
     if found_in_maintenance(module, node):
         if "STATE" not in plan["labels"]:
@@ -222,7 +229,7 @@ def run(module):
 
     client = module.client
     guard = lifecycle.etcd_guard(client, node, leaves_etcd=params["graceful"])
-    result.update(controlplane=guard["controlplane"], quorum=guard["quorum"])
+    result.update(controlplane=guard["controlplane"], quorum=guard["quorum"], etcd_gate_open=guard["safe"])
     lifecycle.refuse_unless_forced(module, guard, "gracefully reset" if params["graceful"] else "reset", node, **result)
     result["changed"] = True
     if module.check_mode:

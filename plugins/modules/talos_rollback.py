@@ -89,6 +89,12 @@ controlplane:
   returned: always
   type: bool
   sample: false
+etcd_gate_open:
+  description:
+    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true)).
+  returned: always
+  type: bool
+  sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
   returned: always
@@ -110,7 +116,7 @@ def run(module):
     previous = client.call(lifecycle.VERSION, node=node)[0].version.tag
     guard = lifecycle.etcd_guard(client, node)
     result = dict(changed=True, previous_version=previous, current_version=None, controlplane=guard["controlplane"],
-                  quorum=guard["quorum"], boot_id_before=None, boot_id_after=None)
+                  quorum=guard["quorum"], etcd_gate_open=guard["safe"], boot_id_before=None, boot_id_after=None)
     lifecycle.refuse_unless_forced(module, guard, "roll back", node, **result)
     result["boot_id_before"] = waiters.read_boot_id(client, node)
     if module._diff:

@@ -77,6 +77,12 @@ controlplane:
   returned: always
   type: bool
   sample: false
+etcd_gate_open:
+  description:
+    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true)).
+  returned: always
+  type: bool
+  sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
   returned: always
@@ -108,7 +114,8 @@ def run(module):
     client = module.client
     node = module.single_node("shuts down one node per task")
     guard = lifecycle.etcd_guard(client, node)
-    result = dict(changed=True, controlplane=guard["controlplane"], quorum=guard["quorum"], actor_id=None, elapsed=None)
+    result = dict(changed=True, controlplane=guard["controlplane"], quorum=guard["quorum"],
+                  etcd_gate_open=guard["safe"], actor_id=None, elapsed=None)
     lifecycle.refuse_unless_forced(module, guard, "shut down", node, **result)
     if module.check_mode:
         client.call(lifecycle.VERSION, node=node)  # the node must answer now to be shut down

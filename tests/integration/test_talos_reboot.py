@@ -75,6 +75,7 @@ def test_quorum_guard_refuses_then_force_quorum_loss(emulator, run_playbook):
                               "controlplane-3)" % cp1.address), message
     assert message.endswith("or set force_quorum_loss: true to go ahead anyway.")
     assert refused["result"]["quorum"]["unhealthy"] == ["controlplane-3"]
+    assert refused["result"]["etcd_gate_open"] is False
     assert cluster.audit() == [] and cp1.reboots == 0
 
     forced = run_playbook(reboot_play(cluster, cp1.address, timeout=5, force_quorum_loss=True, wait=False)).task("reboot")
