@@ -33,6 +33,7 @@ except ImportError:  # reported by TalosModule through missing_required_lib
     yaml = None
 
 try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_grpc, state_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc, lifecycle_grpc, machine_grpc
@@ -83,6 +84,9 @@ READ_METHODS = frozenset([
     "machine.MachineService/Read",
     "machine.MachineService/Kubeconfig",
     "machine.MachineService/Events",
+    "machine.MachineService/Logs",
+    "machine.MachineService/Dmesg",
+    "cluster.ClusterService/HealthCheck",
     "storage.StorageService/Disks",
     "cosi.resource.State/Get",
     "cosi.resource.State/List",
@@ -114,7 +118,7 @@ def _method_table():
     }
     table = {}
     stubs = (machine_grpc.MachineServiceStub, lifecycle_grpc.LifecycleServiceStub, image_grpc.ImageServiceStub,
-             storage_grpc.StorageServiceStub, state_grpc.StateStub)
+             storage_grpc.StorageServiceStub, state_grpc.StateStub, cluster_grpc.ClusterServiceStub)
     for stub_class in stubs:
         # A stub only records its channel; the methods' types are what we want.
         for method in vars(stub_class(None)).values():
@@ -356,9 +360,11 @@ class TalosClient:
         items = self.call("cosi.resource.State/Get", request, node=node, deadline=deadline)
         return resource_to_dict(items[0].resource)
 
-    def list_resources(self, namespace, resource_type, node=None, deadline=None):
-        """Every COSI resource of a type in a namespace, as dicts."""
+    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
+        """Every COSI resource of a type in a namespace (matching ``label_query``, a LabelQuery), as dicts."""
         request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
+        if label_query is not None and label_query.terms:
+            request.options.label_query.add().CopyFrom(label_query)
         replies = self.stream("cosi.resource.State/List", request, node=node, deadline=deadline)
         return [resource_to_dict(reply.resource) for reply in replies]
 

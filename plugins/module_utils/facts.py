@@ -7,7 +7,7 @@ for every node, concurrently) and the shape of the facts."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, resources
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConfigError,
@@ -17,7 +17,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosTimeoutError,
     TalosTLSError,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, redact
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
@@ -117,13 +117,6 @@ def network_facts(resources):
     by_id = dict((resource["metadata"]["id"], (resource["spec"] or {}).get("addresses") or []) for resource in resources)
     current = by_id.get("current", by_id.get("default", []))
     return {"addresses": current, "node_addresses": by_id}
-
-
-def resource_facts(resource):
-    """A COSI resource with its spec parsed (several YAML documents become a list) and secrets redacted."""
-    facts = resource_to_dict(resource)
-    facts["spec"] = redact(facts["spec"])
-    return facts
 
 
 class FactGatherer:
@@ -270,31 +263,31 @@ class FactGatherer:
     def _gather_resources(self, requested):
         collected = dict((node, []) for node in self.alive())
         for entry in requested:
-            namespace = entry["namespace"] or self._default_namespace(entry["type"])
+            nodes = self.alive()
+            if not nodes:
+                break
+            try:
+                kind = resources.resolve_kind(self.client, entry["type"], node=nodes[0])
+            except TalosConfigError:
+                # A type without a definition may still be read in a namespace the task names.
+                kind = resources.ResourceKind(entry["type"], None)
+            namespace = resources.namespace_for(kind, entry["namespace"])
             subset = "resources"
             if entry["id"]:
-                found = self.get_resources(subset, namespace, entry["type"], entry["id"], quiet_codes=("NotFound",))
-                items = dict((node, [] if isinstance(resource, TalosError) else [resource_facts(resource)])
+                found = self.get_resources(subset, namespace, kind.type, entry["id"], quiet_codes=("NotFound",))
+                items = dict((node, [] if isinstance(resource, TalosError) else [_redacted(resource)])
                              for node, resource in found.items())
             else:
-                items = dict((node, [resource_facts(resource) for resource in listed])
-                             for node, listed in self.list_resources(subset, namespace, entry["type"]).items())
+                items = dict((node, [_redacted(resource) for resource in listed])
+                             for node, listed in self.list_resources(subset, namespace, kind.type).items())
             for node, node_items in items.items():
-                collected[node].append({"type": entry["type"], "namespace": namespace, "id": entry["id"], "items": node_items})
+                collected[node].append({"type": kind.type, "namespace": namespace, "id": entry["id"], "items": node_items})
         for node in self.alive():
             self.facts[node]["resources"] = collected[node]
 
-    def _default_namespace(self, resource_type):
-        """The type's default namespace from its ResourceDefinition, as talosctl resolves it."""
-        nodes = self.alive()
-        definitions = self.get_resources("resources", "meta", "ResourceDefinitions.meta.cosi.dev", resource_type.lower(),
-                                         nodes=nodes[:1], quiet_codes=("NotFound",))
-        definition = definitions.get(nodes[0]) if nodes else None
-        spec = _resource_spec(definition) if definition is not None and not isinstance(definition, TalosError) else None
-        if not spec or not spec.get("defaultNamespace"):
-            raise TalosConfigError("resources: the namespace of %s is unknown (no resource definition names it); set namespace."
-                                   % resource_type)
-        return spec["defaultNamespace"]
+
+def _redacted(resource):
+    return resources.redact_resource(resource_to_dict(resource))
 
 
 def _resource_spec(resource):

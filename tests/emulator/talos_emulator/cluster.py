@@ -94,6 +94,8 @@ class EmulatedCluster:
         self.faults = Faults(self)
         self.unavailable_images = set()
         self.upgrade_lock = None
+        # Every call a node served (reads included): tests wait on it to act while a client is polling.
+        self.calls_served = 0
         self.loop = None
         self._thread = None
         self._tasks = set()
@@ -314,6 +316,18 @@ class EmulatedCluster:
 
     def set_service_state(self, node, service_id, state, healthy=None, message="set by the test"):
         self.call(self.node(node).set_service, service_id, state, message, healthy)
+
+    def add_diagnostic(self, node, diagnostic_id, message, details=()):
+        """A Diagnostics resource on the node, as Talos raises for a problem it found (None removes it)."""
+        diagnostics = self.node(node).diagnostics
+        if message is None:
+            self.call(diagnostics.pop, diagnostic_id, None)
+        else:
+            self.call(diagnostics.__setitem__, diagnostic_id, {"message": message, "details": list(details)})
+
+    def set_resource_labels(self, node, resource_type, resource_id, labels):
+        """Labels a COSI resource of the node carries (label queries of List and Watch filter on them)."""
+        self.call(self.node(node).resource_labels.__setitem__, (resource_type, resource_id), dict(labels))
 
     def raise_etcd_alarm(self, node, alarm="NOSPACE"):
         member = self.etcd.member_of(self.node(node))

@@ -102,6 +102,9 @@ class EmulatedNode:
         self.stage = "booting"
         self.services = {}
         self.extension_services = []
+        # Diagnostics.runtime.talos.dev: id -> {"message", "details"}; extra COSI labels: (type, id) -> {key: value}.
+        self.diagnostics = {}
+        self.resource_labels = {}
         self.etcd_data = False
         self.etcd_snapshot = None
         self.images = {}

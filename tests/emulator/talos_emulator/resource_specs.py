@@ -95,6 +95,14 @@ def node_address(spec):
     return b"".join(_message(1, _net_ip_prefix(prefix)) for prefix in spec["addresses"])
 
 
+def service(spec):
+    return _number(1, spec["running"]) + _number(2, spec["healthy"]) + _number(3, spec["unknown"])
+
+
+def diagnostic(spec):
+    return _bytes(1, spec["message"]) + b"".join(_bytes(2, detail) for detail in spec["details"])
+
+
 def resource_definition(spec):
     columns = b"".join(
         _message(6, _bytes(1, column["name"]) + _bytes(2, column["jsonPath"])) for column in spec["printColumns"]

@@ -127,6 +127,7 @@ class Machined:
 
     async def _serve(self, method, stream, roles):
         node = self.node
+        node.cluster.calls_served += 1
         await node.cluster.faults.before_call(node, method)
         handler = self._handler(method)
         if not (node.maintenance and older_than(node.talos_version, "v1.13.0")):

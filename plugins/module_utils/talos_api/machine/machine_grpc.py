@@ -33,6 +33,10 @@ class MachineServiceBase(abc.ABC):
         pass
 
     @abc.abstractmethod
+    async def Dmesg(self, stream: 'grpclib.server.Stream[machine_pb2.DmesgRequest, common_pb2.Data]') -> None:
+        pass
+
+    @abc.abstractmethod
     async def EtcdMemberList(self, stream: 'grpclib.server.Stream[machine_pb2.EtcdMemberListRequest, machine_pb2.EtcdMemberListResponse]') -> None:
         pass
 
@@ -86,6 +90,10 @@ class MachineServiceBase(abc.ABC):
 
     @abc.abstractmethod
     async def LoadAvg(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, machine_pb2.LoadAvgResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def Logs(self, stream: 'grpclib.server.Stream[machine_pb2.LogsRequest, common_pb2.Data]') -> None:
         pass
 
     @abc.abstractmethod
@@ -163,6 +171,12 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 google.protobuf.empty_pb2.Empty,
                 machine_pb2.CPUInfoResponse,
+            ),
+            '/machine.MachineService/Dmesg': grpclib.const.Handler(
+                self.Dmesg,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                machine_pb2.DmesgRequest,
+                common_pb2.Data,
             ),
             '/machine.MachineService/EtcdMemberList': grpclib.const.Handler(
                 self.EtcdMemberList,
@@ -247,6 +261,12 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 google.protobuf.empty_pb2.Empty,
                 machine_pb2.LoadAvgResponse,
+            ),
+            '/machine.MachineService/Logs': grpclib.const.Handler(
+                self.Logs,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                machine_pb2.LogsRequest,
+                common_pb2.Data,
             ),
             '/machine.MachineService/Memory': grpclib.const.Handler(
                 self.Memory,
@@ -356,6 +376,12 @@ class MachineServiceStub:
             google.protobuf.empty_pb2.Empty,
             machine_pb2.CPUInfoResponse,
         )
+        self.Dmesg = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/Dmesg',
+            machine_pb2.DmesgRequest,
+            common_pb2.Data,
+        )
         self.EtcdMemberList = grpclib.client.UnaryUnaryMethod(
             channel,
             '/machine.MachineService/EtcdMemberList',
@@ -439,6 +465,12 @@ class MachineServiceStub:
             '/machine.MachineService/LoadAvg',
             google.protobuf.empty_pb2.Empty,
             machine_pb2.LoadAvgResponse,
+        )
+        self.Logs = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/Logs',
+            machine_pb2.LogsRequest,
+            common_pb2.Data,
         )
         self.Memory = grpclib.client.UnaryUnaryMethod(
             channel,

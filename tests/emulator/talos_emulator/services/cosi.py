@@ -103,6 +103,17 @@ def _members(node):
     return members
 
 
+def _services(node):
+    return [
+        (service.id, {"running": service.running, "healthy": bool(service.healthy), "unknown": service.healthy is None})
+        for service in node.services.values()
+    ]
+
+
+def _diagnostics(node):
+    return sorted(node.diagnostics.items())
+
+
 def _node_addresses(node):
     addresses = {"addresses": ["%s/8" % node.address]}
     return [(name, addresses) for name in ("accumulative", "current", "default", "routed")]
@@ -119,6 +130,9 @@ _KINDS = [
     _Kind("Members.cluster.talos.dev", "cluster", ["member"], [("Hostname", "{.hostname}"), ("Machine Type", "{.machineType}")],
           _members, resource_specs.member),
     _Kind("NodeAddresses.net.talos.dev", "network", ["nodeaddress"], [("Addresses", "{.addresses}")], _node_addresses, resource_specs.node_address),
+    _Kind("Services.v1alpha1.talos.dev", "runtime", ["service", "svc"], [("Running", "{.running}"), ("Healthy", "{.healthy}")],
+          _services, resource_specs.service),
+    _Kind("Diagnostics.runtime.talos.dev", "runtime", ["diagnostic"], [("Message", "{.message}")], _diagnostics, resource_specs.diagnostic),
 ]
 
 
@@ -171,6 +185,7 @@ class CosiStateService(state_grpc.StateBase):
         metadata = resource_pb2.Metadata(
             namespace=kind.namespace, type=kind.type, id=resource_id, version=str(version), phase="running",
             created=_timestamp(created), updated=_timestamp(time.time()),
+            labels=self.node.resource_labels.get((kind.type, resource_id), {}),
         )
         return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec(proto_spec=kind.encode(spec), yaml_spec=yaml_spec))
 
@@ -190,7 +205,7 @@ class CosiStateService(state_grpc.StateBase):
         kind = self._kind(request.namespace, request.type)
         pattern = re.compile(request.options.id_query.regexp) if request.options.id_query.regexp else None
         for resource in self._resources(kind, request.namespace):
-            if pattern is None or pattern.search(resource.metadata.id):
+            if (pattern is None or pattern.search(resource.metadata.id)) and labels_match(resource.metadata.labels, request.options.label_query):
                 await stream.send_message(state_pb2.ListResponse(resource=resource))
 
     async def Watch(self, stream):
@@ -201,7 +216,7 @@ class CosiStateService(state_grpc.StateBase):
         def snapshot():
             return {
                 resource.metadata.id: resource for resource in self._resources(kind, request.namespace)
-                if wanted is None or resource.metadata.id == wanted
+                if (wanted is None or resource.metadata.id == wanted) and labels_match(resource.metadata.labels, request.options.label_query)
             }
 
         async def send(event_type, resource, old=None):
@@ -234,6 +249,35 @@ class CosiStateService(state_grpc.StateBase):
                 if resource_id not in current:
                     await send(state_pb2.DESTROYED, old)
             seen = current
+
+
+def _term_matches(term, labels):
+    operation = resource_pb2.LabelTerm
+    present = term.key in labels
+    value = labels.get(term.key, "")
+    if term.op == operation.EXISTS:
+        matched = present
+    elif term.op == operation.NOT_EXISTS:
+        matched = not present
+    elif term.op == operation.EQUAL:
+        matched = present and value == (term.value[0] if term.value else "")
+    elif term.op == operation.IN:
+        matched = present and value in term.value
+    elif term.op in (operation.LT, operation.LTE):
+        bound = term.value[0] if term.value else ""
+        matched = present and (value < bound or (term.op == operation.LTE and value == bound))
+    else:
+        try:
+            number, bound = int(value), int(term.value[0] if term.value else "")
+        except ValueError:
+            raise GRPCError(Status.INVALID_ARGUMENT, "label %s value is not a number" % term.key)
+        matched = present and (number < bound or (term.op == operation.LTE_NUMERIC and number == bound))
+    return matched != term.invert
+
+
+def labels_match(labels, queries):
+    """COSI label queries: every term of every query must match."""
+    return all(_term_matches(term, labels) for query in queries for term in query.terms)
 
 
 def _missing(kind, namespace, resource_id):

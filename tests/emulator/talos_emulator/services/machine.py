@@ -25,6 +25,7 @@ from ..versions import older_than
 from .apply import ApplyConfigurationRPC
 from .common import new_actor_id, require_machine_type, send_chunks
 from .etcd import EtcdRPCs
+from .logs import LogRPCs
 from .storage import SYSTEM_DISK, USER_DISKS
 
 # Volumes a Reset may name in system_partitions_to_wipe.
@@ -33,7 +34,7 @@ _SYSTEM_VOLUMES = ("EFI", "BOOT", "META", "STATE", "EPHEMERAL")
 _DIRECTORIES = ("/", "/etc", "/proc", "/proc/sys", "/system", "/var", "/var/lib", "/var/log")
 
 
-class MachineService(ApplyConfigurationRPC, EtcdRPCs, machine_grpc.MachineServiceBase):
+class MachineService(ApplyConfigurationRPC, EtcdRPCs, LogRPCs, machine_grpc.MachineServiceBase):
     def __init__(self, node):
         self.node = node
 

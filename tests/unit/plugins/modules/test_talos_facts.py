@@ -9,6 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import facts as facts_utils
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import REDACTED, config_hash
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
@@ -118,7 +119,23 @@ class FakeCluster:
                     for resource_id in ("current", "default")]
         if request.type == "Members.cluster.talos.dev":
             return [state_pb2.ListResponse(resource=resource("cluster", request.type, "cp-1", "hostname: cp-1\nmachineType: controlplane\n"))]
+        if request.type == "ResourceDefinitions.meta.cosi.dev":
+            return [state_pb2.ListResponse(resource=self._get(method, state_pb2.GetRequest(type=request.type, id="members.cluster.talos.dev"),
+                                                              node, None))]
         raise AssertionError("unexpected list %s" % request.type)
+
+    # The COSI helpers of TalosClient, on the same answers.
+
+    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
+        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
+        answer = self.call_many("cosi.resource.State/Get", request, nodes=[node])[node]
+        if isinstance(answer, TalosError):
+            raise answer
+        return resource_to_dict(answer[0].resource)
+
+    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
+        request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
+        return [resource_to_dict(reply.resource) for reply in self.stream("cosi.resource.State/List", request, node=node)]
 
 
 CP = "10.5.0.2"

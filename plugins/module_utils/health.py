@@ -1,0 +1,328 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Cluster health as ``talosctl health`` sees it.
+
+``TalosChecks`` runs the Talos-level checks client-side, through the Talos API
+of every node, in talosctl's order (pkg/cluster/check/default.go); the
+Kubernetes checks are left to the server-side ``cluster.ClusterService/HealthCheck``,
+whose progress stream ``server_health_check`` follows. ``nodes_to_check`` finds
+the node lists (options, else COSI cluster Members).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import re
+import time
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import cluster_nodes as members_source, etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
+
+try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+except ImportError:  # reported by TalosModule through missing_required_lib
+    cluster_pb2 = state_pb2 = machine_pb2 = None
+
+HEALTH_CHECK = "cluster.ClusterService/HealthCheck"
+DIAGNOSTICS_TYPE = "Diagnostics.runtime.talos.dev"
+
+# (name, what talosctl prints after "waiting for"), in talosctl's order.
+TALOS_CHECKS = (
+    ("etcd_healthy", "etcd to be healthy"),
+    ("etcd_members_consistent", "etcd members to be consistent across nodes"),
+    ("etcd_members_are_control_planes", "etcd members to be control plane nodes"),
+    ("apid_ready", "apid to be ready"),
+    ("memory_sizes", "all nodes memory sizes"),
+    ("disk_sizes", "all nodes disk sizes"),
+    ("no_diagnostics", "no diagnostics"),
+    ("kubelet_healthy", "kubelet to be healthy"),
+    ("boot_sequence_done", "all nodes to finish boot sequence"),
+)
+_NAMES = dict((description, name) for name, description in TALOS_CHECKS)
+
+# One call of a check may take this long, so that one silent node does not eat the whole wait.
+CALL_TIMEOUT = 10.0
+
+_PROGRESS = re.compile(r"^waiting for (.+?): (.*)$", re.S)
+
+
+class ClusterNodes:
+    """The control-plane and worker nodes to check, and where the lists came from."""
+
+    def __init__(self, control_planes, workers, source):
+        self.control_planes = list(control_planes)
+        self.workers = list(workers)
+        self.source = source
+
+    @property
+    def all(self):
+        return self.control_planes + [node for node in self.workers if node not in self.control_planes]
+
+
+def nodes_to_check(client, control_planes, workers, node):
+    """The node lists: the options when set, else the COSI cluster Members that ``node`` discovered."""
+    if control_planes:
+        return ClusterNodes(control_planes, workers or [], "options")
+    if workers:
+        raise TalosConfigError("worker_nodes needs control_plane_nodes: set both, or neither to discover the nodes.")
+    members = [members_source.member_node(resource)
+               for resource in client.list_resources(members_source.MEMBERS_NAMESPACE, members_source.MEMBERS_TYPE, node=node)]
+    discovered = {True: [], False: []}
+    for member in members:
+        address = members_source.preferred_address(member["addresses"])
+        if address:
+            discovered[members_source.is_control_plane(member)].append(address)
+    if not discovered[True]:
+        raise TalosConfigError("Node %s discovered no control-plane members (COSI %s is empty: cluster discovery may be "
+                               "disabled); set control_plane_nodes and worker_nodes." % (node or "(the endpoint)", members_source.MEMBERS_TYPE))
+    return ClusterNodes(sorted(discovered[True]), sorted(discovered[False]), "discovery")
+
+
+def _problems_of(answers, check):
+    """``[(node, message)]`` for the nodes whose answer is an error or fails ``check(items)`` (a message or None)."""
+    problems = []
+    for node, answer in answers.items():
+        if isinstance(answer, TalosError):
+            problems.append((node, answer.message))
+            continue
+        message = check(answer)
+        if message:
+            problems.append((node, message))
+    return problems
+
+
+def _service_check(service_id):
+    def check(items):
+        for item in items:
+            for service in item.services:
+                if service.id != service_id:
+                    continue
+                if service.state == "Running" and service.health.healthy:
+                    return None
+                detail = service.health.last_message or (service.events.events[-1].msg if service.events.events else "")
+                return 'service "%s" is %s%s%s' % (service_id, service.state, ", not healthy" if service.state == "Running" else "",
+                                                   ": %s" % detail if detail else "")
+        return 'service "%s" is not running on this node' % service_id
+    return check
+
+
+class TalosChecks:
+    """The Talos-level checks of ``talosctl health``, each returning ``[(node, problem)]`` (empty = passed)."""
+
+    def __init__(self, client, nodes):
+        self.client = client
+        self.nodes = nodes
+        self._members = {}
+
+    def _call_many(self, method, request=None, nodes=None, deadline=CALL_TIMEOUT):
+        return self.client.call_many(method, request, nodes=nodes, deadline=deadline)
+
+    def run(self, name):
+        return getattr(self, name)()
+
+    def etcd_healthy(self):
+        answers = self._call_many("machine.MachineService/ServiceList", nodes=self.nodes.control_planes)
+        return _problems_of(answers, _service_check("etcd"))
+
+    def etcd_members_consistent(self):
+        request = machine_pb2.EtcdMemberListRequest(query_local=False)
+        answers = self._call_many(etcd.MEMBER_LIST, request, nodes=self.nodes.control_planes)
+        problems = []
+        self._members = {}
+        for node, answer in answers.items():
+            if isinstance(answer, TalosError):
+                problems.append((node, answer.message))
+            else:
+                self._members[node] = [etcd.member_to_dict(member) for item in answer for member in item.members]
+        views = dict((node, sorted(member["id"] for member in members)) for node, members in self._members.items())
+        reference = self.nodes.control_planes[0] if self.nodes.control_planes[0] in views else next(iter(sorted(views)), None)
+        for node, ids in sorted(views.items()):
+            if ids != views[reference]:
+                problems.append((node, "its etcd member list (%s) differs from node %s's (%s)"
+                                 % (", ".join(ids) or "empty", reference, ", ".join(views[reference]) or "empty")))
+        return problems
+
+    def etcd_members_are_control_planes(self):
+        if not self._members:
+            self.etcd_members_consistent()
+        if not self._members:
+            return [(None, "no control plane answered EtcdMemberList")]
+        members = self._members.get(self.nodes.control_planes[0]) or next(iter(self._members.values()))
+        problems = []
+        matched = set()
+        for node in self.nodes.control_planes:
+            member = next((m for m in members if node in (etcd.member_address(m), m["hostname"])), None)
+            if member is None:
+                problems.append((node, "the control plane is not an etcd member"))
+            else:
+                matched.add(member["id"])
+        for member in members:
+            if member["id"] not in matched:
+                problems.append((etcd.member_address(member), "etcd member %s (%s) is not one of the control-plane nodes"
+                                 % (member["hostname"] or "(not started)", member["id"])))
+        return problems
+
+    def apid_ready(self):
+        return _problems_of(self._call_many("machine.MachineService/Version", nodes=self.nodes.all), lambda items: None)
+
+    def memory_sizes(self):
+        def check(items):
+            return None if items and items[0].meminfo.memtotal > 0 else "the node reports no memory"
+        return _problems_of(self._call_many("machine.MachineService/Memory", nodes=self.nodes.all), check)
+
+    def disk_sizes(self):
+        def check(items):
+            return None if any(item.disks for item in items) else "the node reports no disks"
+        return _problems_of(self._call_many("storage.StorageService/Disks", nodes=self.nodes.all), check)
+
+    def no_diagnostics(self):
+        problems = []
+        for node in self.nodes.all:
+            try:
+                found = self.client.list_resources("runtime", DIAGNOSTICS_TYPE, node=node, deadline=CALL_TIMEOUT)
+            except TalosError as error:
+                if error.code == "PermissionDenied" and "not supported" in (error.server_message or ""):
+                    continue  # a Talos release without diagnostics
+                problems.append((node, error.message))
+                continue
+            for diagnostic in found:
+                spec = diagnostic["spec"] or {}
+                details = "; ".join(spec.get("details") or [])
+                text = "diagnostic %s: %s" % (diagnostic["metadata"]["id"], spec.get("message", ""))
+                problems.append((node, text + (" (%s)" % details if details else "")))
+        return problems
+
+    def kubelet_healthy(self):
+        answers = self._call_many("machine.MachineService/ServiceList", nodes=self.nodes.control_planes)
+        return _problems_of(answers, _service_check("kubelet"))
+
+    def boot_sequence_done(self):
+        request = state_pb2.GetRequest(namespace="runtime", type="MachineStatuses.runtime.talos.dev", id="machine")
+
+        def check(items):
+            spec = resource_to_dict(items[0].resource)["spec"] or {}
+            stage = spec.get("stage")
+            ready = bool((spec.get("status") or {}).get("ready"))
+            if stage == "running" and ready:
+                return None
+            unmet = ", ".join("%s: %s" % (c.get("name"), c.get("reason")) for c in (spec.get("status") or {}).get("unmetConditions") or [])
+            return "the node is in stage %s, ready %s%s" % (stage, str(ready).lower(), " (%s)" % unmet if unmet else "")
+        return _problems_of(self._call_many("cosi.resource.State/Get", request, nodes=self.nodes.all), check)
+
+
+def _check_result(name, description, state, problems=None):
+    problems = problems or []
+    return {
+        "name": name,
+        "description": description,
+        "state": state,
+        "nodes": sorted(set(node for node, _message in problems if node)),
+        "message": "; ".join("%s: %s" % (node, message) if node else message for node, message in problems) or None,
+    }
+
+
+class HealthFailure(TalosError):
+    """The cluster did not become healthy in time; ``checks`` holds every check's state."""
+
+    def __init__(self, message, checks, elapsed):
+        super(HealthFailure, self).__init__(message, code="DeadlineExceeded")
+        self.checks = checks
+        self.elapsed = elapsed
+
+
+def _failure_message(check, elapsed, timeout):
+    where = " on node %s" % ", ".join(check["nodes"]) if check["nodes"] else ""
+    return ("Cluster health check %s (%s) still failed%s after %s seconds (wait_timeout %s): %s"
+            % (check["name"], check["description"], where, _seconds(elapsed), timeout, (check["message"] or "no detail").rstrip(".")) + ".")
+
+
+def _seconds(value):
+    return ("%.1f" % value).rstrip("0").rstrip(".")
+
+
+def run_talos_checks(client, nodes, timeout, interval=2.0):
+    """Run the Talos checks in order until all pass or ``timeout`` seconds pass.
+
+    Every round runs the checks from the first; a failing check leaves the
+    later ones pending. Returns ``(checks, elapsed)``; raises HealthFailure.
+    """
+    checks = TalosChecks(client, nodes)
+    start = time.monotonic()
+    while True:
+        results = []
+        failed = None
+        for name, description in TALOS_CHECKS:
+            if failed is not None:
+                results.append(_check_result(name, description, "pending"))
+                continue
+            problems = checks.run(name)
+            if problems:
+                failed = _check_result(name, description, "failed", problems)
+                results.append(failed)
+            else:
+                results.append(_check_result(name, description, "passed"))
+        elapsed = time.monotonic() - start
+        if failed is None:
+            return results, round(elapsed, 1)
+        if elapsed + interval > timeout:
+            raise HealthFailure(_failure_message(failed, elapsed, timeout), results, round(elapsed, 1))
+        time.sleep(interval)
+
+
+def check_name(description):
+    """The name of a check from what the server prints (Kubernetes checks get a name made of their words)."""
+    return _NAMES.get(description) or re.sub(r"[^a-z0-9]+", "_", description.lower()).strip("_")
+
+
+def server_health_check(client, nodes, node, timeout):
+    """``cluster.ClusterService/HealthCheck`` on ``node`` (a control plane): Talos and Kubernetes checks.
+
+    Returns ``(checks, elapsed)`` from the progress stream; raises HealthFailure
+    naming the check that had not passed when the server gave up.
+    """
+    request = cluster_pb2.HealthCheckRequest(cluster_info=cluster_pb2.ClusterInfo(
+        control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers))
+    request.wait_timeout.FromSeconds(int(timeout))
+    checks = []
+    by_description = {}
+
+    def on_progress(progress):
+        match = _PROGRESS.match(progress.message.strip())
+        if not match:
+            return False
+        description, state = match.group(1), match.group(2).strip()
+        check = by_description.get(description)
+        if check is None:
+            check = by_description[description] = _check_result(check_name(description), description, "running")
+            checks.append(check)
+        if state == "OK":
+            check.update(state="passed", message=None)
+        elif state != "...":
+            check.update(state="running", message=" ".join(state.replace("\t*", "").split()))
+        return False
+
+    start = time.monotonic()
+    try:
+        # The server stops at wait_timeout; the call may take a little longer to say so.
+        client.stream(HEALTH_CHECK, request, node=node, on_message=on_progress, deadline=timeout + 30)
+    except TalosError as error:
+        elapsed = time.monotonic() - start
+        pending = [check for check in checks if check["state"] != "passed"]
+        if not pending:
+            raise
+        failed = pending[-1]
+        failed["state"] = "failed"
+        failed["message"] = failed["message"] or error.message
+        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, round(elapsed, 1))
+    elapsed = time.monotonic() - start
+    unfinished = [check for check in checks if check["state"] != "passed"]
+    if unfinished or not checks:
+        failed = unfinished[-1] if unfinished else _check_result("health_check", "the server-side health check", "failed")
+        failed["state"] = "failed"
+        failed["message"] = failed["message"] or "the server ended the health check without reporting success"
+        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, round(elapsed, 1))
+    return checks, round(elapsed, 1)

@@ -1,0 +1,198 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_health
+short_description: Wait until a Talos cluster is healthy, and say which check is not
+version_added: 0.1.0
+description:
+  - Runs the cluster health checks of C(talosctl health) and waits until they all pass, for as long as
+    O(wait_timeout) says (no hidden cap).
+  - With O(checks=talos) (the default) the module runs the Talos-level checks itself, through the Talos API of every
+    node - etcd service healthy on the control planes, etcd member lists consistent across control planes, etcd
+    members are the control-plane nodes, apid answers on every node, every node reports memory and disks, no
+    diagnostics (COSI C(Diagnostics)), kubelet healthy on the control planes, and every node's C(MachineStatus)
+    running and ready. It does not need Kubernetes, so it fits clusters whose CNI is installed later.
+  - With O(checks=all) the node runs the server-side health check (C(cluster.ClusterService/HealthCheck)), which adds
+    the Kubernetes checks (nodes ready, control-plane static pods, kube-proxy, CoreDNS, schedulable nodes).
+  - The nodes come from O(control_plane_nodes) and O(worker_nodes), else from the cluster members the node
+    discovered (COSI C(Members)); RV(node_source) says which.
+  - Read-only; runs the checks in check mode too.
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  checks:
+    description:
+      - V(talos) runs the Talos-level checks client-side; V(all) asks the node for the server-side check, Talos and
+        Kubernetes.
+    type: str
+    choices: [talos, all]
+    default: talos
+  control_plane_nodes:
+    description:
+      - Addresses of the control-plane nodes. Without them the nodes are discovered from the cluster members.
+    type: list
+    elements: str
+  worker_nodes:
+    description:
+      - Addresses of the worker nodes, with O(control_plane_nodes).
+    type: list
+    elements: str
+  wait_timeout:
+    description:
+      - Seconds to wait for every check to pass. Any length; the checks are polled until then.
+    type: int
+    default: 600
+  poll_interval:
+    description:
+      - Seconds between two rounds of checks with O(checks=talos).
+    type: int
+    default: 2
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: The checks only read; they run in check mode too.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - O(node) (or the endpoint, when it is not set) is the control plane that discovers the nodes and, with
+    O(checks=all), runs the server-side check. Every other node is reached through the endpoint.
+  - The checks need the C(os:reader) role or better.
+seealso:
+  - module: talos_linux.talos.talos_logs
+  - module: talos_linux.talos.talos_resource_info
+  - module: talos_linux.talos.talos_facts
+"""
+
+EXAMPLES = r"""
+- name: Wait until Talos is healthy on every discovered node
+  talos_linux.talos.talos_health:
+    talosconfig: ./talosconfig
+    wait_timeout: 1200
+
+- name: Wait with the inventory's node lists, through a given control plane
+  talos_linux.talos.talos_health:
+    node: "{{ hostvars[groups['controlplane'][0]].ansible_host }}"
+    control_plane_nodes: "{{ groups['controlplane'] | map('extract', hostvars, 'ansible_host') | list }}"
+    worker_nodes: "{{ groups['workers'] | map('extract', hostvars, 'ansible_host') | list }}"
+  run_once: true
+
+- name: Wait for Talos and Kubernetes, with the logs of etcd when it fails
+  block:
+    - name: Wait for the whole cluster
+      talos_linux.talos.talos_health:
+        checks: all
+        wait_timeout: 900
+  rescue:
+    - name: Read the etcd log of the failing nodes
+      talos_linux.talos.talos_logs:
+        nodes: "{{ ansible_failed_result.failed_nodes }}"
+        service: etcd
+        lines: 100
+"""
+
+RETURN = r"""
+checks:
+  description:
+    - Every check in the order it runs, with its C(name), C(description) (as C(talosctl health) prints it),
+      C(state) (V(passed), V(failed), V(pending) when an earlier check failed, V(running) on the server),
+      C(nodes) where it failed and the last C(message).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: etcd_healthy
+      description: etcd to be healthy
+      state: failed
+      nodes: [10.5.0.3]
+      message: '10.5.0.3: service "etcd" is Preparing: Running pre state'
+    - name: etcd_members_consistent
+      description: etcd members to be consistent across nodes
+      state: pending
+      nodes: []
+      message: null
+failed_check:
+  description: The name of the check that did not pass, when the task fails.
+  returned: on failure
+  type: str
+  sample: etcd_healthy
+failed_nodes:
+  description: The nodes the failed check named, when the task fails.
+  returned: on failure
+  type: list
+  elements: str
+  sample: [10.5.0.3]
+elapsed:
+  description: Seconds the checks took, waiting included.
+  returned: always
+  type: float
+  sample: 12.4
+node_source:
+  description: Where the node lists came from - V(options) or V(discovery) (the cluster members).
+  returned: always
+  type: str
+  sample: discovery
+control_plane_nodes:
+  description: The control-plane nodes that were checked.
+  returned: always
+  type: list
+  elements: str
+  sample: [10.5.0.2, 10.5.0.3, 10.5.0.4]
+worker_nodes:
+  description: The worker nodes that were checked.
+  returned: always
+  type: list
+  elements: str
+  sample: [10.5.0.5]
+"""
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import health
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+
+
+def run(module):
+    params = module.params
+    if params["wait_timeout"] < 0 or params["poll_interval"] < 1:
+        module.fail_json(msg="wait_timeout must be 0 or more seconds and poll_interval at least 1 second.")
+    node = module.single_node("asks one control plane for the cluster's health")
+    nodes = health.nodes_to_check(module.client, params["control_plane_nodes"], params["worker_nodes"], node)
+    result = dict(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers)
+    try:
+        if params["checks"] == "all":
+            checks, elapsed = health.server_health_check(module.client, nodes, node, params["wait_timeout"])
+        else:
+            checks, elapsed = health.run_talos_checks(module.client, nodes, params["wait_timeout"], params["poll_interval"])
+    except health.HealthFailure as failure:
+        failed = [check for check in failure.checks if check["state"] == "failed"][-1]
+        module.fail_json(msg=failure.message, checks=failure.checks, elapsed=failure.elapsed, failed_check=failed["name"],
+                         failed_nodes=failed["nodes"], **result)
+    module.exit_json(checks=checks, elapsed=elapsed, **result)
+
+
+def main():
+    module = TalosModule(
+        argument_spec=dict(
+            checks=dict(type="str", choices=["talos", "all"], default="talos"),
+            control_plane_nodes=dict(type="list", elements="str"),
+            worker_nodes=dict(type="list", elements="str"),
+            wait_timeout=dict(type="int", default=600),
+            poll_interval=dict(type="int", default=2),
+        ),
+        supports_check_mode=True,
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_logs
+short_description: Read the logs of a Talos service, a Kubernetes container or the kernel
+version_added: 0.1.0
+description:
+  - Reads the log of a Talos service (C(etcd), C(kubelet), C(apid), C(machined), ...) or of a container in the
+    Kubernetes containerd namespace (a control-plane static pod) with the C(Logs) RPC, or the kernel log with
+    C(Dmesg), and returns it as lines - as C(talosctl logs) and C(talosctl dmesg) do.
+  - The log is read to its end, never followed. O(lines) and O(since) keep the result small.
+  - Several O(nodes) are read in one task. Read-only.
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  service:
+    description:
+      - The service ID as ServiceList reports it (V(etcd), V(kubelet), ...), or with O(namespace=k8s.io) the
+        container ID as C(talosctl logs -k) names it (V(kube-system/kube-apiserver-cp-1:kube-apiserver)).
+      - Exactly one of O(service) and O(kernel) is required.
+    type: str
+  kernel:
+    description:
+      - Read the kernel log (C(dmesg)) instead of a service log.
+    type: bool
+    default: false
+  namespace:
+    description:
+      - V(system) for Talos services, V(k8s.io) for Kubernetes containers (read through CRI).
+    type: str
+    choices: [system, k8s.io]
+    default: system
+  lines:
+    description:
+      - Keep only the last this many lines of each node's log; V(0) keeps them all.
+    type: int
+    default: 200
+  since:
+    description:
+      - Keep only the lines since this point - a duration before now (V(15m), V(1h30m), V(90s)) or an RFC 3339 time
+        (V(2026-01-02T15:04:05Z)).
+      - Lines are dated by the time they start with (CRI and kernel logs, JSON C(ts) fields as etcd writes them);
+        a line without a time goes with the line before it.
+    type: str
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs unchanged in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - Reading logs needs the C(os:reader) role or better.
+seealso:
+  - module: talos_linux.talos.talos_health
+  - module: talos_linux.talos.talos_service
+"""
+
+EXAMPLES = r"""
+- name: The last 50 lines of etcd on a control plane
+  talos_linux.talos.talos_logs:
+    node: 10.5.0.2
+    service: etcd
+    lines: 50
+  register: etcd_log
+
+- name: Kubelet logs of the last 10 minutes of every node
+  talos_linux.talos.talos_logs:
+    nodes: "{{ groups['all'] | map('extract', hostvars, 'ansible_host') | list }}"
+    service: kubelet
+    since: 10m
+  run_once: true
+
+- name: The API server's container log
+  talos_linux.talos.talos_logs:
+    node: 10.5.0.2
+    namespace: k8s.io
+    service: kube-system/kube-apiserver-cp-1:kube-apiserver
+
+- name: The kernel log
+  talos_linux.talos.talos_logs:
+    node: 10.5.0.3
+    kernel: true
+    lines: 100
+"""
+
+RETURN = r"""
+lines:
+  description: The log lines, oldest first, when the task reads one node.
+  returned: when one node is read
+  type: list
+  elements: str
+  sample: ['{"level":"info","ts":"2026-11-23T21:00:00.000Z","msg":"ready to serve client requests"}']
+logs:
+  description: The log of every node, in the order of the nodes.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    node:
+      description: The node (null when the endpoint answered for itself).
+      type: str
+    lines:
+      description: The log lines, oldest first.
+      type: list
+      elements: str
+  sample:
+    - node: 10.5.0.2
+      lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
+"""
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import logs
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+
+
+def run(module):
+    params = module.params
+    if params["kernel"] and params["service"]:
+        module.fail_json(msg="Set either service (a service or container log) or kernel=true (the kernel log), not both.")
+    if params["lines"] < 0:
+        module.fail_json(msg="lines must be 0 (every line) or a positive number of lines; got %d." % params["lines"])
+    since = logs.parse_since(params["since"])
+    read = []
+    for node in module.target_nodes:
+        if params["kernel"]:
+            lines = logs.read_kernel_log(module.client, node, params["lines"], since)
+        else:
+            lines = logs.read_logs(module.client, node, params["service"], params["namespace"], params["lines"], since)
+        read.append({"node": node, "lines": lines})
+    result = dict(changed=False, logs=read)
+    if len(read) == 1:
+        result["lines"] = read[0]["lines"]
+    module.exit_json(**result)
+
+
+def main():
+    module = TalosModule(
+        argument_spec=dict(
+            service=dict(type="str"),
+            kernel=dict(type="bool", default=False),
+            namespace=dict(type="str", choices=["system", "k8s.io"], default="system"),
+            lines=dict(type="int", default=200),
+            since=dict(type="str"),
+        ),
+        required_if=[("kernel", False, ("service",))],
+        supports_check_mode=True,
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

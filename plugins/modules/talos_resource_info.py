@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_resource_info
+short_description: Read Talos COSI resources, optionally waiting for a condition
+version_added: 0.1.0
+description:
+  - Reads any COSI resource of a Talos node, as C(talosctl get) does, and returns each with its metadata and its spec
+    parsed from YAML.
+  - The type may be given in full (C(Members.cluster.talos.dev)), as its display name (C(Member)) or as an alias
+    (C(members), C(machinestatus)), in any case; it is resolved through the node's resource definitions, which also
+    give the default namespace.
+  - Without O(id), every resource of the type in the namespace is returned, optionally only those whose labels match
+    O(label_selectors).
+  - With O(wait=true) the module waits until O(wait_condition) holds on every targeted node, following the node's
+    COSI Watch stream (or polling when the node cannot watch).
+  - Read-only; never changes a node. Several O(nodes) are read in one task.
+  - Secrets are redacted - values under keys that look like secrets in every type, and every value of resources in the
+    C(secrets) namespace and of other types the node marks sensitive.
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  type:
+    description:
+      - The resource type - full type, display type or alias, case-insensitive, as C(talosctl get) accepts it.
+    type: str
+    required: true
+    aliases: [kind]
+  namespace:
+    description:
+      - The namespace. Defaults to the type's default namespace from its resource definition.
+    type: str
+  id:
+    description:
+      - The resource ID. Without it, every resource of the type in the namespace is returned.
+      - A missing resource is not an error; RV(resources) is empty then.
+    type: str
+  label_selectors:
+    description:
+      - Only resources whose labels match every selector, as in M(kubernetes.core.k8s_info) - V(key), V(!key),
+        V(key=value), V(key!=value), V(key in (a, b)), V(key notin (a, b)); several terms may be separated by commas.
+    type: list
+    elements: str
+    default: []
+  wait:
+    description:
+      - Wait until O(wait_condition) holds on every targeted node before returning.
+    type: bool
+    default: false
+  wait_timeout:
+    description:
+      - Seconds to wait when O(wait=true), for all nodes together.
+    type: int
+    default: 120
+  wait_condition:
+    description:
+      - What to wait for when O(wait=true).
+    type: dict
+    default: {}
+    suboptions:
+      state:
+        description:
+          - V(present) waits until at least one resource matches (and, with O(wait_condition.field), until every
+            matching resource's field has the value). V(absent) waits until no resource matches.
+        type: str
+        choices: [present, absent]
+        default: present
+      field:
+        description:
+          - A dotted path into the resource spec, for example V(stage) or V(status.ready).
+        type: str
+      value:
+        description:
+          - The value O(wait_condition.field) must have. Compared as YAML prints it, so V(true) matches a boolean.
+        type: raw
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs unchanged in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - Reading needs the C(os:reader) role or better; sensitive types (C(MachineConfig), the C(secrets) namespace, ...) need
+    C(os:admin).
+seealso:
+  - module: talos_linux.talos.talos_facts
+  - module: talos_linux.talos.talos_health
+  - module: kubernetes.core.k8s_info
+"""
+
+EXAMPLES = r"""
+- name: List the cluster members a control plane discovered
+  talos_linux.talos.talos_resource_info:
+    node: 10.5.0.2
+    type: members
+  register: members
+
+- name: Read the machine status of every node
+  talos_linux.talos.talos_resource_info:
+    nodes: [10.5.0.2, 10.5.0.3]
+    type: MachineStatus
+    id: machine
+
+- name: Only the node addresses labelled as routed
+  talos_linux.talos.talos_resource_info:
+    node: 10.5.0.2
+    type: NodeAddresses.net.talos.dev
+    label_selectors:
+      - talos.dev/kind in (routed, current)
+
+- name: Wait until the node is running and ready
+  talos_linux.talos.talos_resource_info:
+    node: 10.5.0.3
+    type: MachineStatus
+    id: machine
+    wait: true
+    wait_timeout: 600
+    wait_condition:
+      field: status.ready
+      value: true
+
+- name: Wait until a member is gone
+  talos_linux.talos.talos_resource_info:
+    node: 10.5.0.2
+    type: members
+    id: "{{ old_member_id }}"
+    wait: true
+    wait_condition:
+      state: absent
+"""
+
+RETURN = r"""
+type:
+  description: The full resource type the O(type) resolved to.
+  returned: always
+  type: str
+  sample: Members.cluster.talos.dev
+namespace:
+  description: The namespace that was read.
+  returned: always
+  type: str
+  sample: cluster
+resources:
+  description:
+    - The resources of every targeted node, node by node, each with the C(node) it was read from, its C(metadata) and
+      its C(spec) parsed from YAML (a list for multi-document specs) with secrets redacted.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - node: 10.5.0.2
+      metadata:
+        namespace: cluster
+        type: Members.cluster.talos.dev
+        id: controlplane-1
+        version: "2"
+        owner: cluster.MemberController
+        phase: running
+        created: "2026-11-23T21:00:00Z"
+        updated: "2026-11-23T21:00:05Z"
+        labels: {}
+        annotations: {}
+        finalizers: []
+      spec:
+        hostname: controlplane-1
+        machineType: controlplane
+        addresses: [10.5.0.2]
+elapsed:
+  description: Seconds spent waiting, when O(wait=true).
+  returned: when O(wait=true)
+  type: float
+  sample: 3.2
+"""
+
+import time
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import resources
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+
+
+def run(module):
+    params = module.params
+    client = module.client
+    nodes = module.target_nodes
+    kind = resources.resolve_kind(client, params["type"], node=nodes[0])
+    namespace = resources.namespace_for(kind, params["namespace"])
+    selectors = params["label_selectors"]
+    resources.label_query(selectors)  # bad selectors fail before any read
+
+    found = []
+    result = dict(changed=False, type=kind.type, namespace=namespace)
+    if params["wait"]:
+        condition = dict(state="present", field=None, value=None)
+        condition.update((key, value) for key, value in (params["wait_condition"] or {}).items() if value is not None)
+        if condition.get("field") and condition.get("value") is None:
+            module.fail_json(msg="wait_condition.field needs wait_condition.value: the value the field must have.")
+        start = time.monotonic()
+        end = start + params["wait_timeout"]
+        for node in nodes:
+            remaining = max(0.0, end - time.monotonic())
+            items = resources.wait_for_condition(client, kind, namespace, params["id"], selectors, condition, node, remaining)
+            found.extend(dict(item, node=node) for item in items)
+        result["elapsed"] = round(time.monotonic() - start, 1)
+    else:
+        for node in nodes:
+            items = resources.read_resources(client, kind, namespace, params["id"], selectors, node=node)
+            found.extend(dict(item, node=node) for item in items)
+    module.exit_json(resources=found, **result)
+
+
+def main():
+    module = TalosModule(
+        argument_spec=dict(
+            type=dict(type="str", required=True, aliases=["kind"]),
+            namespace=dict(type="str"),
+            id=dict(type="str"),
+            label_selectors=dict(type="list", elements="str", default=[]),
+            wait=dict(type="bool", default=False),
+            wait_timeout=dict(type="int", default=120),
+            wait_condition=dict(type="dict", default={}, options=dict(
+                state=dict(type="str", choices=["present", "absent"], default="present"),
+                field=dict(type="str"),
+                value=dict(type="raw"),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    module.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""talos_resource_info through ansible-playbook against the emulator: list, get, aliases, labels, redaction, waits."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import threading
+
+from module_plays import module_play
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import REDACTED
+
+
+def info_task(name, **options):
+    return {"name": name, "talos_linux.talos.talos_resource_info": options}
+
+
+def test_list_get_aliases_labels_and_redaction(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, reboot_seconds=0.1)
+    cp, worker = cluster.controlplanes[0], cluster.workers[0]
+    cluster.set_resource_labels(cp, "NodeAddresses.net.talos.dev", "current", {"talos.dev/kind": "current"})
+    cluster.set_resource_labels(cp, "NodeAddresses.net.talos.dev", "routed", {"talos.dev/kind": "routed"})
+    play = module_play(cluster, "talos_resource_info", {"type": "members"}, cp.address, "members")
+    play["tasks"] += [
+        info_task("status of both", type="MachineStatus", id="machine", nodes=[cp.address, worker.address], node="{{ omit }}"),
+        info_task("missing", type="MachineStatuses.runtime.talos.dev", id="nope"),
+        info_task("labelled", type="nodeaddress", label_selectors=["talos.dev/kind in (current, other)"]),
+        info_task("unlabelled", type="NodeAddress", label_selectors=["!talos.dev/kind"]),
+        info_task("not routed", type="NodeAddress", label_selectors=["talos.dev/kind", "talos.dev/kind!=routed"]),
+        info_task("config", type="mc", id="v1alpha1"),
+    ]
+    run = run_playbook(play, check=True)
+
+    members = run.task("members")["result"]
+    assert members["changed"] is False and members["type"] == "Members.cluster.talos.dev" and members["namespace"] == "cluster"
+    assert sorted(item["spec"]["hostname"] for item in members["resources"]) == sorted([cp.hostname, worker.hostname])
+    assert {item["node"] for item in members["resources"]} == {cp.address}
+    statuses = run.task("status of both")["result"]["resources"]
+    assert [(item["node"], item["metadata"]["id"], item["spec"]["stage"]) for item in statuses] == [
+        (cp.address, "machine", "running"), (worker.address, "machine", "running")]
+    assert run.task("missing")["result"]["resources"] == []
+    assert [item["metadata"]["id"] for item in run.task("labelled")["result"]["resources"]] == ["current"]
+    assert run.task("labelled")["result"]["resources"][0]["metadata"]["labels"] == {"talos.dev/kind": "current"}
+    assert [item["metadata"]["id"] for item in run.task("unlabelled")["result"]["resources"]] == ["accumulative", "default"]
+    assert [item["metadata"]["id"] for item in run.task("not routed")["result"]["resources"]] == ["current"]
+    config = run.task("config")["result"]["resources"][0]["spec"]
+    documents = config if isinstance(config, list) else [config]
+    assert documents[0]["machine"]["token"] == REDACTED and documents[0]["machine"]["ca"]["key"] == REDACTED
+    assert cp.config["machine"]["token"] not in run.stdout
+
+
+def test_bad_type_and_selector_fail_clearly(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, bootstrapped=True, reboot_seconds=0.1)
+    play = module_play(cluster, "talos_resource_info", {"type": "nosuchthing"}, cluster.controlplanes[0].address, "bad type",
+                       ignore_errors=True)
+    play["tasks"].append(dict(info_task("bad selector", type="members", label_selectors=["a = = b"]), ignore_errors=True))
+    run = run_playbook(play)
+    assert "'nosuchthing' is not a resource type" in run.task("bad type")["result"]["msg"]
+    assert "label_selectors entry 'a = = b'" in run.task("bad selector")["result"]["msg"]
+
+
+def test_wait_for_a_condition(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, reboot_seconds=0.1)
+    cp, worker = cluster.controlplanes[0], cluster.workers[0]
+    cluster.add_diagnostic(worker, "address-overlap", "addresses overlap")
+    start = cluster.calls_served
+
+    def cure():
+        cluster.wait_until(lambda: cluster.calls_served > start + 2, timeout=60)
+        threading.Event().wait(1.5)
+        cluster.add_diagnostic(worker, "address-overlap", None)
+        cluster.set_service_state(worker, "kubelet", "Finished", healthy=False)
+
+    thread = threading.Thread(target=cure)
+    thread.start()
+    play = module_play(cluster, "talos_resource_info", {
+        "type": "Diagnostics", "wait": True, "wait_timeout": 60, "wait_condition": {"state": "absent"}}, worker.address, "gone")
+    play["tasks"] += [
+        info_task("kubelet stopped", type="Service", id="kubelet", wait=True, wait_timeout=30,
+                  wait_condition={"field": "running", "value": False}),
+        info_task("ready on both", type="MachineStatus", id="machine", nodes=[cp.address, worker.address], node="{{ omit }}", wait=True,
+                  wait_condition={"field": "status.ready", "value": "true"}),
+        dict(info_task("never", type="MachineStatus", id="machine", wait=True, wait_timeout=2,
+                       wait_condition={"field": "stage", "value": "upgrading"}), ignore_errors=True),
+    ]
+    try:
+        run = run_playbook(play)
+    finally:
+        thread.join()
+    gone = run.task("gone")["result"]
+    assert gone["resources"] == [] and gone["elapsed"] >= 1
+    stopped = run.task("kubelet stopped")["result"]["resources"]
+    assert stopped[0]["spec"]["running"] is False
+    assert len(run.task("ready on both")["result"]["resources"]) == 2
+    never = run.task("never")["result"]
+    assert run.task("never")["status"] == "failed"
+    assert "waiting for MachineStatuses.runtime.talos.dev machine on node %s to be present with stage=upgrading" % worker.address in never["msg"]
+    assert "stage=running" in never["msg"]
