@@ -163,8 +163,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module imp
 
 def run(module):
     params = module.params
-    if params["wait_timeout"] < 0 or params["poll_interval"] < 1:
-        module.fail_json(msg="wait_timeout must be 0 or more seconds and poll_interval at least 1 second.")
     node = module.single_node("asks one control plane for the cluster's health")
     nodes = health.nodes_to_check(module.client, params["control_plane_nodes"], params["worker_nodes"], node)
     result = dict(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers)
@@ -189,6 +187,7 @@ def main():
             wait_timeout=dict(type="int", default=600),
             poll_interval=dict(type="int", default=2),
         ),
+        ranges=dict(wait_timeout=(0, None), poll_interval=(1, None)),
         supports_check_mode=True,
     )
     module.run(run)

@@ -128,8 +128,6 @@ def run(module):
     params = module.params
     if params["kernel"] and params["service"]:
         module.fail_json(msg="Set either service (a service or container log) or kernel=true (the kernel log), not both.")
-    if params["lines"] < 0:
-        module.fail_json(msg="lines must be 0 (every line) or a positive number of lines; got %d." % params["lines"])
     since = logs.parse_since(params["since"])
     read = []
     for node in module.target_nodes:
@@ -154,6 +152,7 @@ def main():
             since=dict(type="str"),
         ),
         required_if=[("kernel", False, ("service",))],
+        ranges=dict(lines=(0, None)),
         supports_check_mode=True,
     )
     module.run(run)

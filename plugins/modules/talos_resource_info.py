@@ -235,6 +235,7 @@ def main():
                 value=dict(type="raw"),
             )),
         ),
+        ranges=dict(wait_timeout=(0, None)),
         supports_check_mode=True,
     )
     module.run(run)
