@@ -51,7 +51,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CREDENTIAL_TYPE_FILE = os.path.join(REPO, "docs", "awx", "credential_type.yml")
-VENV_BIN = os.path.dirname(sys.executable)
+# The execution environment's programs (ansible-runner, ansible-playbook, python3): the test
+# venv's, or another one's with TALOS_AWX_EE_BIN (for example a newer ansible-core on a newer Python).
+EE_BIN = os.environ.get("TALOS_AWX_EE_BIN") or os.path.dirname(sys.executable)
 # Keys of the secrets bundle whose values are secret.
 SECRET_KEYS = {"key", "secret", "token", "bootstraptoken", "secretboxencryptionsecret", "aescbcencryptionsecret"}
 
@@ -202,7 +204,7 @@ class Job(object):
     def execution_environment(self):
         """The worker's own environment: the image's Python and collection, no talosctl, an empty HOME."""
         return {
-            "PATH": os.pathsep.join([VENV_BIN, "/usr/bin", "/bin"]),
+            "PATH": os.pathsep.join([EE_BIN, "/usr/bin", "/bin"]),
             "HOME": self.home,
             "LANG": "C.UTF-8",
             "ANSIBLE_COLLECTIONS_PATH": os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.path.join(REPO, ".collections"),
@@ -215,7 +217,7 @@ class Job(object):
             ansible_runner.run(streamer="transmit", _output=stream, private_data_dir=self.private_data_dir, **runner_kwargs)
         # The worker exits with the playbook's code; the job's status comes through the stream.
         with open(transmitted, "rb") as stream, open(results, "wb") as output:
-            subprocess.run([os.path.join(VENV_BIN, "ansible-runner"), "worker", "--private-data-dir", self.worker_dir],
+            subprocess.run([os.path.join(EE_BIN, "ansible-runner"), "worker", "--private-data-dir", self.worker_dir],
                            stdin=stream, stdout=output, env=self.execution_environment(), timeout=600, cwd=self.home,
                            check=False)
         with open(results, "rb") as stream:
