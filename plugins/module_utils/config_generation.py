@@ -147,7 +147,7 @@ def legacy_documents(gen):
             ("serviceAccount", {"key": talos_pki.b64_pem(bundle.service_account_key_pem)}),
             ("apiServer", _ordered(
                 ("image", gen.image("registry.k8s.io/kube-apiserver")),
-                ("certSANs", _unique(api_server_sans) or None),
+                ("certSANs", api_server_sans or None),
                 ("disablePodSecurityPolicy", True if not gen.at_least(12) else None),
                 ("admissionControl", [{"name": "PodSecurity", "configuration": _pod_security_configuration()}]),
                 ("auditPolicy", _audit_policy()),
@@ -250,14 +250,6 @@ def _encryption_providers(bundle):
     if bundle.aescbc_secret:
         providers.append({"secretbox": {"keys": [{"name": "key1", "secret": bundle.aescbc_secret}]}})
     return providers
-
-
-def _unique(values):
-    seen = []
-    for value in values:
-        if value not in seen:
-            seen.append(value)
-    return seen
 
 
 def generate_documents(gen):

@@ -83,6 +83,9 @@ options:
         v1alpha1 document, or YAML text of either.
       - For per-node settings such as the hostname on contracts v1.12 and later, patch the C(HostnameConfig)
         document (see the examples) - C(auto) set to null removes the generated C(auto=stable).
+      - A list of RFC 6902 operations patches the v1alpha1 document on every contract, as in
+        M(talos_linux.talos.talos_apply_config). C(talosctl) refuses such patches on multi-document configs (contracts
+        v1.12 and later); use merge patches when the same patch must also work with C(talosctl).
     type: list
     elements: raw
     default: []

@@ -117,6 +117,9 @@ def test_additional_sans_and_apiserver_sans_by_contract(bundle):
     _, old = render(bundle, "controlplane", "v1.11", additional_sans=["lb.example"])
     assert old[0]["cluster"]["apiServer"]["certSANs"] == ["cp.example", "lb.example"]
     assert old[0]["machine"]["certSANs"] == ["lb.example"]
+    # As talosctl: the endpoint host first, then every additional SAN, a repeated name included.
+    _, repeated = render(bundle, "controlplane", "v1.11", additional_sans=["cp.example"])
+    assert repeated[0]["cluster"]["apiServer"]["certSANs"] == ["cp.example", "cp.example"]
     _, new = render(bundle, "controlplane", "v1.12")
     assert "certSANs" not in new[0]["cluster"]["apiServer"]
 
