@@ -174,7 +174,8 @@ def run(module):
         module.exit_json(**result)
 
     problem = destination_problem(path, "path")
-    if problem and not (exists and not os.path.isdir(path)):
+    # In check mode the directory may be one an earlier task would have created.
+    if problem and (os.path.isdir(path) or not module.check_mode):
         raise TalosConfigError(problem)
     if exists:
         bundle = SecretsBundle.load(path)

@@ -361,10 +361,12 @@ def _refusal(data):
 
 
 def test_parse_accepts_multiple_documents(bundle):
-    text = _generate(bundle, "worker")
+    # The generator writes the v1.11 contract (features.stableHostname), which a HostnameConfig may not join.
+    text = _generate(bundle, "worker").replace("    stableHostname: true\n", "")
     extra = "apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: worker-1\n"
     config = configgen.parse_machine_config(("%s---\n%s" % (extra, text)).encode())
     assert config["machine"]["type"] == "worker"
+    assert configgen.configured_hostname(("%s---\n%s" % (extra, text)).encode()) == "worker-1"
 
 
 def test_parse_refuses_unparseable_yaml():

@@ -20,6 +20,7 @@ import string
 import yaml
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from . import config_validation
 from .pki import CertificateAuthority, encode_private_key
 
 # libyaml when PyYAML has it: a fleet of emulated nodes writes and parses one
@@ -294,26 +295,66 @@ def _validation_errors(config):
     return errors
 
 
-def parse_machine_config(data):
-    """Parse and validate an applied machine config; return its v1alpha1 document as a dict.
-
-    Raises ``ConfigError`` the way Talos v1.14's ApplyConfiguration refuses a config.
-    """
+def parse_documents(data):
+    """Every document of an applied config; ConfigError when it is not YAML mappings."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError("InvalidArgument", "yaml: invalid UTF-8: %s" % exc, "parse")
-    documents = _parse_documents(data)
-    v1alpha1 = [document for document in documents if document.get("version") == "v1alpha1"]
+    return _parse_documents(data)
+
+
+def parse_machine_config(data, talos_version=DEFAULT_TALOS_VERSION):
+    """Parse and validate an applied machine config; return its v1alpha1 document as a dict.
+
+    Raises ``ConfigError`` the way ApplyConfiguration of a node running
+    ``talos_version`` refuses a config: strict decoding (unknown keys, kinds
+    that version does not register), then the v1alpha1 checks, each
+    document's own checks and its conflicts with v1alpha1 fields.
+    """
+    documents = parse_documents(data)
+    decoding = config_validation.decode_problems(documents, talos_version)
+    if decoding:
+        raise ConfigError("InvalidArgument", "; ".join(decoding), "parse")
+    v1alpha1 = [document for document in documents if document.get("version") == "v1alpha1" and "kind" not in document]
     if not v1alpha1:
         raise ConfigError("InvalidArgument", NO_V1ALPHA1_MESSAGE, "no_v1alpha1")
     config = v1alpha1[0]
     errors = _validation_errors(config)
-    if errors:
+    if isinstance(config.get("machine"), dict):
+        errors += config_validation.v1alpha1_problems(config, documents)
+    container_errors = ["v1alpha1.Config: " + _multierror(errors)] if errors else []
+    container_errors += config_validation.document_problems(documents, config)
+    if container_errors:
         # Talos wraps the document's own error list as one entry of the container's list.
-        raise ConfigError("InvalidArgument", _multierror(["v1alpha1.Config: " + _multierror(errors)]), "validation")
+        raise ConfigError("InvalidArgument", _multierror(container_errors), "validation")
     return config
+
+
+def kubernetes_settings(data):
+    """The cluster name, API endpoint and Kubernetes CA (PEM bytes) of a validated config, from either layout.
+
+    v1.14 configs keep them in KubeClusterConfig and KubeAPIServerCAConfig,
+    older ones in the v1alpha1 ``cluster`` section (base64 of PEM).
+    """
+    documents = parse_documents(data)
+    by_kind = dict((document.get("kind"), document) for document in documents)
+    cluster = (by_kind.get(None) or {}).get("cluster") or {}
+    kube_cluster = by_kind.get("KubeClusterConfig") or {}
+    issuing = (by_kind.get("KubeAPIServerCAConfig") or {}).get("issuingCA") or {}
+    ca = cluster.get("ca") or {}
+    return {
+        "cluster_name": kube_cluster.get("clusterName") or cluster.get("clusterName") or "talos",
+        "endpoint": kube_cluster.get("endpoint") or (cluster.get("controlPlane") or {}).get("endpoint"),
+        "ca_crt": issuing.get("cert", "").encode() or _unb64(ca.get("crt")),
+        "ca_key": issuing.get("key", "").encode() or _unb64(ca.get("key")),
+    }
+
+
+def configured_hostname(data):
+    """The static hostname an (already validated) config sets, or None."""
+    return config_validation.configured_hostname(parse_documents(data))
 
 
 def machine_os_ca(config):

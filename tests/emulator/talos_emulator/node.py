@@ -96,6 +96,7 @@ class EmulatedNode:
         self.installed = False
         self.config_bytes = None
         self.config = None
+        self.configured_hostname = None
         self.persistent_config_bytes = None
         self.boot_id = None
         self.booted_at = None
@@ -145,8 +146,7 @@ class EmulatedNode:
 
     @property
     def hostname(self):
-        configured = ((self.config or {}).get("machine", {}).get("network") or {}).get("hostname")
-        return configured or self.name
+        return (self.configured_hostname if self.config is not None else None) or self.name
 
     @property
     def cert_sans(self):
@@ -170,8 +170,9 @@ class EmulatedNode:
 
     def apply_active_config(self, config_bytes):
         """Make ``config_bytes`` the running config (NO_REBOOT, TRY, boot)."""
+        self.config = configgen.parse_machine_config(config_bytes, self.talos_version)
         self.config_bytes = config_bytes
-        self.config = configgen.parse_machine_config(config_bytes)
+        self.configured_hostname = configgen.configured_hostname(config_bytes)
 
     def config_text(self):
         return self.config_bytes.decode() if self.config_bytes else ""

@@ -94,7 +94,7 @@ class ApplyConfigurationRPC:
             node.cancel_try_rollback()
         validation_error = None
         try:
-            new_config = parse_machine_config(request.data)
+            new_config = parse_machine_config(request.data, node.talos_version)
         except ConfigError as error:
             if error.kind != "validation":
                 raise GRPCError(status_from_name(error.code), error.message)
@@ -157,7 +157,7 @@ class ApplyConfigurationRPC:
                 Status.UNIMPLEMENTED, "apply configuration --mode='%s' is not supported in maintenance mode" % _mode_flag(request.mode),
             )
         try:
-            parse_machine_config(request.data)
+            parse_machine_config(request.data, node.talos_version)
         except ConfigError as error:
             if error.kind == "parse":
                 raise GRPCError(Status.UNKNOWN, "failed to parse config: %s" % error.message)

@@ -19,6 +19,7 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_grpc, machine_pb2
 
+from .. import configgen
 from ..context import current_call
 from ..pki import CertificateAuthority
 from ..versions import older_than
@@ -169,11 +170,10 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, LogRPCs, machine_grpc.Mach
         require_machine_type(node, "kubeconfig")
         if not node.is_control_plane:
             raise GRPCError(Status.UNIMPLEMENTED, "kubeconfig is only available on control plane nodes")
-        cluster_config = node.config.get("cluster") or {}
-        ca = cluster_config.get("ca") or {}
-        if not ca.get("crt") or not ca.get("key"):
+        kubernetes = configgen.kubernetes_settings(node.config_bytes)
+        if not kubernetes["ca_crt"] or not kubernetes["ca_key"]:
             raise GRPCError(Status.FAILED_PRECONDITION, "failed to generate kubeconfig: Kubernetes API server CA is not available")
-        await stream.send_message(common_pb2.Data(bytes=_kubeconfig_archive(node, cluster_config)))
+        await stream.send_message(common_pb2.Data(bytes=_kubeconfig_archive(node, kubernetes)))
 
     # Files and events.
 
@@ -295,17 +295,17 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, LogRPCs, machine_grpc.Mach
         await stream.send_message(machine_pb2.MountsResponse(messages=[machine_pb2.Mounts(stats=stats)]))
 
 
-def _kubeconfig_archive(node, cluster_config):
+def _kubeconfig_archive(node, kubernetes):
     """A fresh admin kubeconfig as Talos sends it: a gzip'd tar holding one file ``kubeconfig`` (0600)."""
-    ca = CertificateAuthority.from_pem(base64.b64decode(cluster_config["ca"]["crt"]), base64.b64decode(cluster_config["ca"]["key"]))
+    ca = CertificateAuthority.from_pem(kubernetes["ca_crt"], kubernetes["ca_key"])
     crt_pem, key_pem = ca.issue_client(["system:masters"], common_name="admin")
-    name = cluster_config.get("clusterName", "talos")
-    endpoint = (cluster_config.get("controlPlane") or {}).get("endpoint", "https://%s:6443" % node.address)
+    name = kubernetes["cluster_name"]
+    endpoint = kubernetes["endpoint"] or "https://%s:6443" % node.address
     user = "admin@%s" % name
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": endpoint, "certificate-authority-data": cluster_config["ca"]["crt"]}}],
+        "clusters": [{"name": name, "cluster": {"server": endpoint, "certificate-authority-data": base64.b64encode(kubernetes["ca_crt"]).decode()}}],
         "users": [{"name": user, "user": {
             "client-certificate-data": base64.b64encode(crt_pem).decode(),
             "client-key-data": base64.b64encode(key_pem).decode(),

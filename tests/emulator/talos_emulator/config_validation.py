@@ -1,0 +1,274 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a Talos node checks in a machine config before it accepts it.
+
+Decoding is strict (unknown keys and unregistered document kinds are refused);
+then every document validates itself, and each multi-document kind refuses the
+v1alpha1 fields it replaces. The kinds a node knows depend on its version.
+``decode_problems`` and ``validation_problems`` return the messages; configgen
+turns them into the errors ApplyConfiguration returns.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import binascii
+import re
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from .versions import older_than
+
+V1ALPHA1_KEYS = {
+    None: ("version", "debug", "persist", "machine", "cluster"),
+    "machine": ("type", "token", "ca", "acceptedCAs", "certSANs", "controlPlane", "kubelet", "pods", "network", "disks",
+                "install", "files", "env", "time", "sysctls", "sysfs", "registries", "systemDiskEncryption", "features",
+                "udev", "logging", "kernel", "seccompProfiles", "baseRuntimeSpecOverrides", "nodeLabels",
+                "nodeAnnotations", "nodeTaints"),
+    "cluster": ("id", "secret", "controlPlane", "clusterName", "network", "token", "aescbcEncryptionSecret",
+                "secretboxEncryptionSecret", "ca", "acceptedCAs", "aggregatorCA", "serviceAccount", "apiServer",
+                "controllerManager", "proxy", "scheduler", "discovery", "etcd", "coreDNS", "externalCloudProvider",
+                "extraManifests", "extraManifestHeaders", "inlineManifests", "adminKubeconfig",
+                "allowSchedulingOnMasters", "allowSchedulingOnControlPlanes"),
+}
+
+# Top-level keys (besides apiVersion and kind) of the documents talosctl generates.
+DOCUMENT_KEYS = {
+    "DiscoveryServiceConfig": ("name", "endpoint"),
+    "DiscoveryIdentityConfig": ("clusterID", "clusterSecret"),
+    "UnattendedInstallConfig": ("reboot", "installer", "provisioning"),
+    "ResolverConfig": ("nameservers", "searchDomains", "hostDNS"),
+    "VolumeConfig": ("name", "provisioning", "filesystem", "encryption", "mount", "trim", "scrub"),
+    "FilesystemTrimConfig": ("interval",),
+    "SecurityProfileConfig": ("workloadIsolation",),
+    "HostnameConfig": ("auto", "hostname"),
+    "KubeClusterConfig": ("clusterName", "endpoint"),
+    "KubeNodeConfig": ("skipNodeRegistration", "registerWithFQDN", "nodeIP", "labels", "annotations", "taints"),
+    "KubeletConfig": ("image", "config", "extraArgs", "clusterDNS", "defaultRuntimeSeccompProfileEnabled"),
+    "KubeNetworkConfig": ("dnsDomain", "podSubnets", "serviceSubnets", "nodeCIDRMaskSizeIPv4", "nodeCIDRMaskSizeIPv6"),
+    "KubeAPIServerCAConfig": ("issuingCA", "acceptedCAs"),
+    "KubePrismConfig": ("port", "tlsServerName"),
+    "KubeAggregatorCAConfig": ("issuingCA", "acceptedCAs"),
+    "KubeAdmissionControlConfig": ("name", "configuration"),
+    "KubeAuditPolicyConfig": ("configuration",),
+    "KubeAuthenticationConfig": ("configuration",),
+    "KubeAuthorizerConfig": ("name", "type", "webhook"),
+    "KubeEtcdEncryptionConfig": ("config",),
+    "KubeServiceAccountConfig": ("issuer", "accepted"),
+    "KubeAPIServerConfig": ("image", "extraArgs", "env", "resources", "apiPort", "certExtraSANs", "startupProbes"),
+    "KubeControllerManagerConfig": ("enabled", "image", "extraArgs", "env", "resources"),
+    "KubeSchedulerConfig": ("enabled", "image", "config", "extraArgs", "env", "resources"),
+    "KubeProxyConfig": ("enabled", "image", "mode", "config", "extraArgs", "resources"),
+    "KubeFlannelCNIConfig": ("backendType", "backendPort", "backendMTU", "backendExtraConfig", "resources", "extraArgs",
+                             "kubeNetworkPoliciesEnabled"),
+    "KubeCoreDNSConfig": ("enabled", "image"),
+    "SysctlConfig": ("params",),
+    "KubeSpanConfig": ("enabled", "advertiseKubernetesNetworks", "allowDownPeerBypass", "harvestExtraEndpoints", "mtu", "filters"),
+    "RegistryMirrorConfig": ("name", "endpoints", "skipFallback"),
+    "RegistryTLSConfig": ("name", "clientIdentity", "ca", "insecureSkipVerify"),
+}
+
+# The release that first registers a kind; kinds not listed are older than v1.9.
+_KINDS_SINCE = {
+    "v1.12.0": ("HostnameConfig", "RegistryMirrorConfig", "RegistryTLSConfig", "RegistryAuthConfig"),
+    "v1.13.0": ("KubeSpanConfig",),
+    "v1.14.0": tuple(kind for kind in DOCUMENT_KEYS if kind.startswith("Kube") and kind != "KubeSpanConfig") + (
+        "KubeCredentialProviderConfig", "KubeExternalManifestConfig", "KubeInlineManifestConfig", "KubeStaticPodConfig",
+        "KubeTalosAPIAccessConfig", "DiscoveryServiceConfig", "DiscoveryIdentityConfig", "UnattendedInstallConfig",
+        "SysctlConfig", "KernelModuleConfig", "FilesystemTrimConfig", "SecurityProfileConfig"),
+}
+_OLDER_KINDS = (
+    "BGPInstanceConfig", "BlackholeRouteConfig", "BondConfig", "BridgeConfig", "CRIBaseRuntimeSpecConfig",
+    "CRICustomizationConfig", "DHCPv4Config", "DHCPv6Config", "DummyLinkConfig", "EnvironmentConfig", "EtcFileConfig",
+    "EthernetConfig", "EventSinkConfig", "ExistingVolumeConfig", "ExtensionServiceConfig", "ExternalVolumeConfig",
+    "FilesystemScrubConfig", "HCloudVIPConfig", "HTTPProbeConfig", "ImageCacheConfig", "ImageVerificationConfig",
+    "KmsgLogConfig", "KubeSpanEndpointsConfig", "LVMLogicalVolumeConfig", "LVMVolumeGroupConfig", "Layer2VIPConfig",
+    "LinkAliasConfig", "LinkConfig", "NetworkDefaultActionConfig", "NetworkRuleConfig", "OOMConfig",
+    "PCIDriverRebindConfig", "RAIDArrayConfig", "RawVolumeConfig", "ResolverConfig", "RoutingRuleConfig",
+    "SideroLinkConfig", "StaticHostConfig", "SwapVolumeConfig", "SysfsConfig", "TCPProbeConfig", "TimeSyncConfig",
+    "TrustedRootsConfig", "UdevRulesConfig", "UserVolumeConfig", "VLANConfig", "VRFConfig", "VethConfig",
+    "VolumeConfig", "WatchdogTimerConfig", "WireguardConfig", "ZswapConfig",
+)
+
+# Each new document and the v1alpha1 fields it refuses to coexist with.
+_CONFLICTS = {
+    "KubeClusterConfig": (("cluster", "clusterName"), ("cluster", "controlPlane", "endpoint")),
+    "DiscoveryIdentityConfig": (("cluster", "id"), ("cluster", "secret")),
+    "DiscoveryServiceConfig": (("cluster", "discovery"),),
+    "UnattendedInstallConfig": (("machine", "install"),),
+    "KubeAPIServerCAConfig": (("cluster", "ca"),),
+    "KubeAggregatorCAConfig": (("cluster", "aggregatorCA"),),
+    "KubeServiceAccountConfig": (("cluster", "serviceAccount"),),
+}
+
+
+def registered(kind, talos_version):
+    for since, kinds in _KINDS_SINCE.items():
+        if kind in kinds:
+            return not older_than(talos_version, since)
+    return kind in _OLDER_KINDS
+
+
+def _unknown_keys(mapping, allowed, prefix):
+    return ["%s%s" % (prefix, key) for key in mapping if key not in allowed]
+
+
+def decode_problems(documents, talos_version):
+    """Strict decoding: unregistered kinds and unknown keys, as messages."""
+    problems = []
+    for document in documents:
+        kind = document.get("kind")
+        if kind is None:
+            unknown = _unknown_keys(document, V1ALPHA1_KEYS[None], "")
+            for section in ("machine", "cluster"):
+                if isinstance(document.get(section), dict):
+                    unknown += _unknown_keys(document[section], V1ALPHA1_KEYS[section], section + ".")
+        else:
+            if document.get("apiVersion") != "v1alpha1" or not registered(kind, talos_version):
+                problems.append('"%s" "%s": not registered' % (kind, document.get("apiVersion", "")))
+                continue
+            allowed = DOCUMENT_KEYS.get(kind)
+            unknown = _unknown_keys(document, allowed + ("apiVersion", "kind"), "") if allowed else []
+        if unknown:
+            problems.append("unknown keys found during decoding: %s%s" % ("%s " % kind if kind else "", ", ".join(unknown)))
+    return problems
+
+
+def endpoint_problem(endpoint):
+    """siderolabs/net ValidateEndpointURI: a host, IPv6 in brackets, a numeric port in range."""
+    match = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://([^/?#]*)", endpoint or "")
+    if not match:
+        return "invalid URL %r" % endpoint
+    authority = match.group(1).rsplit("@", 1)[-1]
+    if authority.startswith("["):
+        host, _bracket, rest = authority[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+    elif authority.count(":") > 1:
+        return "IPv6 address in %r must be in brackets" % endpoint
+    else:
+        host, colon, port = authority.partition(":")
+        port = port if colon else None
+    if not host:
+        return "no host in %r" % endpoint
+    if port is not None and (not port.isdigit() or not 0 < int(port) < 65536):
+        return "invalid port in %r" % endpoint
+    return None
+
+
+def _pem_problems(value, what, private=False):
+    text = value if isinstance(value, str) else ""
+    try:
+        if private:
+            body = text.replace("ED25519 PRIVATE KEY", "PRIVATE KEY").encode()
+            serialization.load_pem_private_key(body, password=None)
+        else:
+            x509.load_pem_x509_certificate(text.encode())
+    except (ValueError, TypeError):
+        return ["%s: failed to parse PEM block" % what]
+    return []
+
+
+def _ca_document_problems(kind, document):
+    problems = []
+    issuing = document.get("issuingCA")
+    if issuing:
+        problems += _pem_problems(issuing.get("cert"), "%s issuing CA certificate" % kind)
+        problems += _pem_problems(issuing.get("key"), "%s issuing CA key" % kind, private=True)
+    for index, accepted in enumerate(document.get("acceptedCAs") or []):
+        problems += _pem_problems(accepted, "%s accepted CA #%d" % (kind, index))
+    if not issuing and not document.get("acceptedCAs"):
+        problems.append("%s: issuing CA is not set" % kind)
+    return problems
+
+
+def _document_problems(kind, document):
+    if kind == "KubeClusterConfig":
+        problems = [] if document.get("clusterName") else ["clusterName must be specified"]
+        if not document.get("endpoint"):
+            problems.append("endpoint must be specified")
+        elif endpoint_problem(document["endpoint"]):
+            problems.append("cluster endpoint is invalid: %s" % endpoint_problem(document["endpoint"]))
+        return problems
+    if kind == "DiscoveryIdentityConfig":
+        problems = [] if document.get("clusterID") else ["clusterID must be specified"]
+        try:
+            valid = len(base64.b64decode(document.get("clusterSecret") or "", validate=True)) == 32
+        except (binascii.Error, ValueError):
+            valid = False
+        return problems + ([] if valid else ["clusterSecret must be 32 bytes in standard base64"])
+    if kind == "DiscoveryServiceConfig":
+        endpoint = document.get("endpoint") or ""
+        ok = re.match(r"^(https?|grpc)://[^/]+", endpoint)
+        return ([] if document.get("name") else ["name must be specified"]) + ([] if ok else ["invalid endpoint %r" % endpoint])
+    if kind in ("KubeAPIServerCAConfig", "KubeAggregatorCAConfig"):
+        return _ca_document_problems(kind, document)
+    if kind == "KubeServiceAccountConfig":
+        issuer = document.get("issuer") or {}
+        problems = _pem_problems(issuer.get("privateKey"), "service account key", private=True)
+        return problems + ([] if issuer.get("issuerURL") else ["issuer URL must be specified"])
+    if kind == "HostnameConfig":
+        if document.get("auto") and document.get("hostname"):
+            return ["'auto' and 'hostname' cannot be set at the same time"]
+        if not document.get("auto") and not document.get("hostname"):
+            return ["either 'auto' or 'hostname' must be set"]
+    return []
+
+
+def _has(config, path):
+    value = config
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return value not in (None, "", {}, [])
+
+
+def document_problems(documents, config):
+    """Each multi-document kind's own validation and its conflicts with the v1alpha1 document ``config``."""
+    problems = []
+    machine = config.get("machine") or {}
+    for document in documents:
+        kind = document.get("kind")
+        if kind is None:
+            continue
+        problems += _document_problems(kind, document)
+        for path in _CONFLICTS.get(kind, ()):
+            if _has(config, path):
+                problems.append("%s: .%s is already set in the v1alpha1 config, remove it to use the %s document"
+                                % (kind, ".".join(path), kind))
+        if kind == "HostnameConfig":
+            if (machine.get("network") or {}).get("hostname"):
+                problems.append("static hostname is already set in v1alpha1 config")
+            elif (machine.get("features") or {}).get("stableHostname"):
+                problems.append("stable hostname is already set in v1alpha1 config")
+    return problems
+
+
+def v1alpha1_problems(config, documents):
+    """Checks of the v1alpha1 document beyond the CA rules configgen makes."""
+    problems = []
+    cluster = config.get("cluster") or {}
+    endpoint = (cluster.get("controlPlane") or {}).get("endpoint")
+    if endpoint and endpoint_problem(endpoint):
+        problems.append("cluster endpoint is invalid: %s" % endpoint_problem(endpoint))
+    discovery = cluster.get("discovery") or {}
+    service = (discovery.get("registries") or {}).get("service") or {}
+    identity = any(document.get("kind") == "DiscoveryIdentityConfig" for document in documents)
+    if discovery.get("enabled") and not service.get("disabled") and not identity:
+        if not cluster.get("id") or not cluster.get("secret"):
+            problems.append("cluster discovery service registry requires .cluster.id and .cluster.secret")
+    return problems
+
+
+def configured_hostname(documents):
+    """The static hostname a config sets: v1alpha1 ``machine.network.hostname`` or HostnameConfig ``hostname``."""
+    for document in documents:
+        if document.get("kind") == "HostnameConfig" and document.get("hostname"):
+            return document["hostname"]
+        if document.get("kind") is None:
+            hostname = ((document.get("machine") or {}).get("network") or {}).get("hostname")
+            if hostname:
+                return hostname
+    return None

@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The emulator accepts a machine config only when a Talos node of its version would."""
+
+import pytest
+import yaml
+
+from talos_emulator import configgen
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, go_yaml
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return SecretsBundle.generate("v1.14")
+
+
+def generated(bundle, machine_type, contract):
+    text = config_generation.generate_machine_config(bundle, machine_type, "c", "https://10.5.0.2:6443", talos_version=contract)
+    return list(yaml.safe_load_all(text))
+
+
+def refusal(documents, talos_version="v1.14.0"):
+    with pytest.raises(configgen.ConfigError) as caught:
+        configgen.parse_machine_config(go_yaml.dump_documents(documents).encode(), talos_version)
+    return caught.value
+
+
+@pytest.mark.parametrize("contract,node", [("v1.9", "v1.9.0"), ("v1.11", "v1.12.0"), ("v1.12", "v1.12.0"),
+                                           ("v1.13", "v1.13.0"), ("v1.13", "v1.14.0"), ("v1.14", "v1.14.0")])
+@pytest.mark.parametrize("machine_type", ["controlplane", "worker"])
+def test_generated_configs_are_accepted(bundle, contract, node, machine_type):
+    documents = generated(bundle, machine_type, contract)
+    config = configgen.parse_machine_config(go_yaml.dump_documents(documents).encode(), node)
+    assert config["machine"]["type"] == machine_type
+
+
+@pytest.mark.parametrize("contract,node,kind", [("v1.14", "v1.13.0", "DiscoveryServiceConfig"), ("v1.12", "v1.11.0", "HostnameConfig")])
+def test_kinds_newer_than_the_node_are_not_registered(bundle, contract, node, kind):
+    error = refusal(generated(bundle, "worker", contract), node)
+    assert (error.code, error.kind) == ("InvalidArgument", "parse")
+    assert '"%s" "v1alpha1": not registered' % kind in error.message
+
+
+def test_unknown_keys_are_refused(bundle):
+    documents = generated(bundle, "worker", "v1.13")
+    documents[0]["machine"]["kubeletx"] = {}
+    error = refusal(documents)
+    assert error.kind == "parse" and "unknown keys found during decoding: machine.kubeletx" in error.message
+    documents = generated(bundle, "worker", "v1.14")
+    documents[-1]["portt"] = 1
+    assert "KubePrismConfig portt" in refusal(documents).message
+
+
+def test_ca_keys_by_machine_type(bundle):
+    worker = generated(bundle, "worker", "v1.13")
+    controlplane = generated(bundle, "controlplane", "v1.13")
+    worker[0]["machine"]["ca"]["key"] = controlplane[0]["machine"]["ca"]["key"]
+    assert "issuing Talos API CA key is not allowed on non-controlplane nodes" in refusal(worker).message
+    controlplane[0]["machine"]["ca"]["key"] = ""
+    assert "issuing CA key is required for controlplane nodes" in refusal(controlplane).message
+
+
+@pytest.mark.parametrize("endpoint", ["https://10.5.0.2:99999", "https://:6443", "https://fd00::1:6443"])
+def test_endpoint_form(bundle, endpoint):
+    documents = generated(bundle, "worker", "v1.13")
+    documents[0]["cluster"]["controlPlane"]["endpoint"] = endpoint
+    assert "cluster endpoint is invalid" in refusal(documents).message
+    documents = generated(bundle, "worker", "v1.14")
+    [cluster] = [document for document in documents if document.get("kind") == "KubeClusterConfig"]
+    cluster["endpoint"] = endpoint
+    assert "cluster endpoint is invalid" in refusal(documents).message
+
+
+def test_new_documents_refuse_their_legacy_fields(bundle):
+    documents = generated(bundle, "worker", "v1.14")
+    documents[0]["cluster"]["clusterName"] = "legacy"
+    documents[0]["machine"]["install"] = {"disk": "/dev/sda"}
+    message = refusal(documents).message
+    assert ".cluster.clusterName is already set" in message and ".machine.install is already set" in message
+
+
+def test_hostname_config_rules(bundle):
+    documents = generated(bundle, "worker", "v1.13")
+    documents[0]["machine"]["network"] = {"hostname": "legacy"}
+    assert "static hostname is already set in v1alpha1 config" in refusal(documents).message
+    documents = generated(bundle, "worker", "v1.14")
+    [hostname] = [document for document in documents if document.get("kind") == "HostnameConfig"]
+    hostname["hostname"] = "w-1"
+    assert "'auto' and 'hostname' cannot be set at the same time" in refusal(documents).message
+    del hostname["auto"]
+    text = go_yaml.dump_documents(documents).encode()
+    configgen.parse_machine_config(text, "v1.14.0")
+    assert configgen.configured_hostname(text) == "w-1"
+
+
+def test_discovery_identity_and_service_account(bundle):
+    documents = generated(bundle, "controlplane", "v1.14")
+    by_kind = dict((document.get("kind"), document) for document in documents)
+    by_kind["DiscoveryIdentityConfig"]["clusterSecret"] = "short"
+    by_kind["KubeServiceAccountConfig"]["issuer"]["privateKey"] = "not a key"
+    message = refusal(documents).message
+    assert "clusterSecret must be 32 bytes" in message and "service account key: failed to parse PEM block" in message
+    legacy = generated(bundle, "worker", "v1.13")
+    del legacy[0]["cluster"]["secret"]
+    assert "requires .cluster.id and .cluster.secret" in refusal(legacy).message
