@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +26,7 @@ import (
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
@@ -430,6 +432,55 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 			Data: []byte("machine: [not a config"), Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT,
 		})
 		expectStatus(t, "a config that does not parse", err, codes.InvalidArgument, "")
+	})
+
+	t.Run("CollectionTalosconfig", func(t *testing.T) {
+		// A talosconfig the collection writes (talos_client_config) from the cluster's bundle.
+		path := filepath.Join(t.TempDir(), "talosconfig")
+		if err := runRenderer("talosconfig", path, emu.StateDir); err != nil {
+			t.Fatal(err)
+		}
+
+		loaded, err := clientconfig.Open(path)
+		if err != nil {
+			t.Fatalf("machinery cannot load the collection's talosconfig: %v", err)
+		}
+
+		ours, err := client.New(context.Background(), client.WithConfig(loaded))
+		if err != nil {
+			t.Fatalf("machinery cannot build a client from the collection's talosconfig: %v", err)
+		}
+
+		defer ours.Close() //nolint:errcheck
+
+		if got := ours.GetEndpoints(); !slices.Equal(got, []string{emu.Endpoint}) {
+			t.Errorf("endpoints %v, want [%s]", got, emu.Endpoint)
+		}
+
+		for _, node := range emu.Nodes {
+			if _, err := ours.Version(client.WithNode(callContext(t), node.Address)); err != nil {
+				t.Errorf("Version on %s with the collection's talosconfig: %v", node.Name, err)
+			}
+		}
+
+		// os:admin: a sensitive resource is readable.
+		if _, err = safe.StateGetByID[*config.MachineConfig](client.WithNode(callContext(t), first.Address), ours.COSI, config.ActiveID); err != nil {
+			t.Errorf("MachineConfig with the collection's talosconfig: %v", err)
+		}
+	})
+
+	t.Run("UpstreamArtifactsInTheCollection", func(t *testing.T) {
+		checkUpstreamArtifacts(t, emu, first.Address)
+
+		// The playbook only dry-ran: nothing was applied to the node.
+		active, err := safe.StateGetByID[*config.MachineConfig](client.WithNode(callContext(t), first.Address), admin.COSI, config.ActiveID)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if name := active.Provider().RawV1Alpha1().ClusterConfig.ClusterName; name != emu.Name {
+			t.Errorf("a check-mode run changed the node's config (cluster name %q)", name)
+		}
 	})
 
 	t.Run("Reboot", func(t *testing.T) {
