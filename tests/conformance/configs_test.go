@@ -28,8 +28,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 )
 
-// renderedConfig is one entry of render_configs.py's manifest: a config the
-// collection generated and the inputs it was generated from.
+// renderedConfig is one entry of render_configs.py's manifest: a config
+// talos_machine_config generated (render_configs.yml) and the inputs it was generated from.
 type renderedConfig struct {
 	File              string   `json:"file"`
 	Contract          string   `json:"contract"`
@@ -40,12 +40,13 @@ type renderedConfig struct {
 	InstallDisk       string   `json:"install_disk"`
 	InstallImage      string   `json:"install_image"`
 	AdditionalSANs    []string `json:"additional_sans"`
-	Patches           []string `json:"patches"`
+	Patches           []string `json:"patches_yaml"`
 }
 
 type renderManifest struct {
-	Secrets string           `json:"secrets"`
-	Configs []renderedConfig `json:"configs"`
+	Secrets       string           `json:"secrets"`
+	Configs       []renderedConfig `json:"configs"`
+	ModuleSamples []renderedConfig `json:"module_samples"`
 }
 
 var (
@@ -55,8 +56,9 @@ var (
 	renderFailed error
 )
 
-// collectionConfigs renders, once per test run, a secrets bundle and every config the
-// collection's generator makes (tests/conformance/render_configs.py).
+// collectionConfigs has the collection make, once per test run, a secrets bundle
+// (talos_machine_secrets) and every planned config: a sample through
+// talos_machine_config, all of them with the code that module runs.
 func collectionConfigs(t *testing.T) (string, renderManifest) {
 	t.Helper()
 
@@ -66,13 +68,25 @@ func collectionConfigs(t *testing.T) (string, renderManifest) {
 			return
 		}
 
-		if renderFailed = runRenderer("configs", renderDir); renderFailed != nil {
+		manifest := filepath.Join(renderDir, "manifest.json")
+
+		renderer := filepath.Join(repoRoot, "tests", "conformance", "render_configs.py")
+
+		if _, renderFailed = run(pythonCommand(), renderer, "plan", renderDir); renderFailed != nil {
+			return
+		}
+
+		if _, renderFailed = runPlaybook("render_configs.yml", "-e", "@"+manifest, "-e", "out_dir="+renderDir); renderFailed != nil {
+			return
+		}
+
+		if _, renderFailed = run(pythonCommand(), renderer, "render", renderDir); renderFailed != nil {
 			return
 		}
 
 		var raw []byte
 
-		if raw, renderFailed = os.ReadFile(filepath.Join(renderDir, "manifest.json")); renderFailed == nil {
+		if raw, renderFailed = os.ReadFile(manifest); renderFailed == nil {
 			renderFailed = json.Unmarshal(raw, &rendered)
 		}
 	})
@@ -93,15 +107,31 @@ func pythonCommand() string {
 	return "python"
 }
 
-func runRenderer(args ...string) error {
-	command := exec.Command(pythonCommand(), append([]string{filepath.Join(repoRoot, "tests", "conformance", "render_configs.py")}, args...)...)
+func run(name string, args ...string) ([]byte, error) {
+	command := exec.Command(name, args...)
 	command.Dir = repoRoot
+	command.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1")
 
-	if output, err := command.CombinedOutput(); err != nil {
-		return fmt.Errorf("render_configs.py %v: %w\n%s", args, err, output)
+	output, err := command.CombinedOutput()
+	if err != nil {
+		return output, fmt.Errorf("%s %v: %w\n%s", filepath.Base(name), args, err, tail(output))
 	}
 
-	return nil
+	return output, nil
+}
+
+// runPlaybook runs one of this directory's playbooks on localhost with the Python on PATH,
+// the one with the collection's requirements.
+func runPlaybook(playbook string, args ...string) ([]byte, error) {
+	python, err := exec.LookPath(pythonCommand())
+	if err != nil {
+		return nil, err
+	}
+
+	args = append([]string{"-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + python,
+		filepath.Join(repoRoot, "tests", "conformance", playbook)}, args...)
+
+	return run("ansible-playbook", args...)
 }
 
 func TestMain(m *testing.M) {
@@ -112,6 +142,32 @@ func TestMain(m *testing.M) {
 	}
 
 	os.Exit(code)
+}
+
+// TestModuleRendersLikeTheHarness: talos_machine_config's own output is byte-identical
+// to the renderings the other tests judge.
+func TestModuleRendersLikeTheHarness(t *testing.T) {
+	dir, manifest := collectionConfigs(t)
+
+	if len(manifest.ModuleSamples) == 0 {
+		t.Fatal("no module samples")
+	}
+
+	for _, entry := range manifest.ModuleSamples {
+		fromModule, err := os.ReadFile(filepath.Join(dir, "module-"+entry.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		rendered, err := os.ReadFile(filepath.Join(dir, entry.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if !bytes.Equal(fromModule, rendered) {
+			t.Errorf("%s: talos_machine_config wrote other bytes than the harness rendered", entry.File)
+		}
+	}
 }
 
 // metalMode is the runtime mode of an installed bare-metal (or VM) node, the mode

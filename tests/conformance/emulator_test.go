@@ -437,7 +437,8 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 	t.Run("CollectionTalosconfig", func(t *testing.T) {
 		// A talosconfig the collection writes (talos_client_config) from the cluster's bundle.
 		path := filepath.Join(t.TempDir(), "talosconfig")
-		if err := runRenderer("talosconfig", path, emu.StateDir); err != nil {
+		if _, err := runPlaybook("client_config.yml", "-e", "dest="+path, "-e", "state_dir="+emu.StateDir,
+			"-e", "cluster_name="+emu.Name, "-e", "endpoint="+emu.Endpoint); err != nil {
 			t.Fatal(err)
 		}
 

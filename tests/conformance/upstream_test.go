@@ -5,7 +5,6 @@ package conformance
 import (
 	"encoding/base64"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -137,19 +136,9 @@ func checkUpstreamArtifacts(t *testing.T, emu *emulatedCluster, node string) {
 	dir := t.TempDir()
 	secretValues := writeUpstreamArtifacts(t, dir, emu)
 
-	python, err := exec.LookPath(pythonCommand())
+	output, err := runPlaybook("upstream_artifacts.yml", "-vvv", "-e", "upstream_dir="+dir, "-e", "node="+node)
 	if err != nil {
 		t.Fatal(err)
-	}
-
-	command := exec.Command("ansible-playbook", "-vvv", "-i", "localhost,", "-c", "local",
-		"-e", "ansible_python_interpreter="+python, "-e", "upstream_dir="+dir, "-e", "node="+node, filepath.Join(repoRoot, "tests", "conformance", "upstream_artifacts.yml"))
-	command.Dir = dir
-	command.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1", "ANSIBLE_FORCE_COLOR=0")
-
-	output, err := command.CombinedOutput()
-	if err != nil {
-		t.Fatalf("ansible-playbook: %v\n%s", err, tail(output))
 	}
 
 	text := string(output)
