@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import importlib
+import importlib.util
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -27,9 +28,19 @@ GENERATOR_LIBRARIES = (
 
 
 def missing_libraries(libraries):
-    """``[(pypi_name, traceback_text)]`` for every library of ``libraries`` that cannot be imported."""
+    """``[(pypi_name, traceback_text)]`` for every library of ``libraries`` that cannot be imported.
+
+    A library that is installed is found without being imported (a task
+    imports only what its calls need); one that is not is imported to get
+    the traceback that names what is missing.
+    """
     missing = []
     for pypi_name, module_name in libraries:
+        try:
+            if importlib.util.find_spec(module_name) is not None:
+                continue
+        except (ImportError, ValueError):
+            pass
         try:
             importlib.import_module(module_name)
         except ImportError:

@@ -22,12 +22,6 @@ try:
 except ImportError:  # reported by TalosModule through missing_required_lib
     yaml = None
 
-try:
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-except ImportError:  # reported by TalosModule through missing_required_lib
-    x509 = NameOID = None
-
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
 DEFAULT_PORT = 50000
@@ -99,6 +93,10 @@ def relabel_private_key(pem):
 
 def certificate_roles(crt_pem):
     """The Talos roles of a client certificate: its Subject Organization values."""
+    # Only a refused call needs the roles: cryptography is imported then, not by every task.
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     try:
         cert = x509.load_pem_x509_certificate(crt_pem.encode("ascii"))
     except ValueError:
