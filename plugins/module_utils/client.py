@@ -33,11 +33,8 @@ except ImportError:  # reported by TalosModule through missing_required_lib
     yaml = None
 
 try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc
+    # The services' generated modules are imported by _service_stub, when a call needs them.
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_grpc, state_pb2
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc, lifecycle_grpc, machine_grpc
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_grpc
 except ImportError:  # grpclib, protobuf or googleapis-common-protos missing
     HAS_TALOS_API = False
 else:
@@ -108,27 +105,71 @@ class _Method:
         self.reply_type = reply_type
 
 
-def _method_table():
-    """Every RPC of the generated stubs, keyed by ``package.Service/Method``."""
-    cardinalities = {
-        grpclib.client.UnaryUnaryMethod: Cardinality.UNARY_UNARY,
-        grpclib.client.UnaryStreamMethod: Cardinality.UNARY_STREAM,
-        grpclib.client.StreamUnaryMethod: Cardinality.STREAM_UNARY,
-        grpclib.client.StreamStreamMethod: Cardinality.STREAM_STREAM,
-    }
-    table = {}
-    stubs = (machine_grpc.MachineServiceStub, lifecycle_grpc.LifecycleServiceStub, image_grpc.ImageServiceStub,
-             storage_grpc.StorageServiceStub, state_grpc.StateStub, cluster_grpc.ClusterServiceStub)
-    for stub_class in stubs:
-        # A stub only records its channel; the methods' types are what we want.
-        for method in vars(stub_class(None)).values():
-            if type(method) in cardinalities:
-                table[method.name.lstrip("/")] = _Method(method.name, cardinalities[type(method)],
-                                                         method.request_type, method.reply_type)
-    return table
+def _service_stub(service):
+    """The generated stub class of ``package.Service``, imported on first use; None for an unknown service.
+
+    A task imports the generated code of the services it calls only (the
+    imports stay literal so that Ansible packs these modules with the task).
+    """
+    if service == "machine.MachineService":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_grpc
+        return machine_grpc.MachineServiceStub
+    if service == "cosi.resource.State":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_grpc
+        return state_grpc.StateStub
+    if service == "storage.StorageService":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_grpc
+        return storage_grpc.StorageServiceStub
+    if service == "machine.LifecycleService":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import lifecycle_grpc
+        return lifecycle_grpc.LifecycleServiceStub
+    if service == "machine.ImageService":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc
+        return image_grpc.ImageServiceStub
+    if service == "cluster.ClusterService":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc
+        return cluster_grpc.ClusterServiceStub
+    return None
 
 
-METHODS = _method_table() if HAS_GRPCLIB and HAS_TALOS_API else {}
+class _MethodTable:
+    """Every RPC of the generated stubs, keyed by ``package.Service/Method``; a service is read on first use."""
+
+    def __init__(self):
+        self._services = {}
+
+    def _service(self, service):
+        if service not in self._services:
+            cardinalities = {
+                grpclib.client.UnaryUnaryMethod: Cardinality.UNARY_UNARY,
+                grpclib.client.UnaryStreamMethod: Cardinality.UNARY_STREAM,
+                grpclib.client.StreamUnaryMethod: Cardinality.STREAM_UNARY,
+                grpclib.client.StreamStreamMethod: Cardinality.STREAM_STREAM,
+            }
+            stub_class = _service_stub(service) if HAS_GRPCLIB and HAS_TALOS_API else None
+            methods = {}
+            # A stub only records its channel; the methods' types are what we want.
+            for method in vars(stub_class(None)).values() if stub_class else ():
+                if type(method) in cardinalities:
+                    methods[method.name.lstrip("/")] = _Method(method.name, cardinalities[type(method)],
+                                                               method.request_type, method.reply_type)
+            self._services[service] = methods
+        return self._services[service]
+
+    def get(self, method, default=None):
+        return self._service(method.rpartition("/")[0]).get(method, default)
+
+    def __getitem__(self, method):
+        spec = self.get(method)
+        if spec is None:
+            raise KeyError(method)
+        return spec
+
+    def __contains__(self, method):
+        return self.get(method) is not None
+
+
+METHODS = _MethodTable()
 
 
 if HAS_GRPCLIB:
@@ -356,13 +397,15 @@ class TalosClient:
 
     def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
         """One COSI resource as a dict; a missing one raises TalosApiError with code NotFound."""
-        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
+        request = self._method("cosi.resource.State/Get", Cardinality.UNARY_UNARY).request_type(
+            namespace=namespace, type=resource_type, id=resource_id)
         items = self.call("cosi.resource.State/Get", request, node=node, deadline=deadline)
         return resource_to_dict(items[0].resource)
 
     def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
         """Every COSI resource of a type in a namespace (matching ``label_query``, a LabelQuery), as dicts."""
-        request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
+        request = self._method("cosi.resource.State/List", Cardinality.UNARY_STREAM).request_type(
+            namespace=namespace, type=resource_type)
         if label_query is not None and label_query.terms:
             request.options.label_query.add().CopyFrom(label_query)
         replies = self.stream("cosi.resource.State/List", request, node=node, deadline=deadline)
