@@ -17,14 +17,12 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosTimeoutError,
     TalosTLSError,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
 except ImportError:  # reported by TalosModule through missing_required_lib
-    machine_pb2 = storage_pb2 = state_pb2 = None
+    machine_pb2 = state_pb2 = None
 
 SUBSETS = ("version", "hostname", "machine", "services", "etcd", "disks", "memory", "network", "mounts", "config")
 MINIMAL_SUBSETS = ("version", "hostname", "machine")
@@ -83,6 +81,9 @@ def service_facts(info):
 
 
 def disk_facts(disk):
+    # Imported here, with the Disks call that needs it, as the config tools below are.
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
+
     facts = _fields(disk)
     facts["type"] = storage_pb2.Disk.DiskType.Name(disk.type)
     return facts
@@ -232,6 +233,9 @@ class FactGatherer:
                     self.facts[node]["config"] = None
                 else:
                     configured.append(node)
+            # The config tools (jsonpatch, difflib) are imported only by the tasks that read a config.
+            from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary
+
             configs = self.get_resources("config", "config", "MachineConfigs.config.talos.dev", "v1alpha1", nodes=configured,
                                          quiet_codes=("NotFound",))
             for node, resource in configs.items():
