@@ -16,6 +16,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosTimeoutError,
     TalosTLSError,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 
 class ScriptedClient(object):
@@ -117,3 +118,57 @@ def test_wait_for_secure_api_timeout_reports_the_last_failure():
     with pytest.raises(TalosTimeoutError) as err:
         waiters.wait_for_secure_api(client, "10.5.0.2", timeout=0, interval=0)
     assert "last observed: Certificate verification of endpoint 10.5.0.2:50000 failed." in err.value.message
+
+
+class BootTimeClient(ScriptedClient):
+    """Read is refused (os:operator); SystemStat answers the boot times in ``boot_times``."""
+
+    def __init__(self, statuses, boot_times):
+        super(BootTimeClient, self).__init__(statuses=statuses, boot_ids=[TalosPermissionError("not authorized")])
+        self.boot_times = list(boot_times)
+
+    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
+        assert method.endswith("/SystemStat")
+        return [machine_pb2.SystemStat(boot_time=self._next(self.boot_times))]
+
+
+def test_boot_marker_falls_back_to_the_boot_time_without_read():
+    client = BootTimeClient([RUNNING], [1700000000])
+    assert waiters.read_boot_marker(client, "10.5.0.2") == "boot-time:1700000000"
+
+
+def test_reboot_wait_compares_boot_times_when_read_is_refused():
+    # Still running on the old boot twice, then on a new one.
+    client = BootTimeClient([RUNNING], [1700000000, 1700000000, 1700000090])
+    assert waiters.wait_for_reboot(client, "10.5.0.2", "boot-time:1700000000", timeout=5, interval=0) == "boot-time:1700000090"
+
+
+class VersionClient(object):
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.retry_codes = []
+
+    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
+        self.retry_codes.append(retry_codes)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return [answer]
+
+
+def test_unreachable_wait_ends_at_the_first_connection_failure_without_retries():
+    client = VersionClient(["v", "v", TalosConnectionError("connection refused", code="Unavailable")])
+    waiters.wait_until_unreachable(client, "10.5.0.2", timeout=5, interval=0)
+    assert client.answers == [] and client.retry_codes == [(), (), ()]
+
+
+def test_unreachable_wait_passes_permanent_errors_through():
+    client = VersionClient([TalosApiError("not authorized", code="PermissionDenied")])
+    with pytest.raises(TalosApiError):
+        waiters.wait_until_unreachable(client, "10.5.0.2", timeout=5, interval=0)
+
+
+def test_unreachable_wait_times_out_naming_the_node():
+    client = VersionClient(["v"] * 1000)
+    with pytest.raises(TalosTimeoutError, match="waiting for node 10.5.0.2 to stop answering; last observed: the node still answers"):
+        waiters.wait_until_unreachable(client, "10.5.0.2", timeout=0.05, interval=0.01)
