@@ -128,15 +128,17 @@ func writeFile(t *testing.T, path string, content []byte) {
 }
 
 // checkUpstreamArtifacts runs upstream_artifacts.yml: the collection's modules load the
-// upstream bundle and talosconfig and dry-run patched upstream configs on a node, in
-// check mode with --diff, at -vvv, and nothing secret shows in the output.
+// upstream bundle (talos_machine_secrets) and talosconfig (talos_client_config keeps its
+// certificate; talos_apply_config connects with it) and dry-run patched upstream configs
+// on a node, in check mode with --diff, at -vvv, and nothing secret shows in the output.
 func checkUpstreamArtifacts(t *testing.T, emu *emulatedCluster, node string) {
 	t.Helper()
 
 	dir := t.TempDir()
 	secretValues := writeUpstreamArtifacts(t, dir, emu)
 
-	output, err := runPlaybook("upstream_artifacts.yml", "-vvv", "-e", "upstream_dir="+dir, "-e", "node="+node)
+	output, err := runPlaybook("upstream_artifacts.yml", "-vvv", "-e", "upstream_dir="+dir, "-e", "node="+node,
+		"-e", "state_dir="+emu.StateDir, "-e", "cluster_name="+emu.Name, "-e", "endpoint="+emu.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
