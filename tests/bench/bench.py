@@ -13,9 +13,11 @@
   one node.
 - The cold import of each module's call path (a fresh Python that has already
   imported ansible.module_utils.basic, as ping has: the module and the
-  generated code of the services it calls), the best of a few runs.
+  generated code of the services it calls), the best of a few runs, as wall
+  time and as CPU time (which a busy machine inflates much less).
 - The AnsiballZ payload of each module (the file Ansible runs on the host).
-- Client calls per second to one node directly and through an endpoint with
+- What connecting costs (settings, TLS handshake, first Version) and client
+  calls per second to one node directly and through an endpoint with
   ``node`` metadata (the emulator relays in-process, as apid does over the
   network).
 
@@ -62,32 +64,38 @@ VERSION = "machine.MachineService/Version"
 IMPORT_PROBE = r"""
 import sys, time
 import ansible.module_utils.basic
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 import importlib
 module = importlib.import_module(sys.argv[1])
 from ansible_collections.talos_linux.talos.plugins.module_utils import client
 for method in sys.argv[2:]:
     client.METHODS[method]
-print(time.perf_counter() - started)
+print(time.perf_counter() - started, time.process_time() - cpu)
+"""
+BASIC_PROBE = r"""
+import time
+started, cpu = time.perf_counter(), time.process_time()
+import ansible.module_utils.basic
+print(time.perf_counter() - started, time.process_time() - cpu)
 """
 
 
+def _best(command, runs, env=None):
+    """Best of ``runs`` fresh interpreters: ``{"wall": s, "cpu": s}`` (CPU time barely depends on the machine's load)."""
+    figures = [[float(value) for value in subprocess.run(command, check=True, capture_output=True, text=True,
+                                                         env=env).stdout.split()] for _run in range(runs)]
+    return {"wall": min(wall for wall, _cpu in figures), "cpu": min(cpu for _wall, cpu in figures)}
+
+
 def cold_import(module, methods, runs):
-    """Best of ``runs`` fresh interpreters: seconds to import the module and its services' generated code."""
-    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
-    best = None
-    for _run in range(runs):
-        output = subprocess.run([sys.executable, "-c", IMPORT_PROBE, "%s.modules.%s" % (PACKAGE, module)] + list(methods),
-                                check=True, capture_output=True, text=True, env=env).stdout
-        best = min(best or float("inf"), float(output.strip().splitlines()[-1]))
-    return best
+    """The module and its services' generated code, imported after ansible.module_utils.basic."""
+    command = [sys.executable, "-c", IMPORT_PROBE, "%s.modules.%s" % (PACKAGE, module)] + list(methods)
+    return _best(command, runs, env=dict(os.environ, PYTHONPATH=COLLECTIONS))
 
 
 def basic_import(runs):
-    """Best of ``runs``: seconds to import ansible.module_utils.basic, what ping itself imports."""
-    probe = "import time; started = time.perf_counter(); import ansible.module_utils.basic; print(time.perf_counter() - started)"
-    return min(float(subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout)
-               for _run in range(runs))
+    """ansible.module_utils.basic, what ping itself imports."""
+    return _best([sys.executable, "-c", BASIC_PROBE], runs)
 
 
 def task_kinds(cluster, sizes):
@@ -143,17 +151,32 @@ def run_playbook(work_dir, cluster, kinds, rounds):
 
 
 def client_rates(cluster, calls):
-    """Version calls per second to one worker: straight to it, and through the first control plane with ``node``."""
+    """Version calls per second to one worker: straight to it, and through the first control plane with ``node``.
+
+    Both clients stay connected and take turns, 10 calls at a time, so that a
+    change in the machine's load hits both alike.
+    """
     worker = cluster.workers[-1] if cluster.workers else cluster.nodes[-1]
-    rates = {}
-    for label, endpoint, node in (("direct", worker.endpoint, None), ("routed", cluster.endpoint, worker.address)):
-        params = dict(talosconfig=cluster.talosconfig_path("admin"), endpoints=[endpoint], timeout=60)
-        with TalosClient(ConnectionSettings.from_params(params, environ={})) as client:
-            client.call(VERSION, node=node)
+    rates, clients, spent = {}, {}, {}
+    try:
+        for label, endpoint, node in (("direct", worker.endpoint, None), ("routed", cluster.endpoint, worker.address)):
+            params = dict(talosconfig=cluster.talosconfig_path("admin"), endpoints=[endpoint], timeout=60)
             started = time.perf_counter()
-            for _call in range(calls):
-                client.call(VERSION, node=node)
-            rates[label] = calls / (time.perf_counter() - started)
+            clients[label] = (TalosClient(ConnectionSettings.from_params(params, environ={})), node)
+            clients[label][0].call(VERSION, node=node)
+            rates["first_call_seconds_" + label] = time.perf_counter() - started
+            spent[label] = 0.0
+        for _turn in range(max(1, calls // 10)):
+            for label, (client, node) in clients.items():
+                started = time.perf_counter()
+                for _call in range(10):
+                    client.call(VERSION, node=node)
+                spent[label] += time.perf_counter() - started
+    finally:
+        for client, _node in clients.values():
+            client.close()
+    for label, seconds in spent.items():
+        rates[label] = max(1, calls // 10) * 10 / seconds
     return rates
 
 
@@ -222,10 +245,11 @@ def print_table(figures):
         rows.append(("talos_facts min, %d node%s in one task" % (size, "" if size == 1 else "s"), "%.3f s" % value,
                      "%.2fx 1 node" % figures["facts_by_nodes_vs_one"][size]))
     for module, value in sorted(figures["cold_import_seconds"].items()):
-        rows.append(("cold import, %s" % module, "%.3f s" % value, ""))
+        rows.append(("cold import, %s" % module, "%.3f s" % value["wall"], "%.3f s CPU" % value["cpu"]))
     for module, size in sorted(figures["ansiballz_payload_bytes"].items()):
         rows.append(("AnsiballZ payload, %s" % module, "%d KiB" % (size // 1024), ""))
     rates = figures["client_calls_per_second"]
+    rows.append(("settings, TLS handshake and first Version", "%.1f ms" % (rates["first_call_seconds_direct"] * 1000), ""))
     rows.append(("Version calls/s, direct to a node", "%.0f" % rates["direct"], ""))
     rows.append(("Version calls/s, routed with node metadata", "%.0f" % rates["routed"], "%.2fx direct" % (rates["routed"] / rates["direct"])))
     rows.append(("emulator start, %d nodes" % figures["emulator"]["nodes"], "%.1f s" % figures["emulator"]["start_seconds"], ""))
