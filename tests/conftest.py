@@ -17,7 +17,7 @@ def _collection_paths():
     return paths or [os.path.join(_REPO, ".collections")]
 
 
-for _path in _collection_paths() + [os.path.join(_TESTS, "emulator"), os.path.join(_TESTS, "unit"), os.path.join(_TESTS, "integration")]:
+for _path in _collection_paths() + [os.path.join(_TESTS, "emulator"), os.path.join(_TESTS, "unit"), os.path.join(_TESTS, "integration"), os.path.join(_TESTS, "robustness")]:
     if _path not in sys.path:
         sys.path.insert(0, _path)
 

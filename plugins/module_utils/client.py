@@ -191,8 +191,10 @@ if HAS_GRPCLIB:
 
         def connection_lost(self, exc):
             # Every HTTP/2 server speaks first (its SETTINGS frame): silence
-            # until the connection ends means the handshake was refused.
-            if exc is None and not self._heard_from_server:
+            # until the connection ends (closed, or reset while the request was
+            # still being written) means the handshake was refused.
+            if not self._heard_from_server and not isinstance(exc, ssl.SSLError) and (
+                    exc is None or isinstance(exc, (ConnectionResetError, BrokenPipeError))):
                 exc = CLOSED_AFTER_HANDSHAKE
             self._channel.lost_reason = exc
             if self._channel.connection_closed is not None and not self._channel.connection_closed.done():

@@ -2,40 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Playbook runs through ansible-playbook (AnsiballZ), the way users run the modules."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-import yaml
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class PlaybookRun(object):
-    """Outcome of one ansible-playbook run: rc, output and every task result."""
-
-    def __init__(self, rc, stdout, stderr, results):
-        self.rc = rc
-        self.stdout = stdout
-        self.stderr = stderr
-        self.results = results
-
-    def task(self, name, host=None):
-        """The result of the task called `name` (on `host`); fails the test if absent."""
-        found = [r for r in self.results if r["task"] == name and (host is None or r["host"] == host)]
-        assert found, "task %r (host %r) did not run; tasks run: %s\n%s" % (
-            name, host, [r["task"] for r in self.results], self.stdout[-4000:])
-        assert len(found) == 1, "task %r ran on several hosts; name one" % name
-        return found[0]
-
-    def tasks(self, name):
-        return [r for r in self.results if r["task"] == name]
-
-    @property
-    def changed_count(self):
-        return sum(1 for r in self.results if r["status"] == "changed")
+from playbook_runner import run_playbook_in
 
 
 @pytest.fixture
@@ -50,46 +19,11 @@ def run_playbook(tmp_path):
     def _run(playbook, inventory=None, extra_vars=None, check=False, diff=False, expect_rc=0,
              limit=None, env=None):
         counter["n"] += 1
-        n = counter["n"]
-        if isinstance(playbook, (list, dict)):
-            playbook = yaml.safe_dump(playbook if isinstance(playbook, list) else [playbook], sort_keys=False)
-        if "\n" in playbook or not os.path.exists(playbook):
-            path = tmp_path / ("playbook-%d.yml" % n)
-            path.write_text(playbook)
-            playbook = str(path)
-        results_path = tmp_path / ("results-%d.json" % n)
-        cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), playbook]
-        cmd += ["-i", inventory or "localhost,"]
-        if inventory is None:
-            cmd += ["-c", "local"]
-        if extra_vars:
-            cmd += ["-e", json.dumps(extra_vars)]
-        if check:
-            cmd.append("--check")
-        if diff:
-            cmd.append("--diff")
-        if limit:
-            cmd += ["--limit", limit]
-        run_env = dict(os.environ)
-        run_env.update({
-            "TALOS_TEST_RESULTS": str(results_path),
-            "ANSIBLE_CALLBACK_PLUGINS": os.path.join(HERE, "callback_plugins"),
-            "ANSIBLE_CALLBACKS_ENABLED": "record_results",
-            "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-            "ANSIBLE_HOST_KEY_CHECKING": "False",
-            "ANSIBLE_RETRY_FILES_ENABLED": "False",
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local"),
-            "ANSIBLE_REMOTE_TEMP": str(tmp_path / "ansible-remote"),
-        })
-        run_env.update(env or {})
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=600, check=False)
-        results = json.loads(results_path.read_text()) if results_path.exists() else []
-        run = PlaybookRun(proc.returncode, proc.stdout, proc.stderr, results)
+        run = run_playbook_in(tmp_path, str(counter["n"]), playbook, inventory=inventory, extra_vars=extra_vars,
+                              check=check, diff=diff, limit=limit, env=env)
         if expect_rc is not None:
-            assert proc.returncode == expect_rc, "ansible-playbook exited %d, expected %d\n%s\n%s" % (
-                proc.returncode, expect_rc, proc.stdout[-6000:], proc.stderr[-3000:])
+            assert run.rc == expect_rc, "ansible-playbook exited %d, expected %d\n%s\n%s" % (
+                run.rc, expect_rc, run.stdout[-6000:], run.stderr[-3000:])
         return run
 
     return _run

@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One ansible-playbook run with the collection installed and every task result recorded."""
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class PlaybookRun(object):
+    """Outcome of one ansible-playbook run: rc, output and every task result."""
+
+    def __init__(self, rc, stdout, stderr, results):
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.results = results
+
+    def task(self, name, host=None):
+        """The result of the task called `name` (on `host`); fails the test if absent."""
+        found = [r for r in self.results if r["task"] == name and (host is None or r["host"] == host)]
+        assert found, "task %r (host %r) did not run; tasks run: %s\n%s" % (
+            name, host, [r["task"] for r in self.results], self.stdout[-4000:])
+        assert len(found) == 1, "task %r ran on several hosts; name one" % name
+        return found[0]
+
+    def tasks(self, name):
+        return [r for r in self.results if r["task"] == name]
+
+    @property
+    def changed_count(self):
+        return sum(1 for r in self.results if r["status"] == "changed")
+
+
+def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, check=False, diff=False, limit=None, env=None,
+                    verbosity=0, timeout=600):
+    """Run ``playbook`` (a path, YAML text, or a list of plays) with files under ``workdir`` named after ``name``.
+
+    ``inventory`` is a path (for example the emulator's inventory.yml) or None for localhost.
+    """
+    if isinstance(playbook, (list, dict)):
+        playbook = yaml.safe_dump(playbook if isinstance(playbook, list) else [playbook], sort_keys=False)
+    if "\n" in playbook or not os.path.exists(playbook):
+        path = os.path.join(str(workdir), "playbook-%s.yml" % name)
+        with open(path, "w") as handle:
+            handle.write(playbook)
+        playbook = path
+    results_path = os.path.join(str(workdir), "results-%s.json" % name)
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), playbook]
+    cmd += ["-i", inventory or "localhost,"]
+    if inventory is None:
+        cmd += ["-c", "local"]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    if check:
+        cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
+    if limit:
+        cmd += ["--limit", limit]
+    if verbosity:
+        cmd.append("-" + "v" * verbosity)
+    run_env = dict(os.environ)
+    run_env.update({
+        "TALOS_TEST_RESULTS": results_path,
+        "ANSIBLE_CALLBACK_PLUGINS": os.path.join(HERE, "callback_plugins"),
+        "ANSIBLE_CALLBACKS_ENABLED": "record_results",
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_LOCAL_TEMP": os.path.join(str(workdir), "ansible-local"),
+        "ANSIBLE_REMOTE_TEMP": os.path.join(str(workdir), "ansible-remote"),
+    })
+    run_env.update(env or {})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=timeout, check=False)
+    results = []
+    if os.path.exists(results_path):
+        with open(results_path) as handle:
+            results = json.load(handle)
+    return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, results)

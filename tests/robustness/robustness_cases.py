@@ -1,0 +1,205 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The robustness cases: bad inputs and faults for every module, one row each.
+
+A row is ``case(id, module, args, expect, ...)``:
+
+- ``args`` are the module's options; ``{name}`` in any string is replaced by
+  the context (see ``test_robustness.context``): ``{cp}`` and ``{worker}``
+  (node addresses), ``{other_worker}``, ``{tmp}``, ``{admin}``, ``{reader}``,
+  ``{wrong_ca}``, ``{mismatched_key}``, ``{binary}``, ``{bad_port}``,
+  ``{cp_config}`` (a file with the control plane's own config, full of secrets),
+  ``{registry_password}`` (a secret that only the patches carry).
+  The play sets talosconfig ``{admin}``, node ``{cp}`` and timeout 10 for every
+  module (``module_defaults``); a row overrides them in ``args``.
+- ``expect`` is a regular expression the task's ``msg`` must match (searched).
+- ``group`` says what the run may do on the nodes: ``rejected`` rows must not
+  send anything that reaches the audit log (not even a dry run); ``node`` rows
+  may ask the node but change nothing; ``old`` rows run against a Talos v1.12
+  cluster, with the rules of ``node``.
+- ``outcome`` is ``failed`` (the default), ``ok`` or ``changed``; ``check_mode``
+  and ``diff`` set the task keywords; ``result`` is an optional function that
+  asserts more on the task result.
+
+To cover a new module, add its rows here; the test picks them up.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import collections
+
+Case = collections.namedtuple("Case", "id module args expect group outcome check_mode diff result")
+
+
+def case(id, module, args, expect, group="rejected", outcome="failed", check_mode=False, diff=False, result=None):
+    return Case(id, module, args, expect, group, outcome, check_mode, diff, result)
+
+
+def _redacted_diff(result):
+    diff = result["diff"]
+    assert "<redacted" in diff["after"], diff
+
+
+def _redacted_resource(result):
+    items = result["ansible_facts"]["talos"]["resources"][0]["items"]
+    assert items and "<redacted>" in repr(items[0]["spec"]), items
+
+
+REGISTRY_PATCH = {"machine": {"registries": {"config": {"registry.example.com": {"auth": {
+    "username": "robot", "password": "{registry_password}", "auth": "cm9ib3Q6{registry_password}"}}}}}}
+
+MODULE_CASES = [
+    # talos_apply_config: patches that do not fit, values out of range, unreadable configs.
+    case("apply-json-patch-missing-path", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [REGISTRY_PATCH, [{"op": "remove", "path": "/machine/nothing/here"}]]},
+         r"^config_patches\[1\] operation 1 \(remove /machine/nothing/here\) cannot be applied to the v1alpha1 document: "
+         r"the path .*does not exist"),
+    case("apply-json-patch-unknown-op", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [[{"op": "replace", "path": "/machine/token", "value": "x"},
+                                                             {"op": "v1alpha1", "path": "/machine"}]]},
+         r"^config_patches\[0\] operation 2 has no valid op: a JSON patch operation is one of add, remove"),
+    case("apply-json-patch-bad-index", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [[{"op": "add", "path": "/machine/certSANs/9", "value": "a"}]]},
+         r"^config_patches\[0\] operation 1 \(add /machine/certSANs/9\) .*list index is out of range"),
+    case("apply-json-patch-test-on-a-secret", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [[{"op": "test", "path": "/cluster/secret", "value": "guess"}]]},
+         r"^config_patches\[0\] operation 1 \(test /cluster/secret\) .*is not the one the test expects"),
+    case("apply-patch-yaml-text-unreadable", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": ["machine:\n  token: {registry_password}\n  ca: [unclosed\n"]},
+         r"^config_patches\[0\] is not valid YAML: .* at line \d+, column \d+\.$"),
+    case("apply-negative-try-timeout", "talos_apply_config",
+         {"config_file": "{cp_config}", "mode": "try", "try_timeout": -5}, r"^try_timeout must be at least 1, got -5\.$"),
+    case("apply-zero-wait-timeout", "talos_apply_config",
+         {"config_file": "{cp_config}", "wait_timeout": 0}, r"^wait_timeout must be at least 1, got 0\.$"),
+    case("apply-empty-config", "talos_apply_config", {"config": ""}, r"^config is empty: set it to a value or leave it out"),
+    case("apply-config-not-yaml", "talos_apply_config", {"config": "machine: [unclosed\n  token: abc"},
+         r"^config is not valid YAML: "),
+    case("apply-config-file-directory", "talos_apply_config", {"config_file": "{tmp}"},
+         r"^config_file .* cannot be read: Is a directory\.$"),
+    case("apply-config-file-binary", "talos_apply_config", {"config_file": "{binary}"}, r"^config_file .* is not UTF-8 text\.$"),
+    case("apply-unknown-mode", "talos_apply_config", {"config_file": "{cp_config}", "mode": "later"},
+         r"value of mode must be one of: auto, no_reboot, reboot, staged, try"),
+    case("apply-check-diff-redacts-registry-auth", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [REGISTRY_PATCH]},
+         r"", group="node", outcome="changed", check_mode=True, diff=True, result=_redacted_diff),
+    case("apply-insecure-against-a-configured-node", "talos_apply_config",
+         {"config_file": "{cp_config}", "insecure": True, "endpoints": ["{cp_endpoint}"]},
+         r"requires a client certificate, so the node is configured .*talosconfig \(mutual TLS\) instead of insecure: true",
+         group="node"),
+    case("apply-wrong-ca", "talos_apply_config", {"config_file": "{cp_config}", "talosconfig": "{wrong_ca}"},
+         r"^Certificate verification of endpoint .* failed", group="node"),
+    case("apply-reader-role", "talos_apply_config", {"config_file": "{cp_config}", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/ApplyConfiguration .*needs role os:admin", group="node"),
+
+    # talos_facts: connection inputs from files and options, routing, TLS.
+    case("facts-binary-talosconfig", "talos_facts", {"talosconfig": "{binary}"},
+         r"^The talosconfig file .* is not a text file: expected the YAML that talosctl writes\.$"),
+    case("facts-talosconfig-is-a-directory", "talos_facts", {"talosconfig": "{tmp}"},
+         r"^The talosconfig path .* is a directory: expected a talosconfig file\.$"),
+    case("facts-talosconfig-port-out-of-range", "talos_facts", {"talosconfig": "{bad_port}"},
+         r"^Endpoint '.*:70000' from talosconfig context .* has port '70000': expected a number from 1 to 65535\.$"),
+    case("facts-endpoints-option-port-zero", "talos_facts", {"endpoints": ["127.0.0.1:0"]},
+         r"^Endpoint '127.0.0.1:0' from the endpoints option has port '0': expected a number from 1 to 65535\.$"),
+    case("facts-mismatched-client-key", "talos_facts", {"talosconfig": "{mismatched_key}"},
+         r"^The client certificate and key from talosconfig context .* cannot be loaded", group="node"),
+    case("facts-worker-as-endpoint", "talos_facts", {"endpoints": ["{worker_endpoint}"], "node": "{other_worker}"},
+         r"refused to forward .* endpoints must be control-plane nodes", group="node"),
+    case("facts-unreachable-endpoint", "talos_facts", {"endpoints": ["127.0.0.1:1"]}, r"Talos endpoint 127.0.0.1:1 \(connection refused\) is unreachable",
+         group="node"),
+    case("facts-wrong-ca", "talos_facts", {"talosconfig": "{wrong_ca}"}, r"^Certificate verification of endpoint", group="node"),
+    case("facts-unknown-subset", "talos_facts", {"gather_subset": ["hardware"]}, r"^gather_subset entry 'hardware' is not one of"),
+    case("facts-zero-timeout", "talos_facts", {"timeout": 0}, r"^timeout must be at least 1, got 0\.$"),
+    case("facts-empty-node", "talos_facts", {"node": ""}, r"^node is empty: set it to a value or leave it out"),
+    case("facts-empty-endpoint-item", "talos_facts", {"endpoints": ["{cp_endpoint}", " "]},
+         r"^endpoints\[1\] is empty: every item must be a non-empty string\.$"),
+    case("facts-machine-config-resource-is-redacted", "talos_facts",
+         {"gather_subset": ["min"], "resources": [{"type": "MachineConfigs.config.talos.dev", "namespace": "config", "id": "v1alpha1"}]},
+         r"", group="node", outcome="ok", result=_redacted_resource),
+
+    # talos_bootstrap
+    case("bootstrap-worker-of-a-bootstrapped-cluster", "talos_bootstrap", {"node": "{worker}"},
+         r"^Cannot bootstrap node .*: it is a worker node, and only a control-plane node can bootstrap etcd", group="node"),
+    case("bootstrap-worker-check-mode", "talos_bootstrap", {"node": "{worker}"},
+         r"^Cannot bootstrap node .*: it is a worker node", group="node", check_mode=True),
+    case("bootstrap-recover-from-missing-file", "talos_bootstrap", {"recover_from": "{tmp}/missing.snapshot"},
+         r"^The etcd snapshot to recover from, .*, is not a readable file\.$"),
+    case("bootstrap-node-and-nodes", "talos_bootstrap", {"nodes": ["{cp}", "{worker}"]},
+         r"^parameters are mutually exclusive: node\|nodes"),
+    case("bootstrap-insecure-against-a-configured-node", "talos_bootstrap",
+         {"insecure": True, "endpoints": ["{cp_endpoint}"]},
+         r"requires a client certificate, so the node is configured", group="node"),
+
+    # talos_upgrade
+    case("upgrade-empty-image", "talos_upgrade", {"image": ""}, r"^image is empty: set it to a value or leave it out"),
+    case("upgrade-version-latest", "talos_upgrade", {"version": "latest"}, r"^version 'latest' is not a Talos version such as v1.14.0\.$"),
+    case("upgrade-image-without-tag", "talos_upgrade", {"image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
+    case("upgrade-lifecycle-with-stage", "talos_upgrade", {"version": "v1.14.1", "api": "lifecycle", "stage": True},
+         r"^stage apply only to the legacy upgrade API"),
+    case("upgrade-negative-wait-timeout", "talos_upgrade", {"version": "v1.14.1", "wait_timeout": -1},
+         r"^wait_timeout must be at least 1, got -1\.$"),
+    case("upgrade-reader-role", "talos_upgrade", {"version": "v1.14.1", "node": "{worker}", "talosconfig": "{reader}"},
+         r"Permission denied .* needs role os:admin", group="node"),
+
+    # talos_service
+    case("service-empty-name", "talos_service", {"name": "", "state": "restarted"}, r"^name is empty"),
+    case("service-reader-role", "talos_service", {"name": "kubelet", "state": "restarted", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/ServiceRestart .*needs role os:admin or os:operator", group="node"),
+    case("service-zero-wait-timeout", "talos_service", {"name": "kubelet", "state": "restarted", "wait_timeout": 0},
+         r"^wait_timeout must be at least 1, got 0\.$"),
+
+    # talos_etcd_member
+    case("etcd-member-empty-member", "talos_etcd_member", {"member": "", "state": "absent"}, r"^member is empty"),
+    case("etcd-member-empty-snapshot", "talos_etcd_member", {"state": "absent", "snapshot": " "}, r"^snapshot is empty"),
+    case("etcd-member-wrong-ca", "talos_etcd_member", {"state": "present", "talosconfig": "{wrong_ca}"},
+         r"^Certificate verification of endpoint", group="node"),
+
+    # talos_kubeconfig
+    case("kubeconfig-dest-is-a-directory", "talos_kubeconfig", {"dest": "{tmp}"},
+         r"^Cannot write the kubeconfig to .*: it is a directory; set dest to a file path\.$"),
+    case("kubeconfig-dest-in-a-missing-directory", "talos_kubeconfig", {"dest": "{tmp}/missing/kubeconfig"},
+         r"^Cannot write the kubeconfig to .*: directory .* does not exist\.$"),
+    case("kubeconfig-empty-server", "talos_kubeconfig", {"dest": "{tmp}/kubeconfig", "server": ""}, r"^server is empty"),
+    case("kubeconfig-reader-role", "talos_kubeconfig", {"dest": "{tmp}/kubeconfig", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/Kubeconfig .*needs role os:admin", group="node"),
+    case("kubeconfig-from-a-worker", "talos_kubeconfig", {"dest": "{tmp}/kubeconfig", "node": "{worker}"},
+         r"(?i)control.plane", group="node"),
+
+    # Power and lifecycle modules: a weak role and bad values are refused before anything changes.
+    case("reboot-reader-role", "talos_reboot", {"node": "{worker}", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/Reboot .*needs role os:admin or os:operator", group="node"),
+    case("reboot-unknown-mode", "talos_reboot", {"node": "{worker}", "mode": "hard"}, r"value of mode must be one of"),
+    case("reboot-empty-service-to-wait-for", "talos_reboot", {"node": "{worker}", "wait_for_services": ["kubelet", ""]},
+         r"^wait_for_services\[1\] is empty"),
+    case("shutdown-reader-role", "talos_shutdown", {"node": "{worker}", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/Shutdown", group="node"),
+    case("reset-reader-role", "talos_reset", {"node": "{worker}", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/Reset .*needs role os:admin", group="node"),
+    case("reset-empty-disk-to-wipe", "talos_reset", {"node": "{worker}", "wipe_mode": "user_disks", "user_disks_to_wipe": [""]},
+         r"^user_disks_to_wipe\[0\] is empty"),
+    case("rollback-reader-role", "talos_rollback", {"node": "{worker}", "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/Rollback", group="node"),
+    case("rollback-zero-wait-timeout", "talos_rollback", {"node": "{worker}", "wait_timeout": 0},
+         r"^wait_timeout must be at least 1, got 0\.$"),
+
+    # Config generation on the controller: unreadable inputs, and a patch failure over the cluster's own secrets.
+    case("machine-config-json-patch-over-the-cluster-secrets", "talos_machine_config",
+         {"secrets": "{secrets_bundle}", "machine_type": "controlplane", "cluster_name": "demo",
+          "cluster_endpoint": "https://{cp}:6443", "config_patches": [REGISTRY_PATCH, [{"op": "remove", "path": "/cluster/nothing"}]]},
+         r"operation 1 \(remove /cluster/nothing\) cannot be applied"),
+    case("machine-config-secrets-is-a-directory", "talos_machine_config",
+         {"secrets": "{tmp}", "machine_type": "worker", "cluster_name": "demo", "cluster_endpoint": "https://{cp}:6443"},
+         r"(?i)director"),
+    case("client-config-secrets-binary", "talos_client_config",
+         {"secrets": "{binary}", "dest": "{tmp}/talosconfig-new", "cluster_name": "demo", "endpoints": ["{cp}"]},
+         r"(?i)secrets"),
+    case("machine-secrets-from-binary-config", "talos_machine_secrets",
+         {"path": "{tmp}/secrets-new.yaml", "from_controlplane_config": "{binary}"}, r"(?i)from_controlplane_config|config"),
+
+    # Talos v1.12: a worker answers Bootstrap with FailedPrecondition there, and is still refused at once.
+    case("bootstrap-worker-on-talos-v1.12", "talos_bootstrap", {"node": "{worker}"},
+         r"^Cannot bootstrap node .*: it is a worker node", group="old"),
+    case("facts-insecure-against-a-configured-v1.12-node", "talos_facts",
+         {"insecure": True, "endpoints": ["{cp_endpoint}"]},
+         r"requires a client certificate, so the node is configured", group="old"),
+]
