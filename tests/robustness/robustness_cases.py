@@ -182,6 +182,14 @@ MODULE_CASES = [
     case("rollback-zero-wait-timeout", "talos_rollback", {"node": "{worker}", "wait_timeout": 0},
          r"^wait_timeout must be at least 1, got 0\.$"),
 
+    # Read-only modules: bad values refused, and resources full of secrets come back redacted.
+    case("health-zero-poll-interval", "talos_health", {"poll_interval": 0}, r"^poll_interval must be at least 1, got 0\.$"),
+    case("logs-negative-lines", "talos_logs", {"service": "kubelet", "lines": -1}, r"^lines must be at least 0, got -1\.$"),
+    case("logs-empty-service", "talos_logs", {"service": ""}, r"^service is empty"),
+    case("resource-info-empty-type", "talos_resource_info", {"type": " "}, r"^type is empty"),
+    case("resource-info-machine-config-is-redacted", "talos_resource_info",
+         {"type": "MachineConfigs.config.talos.dev", "namespace": "config", "id": "v1alpha1"}, r"", group="node", outcome="ok"),
+
     # Config generation on the controller: unreadable inputs, and a patch failure over the cluster's own secrets.
     case("machine-config-json-patch-over-the-cluster-secrets", "talos_machine_config",
          {"secrets": "{secrets_bundle}", "machine_type": "controlplane", "cluster_name": "demo",
