@@ -18,12 +18,11 @@ import io
 import json
 
 try:
-    import yaml
     from yaml.emitter import Emitter
     from yaml.nodes import ScalarNode
     from yaml.resolver import Resolver
 except ImportError:  # reported by the module through missing_required_lib
-    yaml = None
+    Emitter = ScalarNode = Resolver = None
 
 INDENT = 4
 DOCUMENT_SEPARATOR = "---\n"

@@ -60,8 +60,8 @@ def test_certificate_is_kept_until_it_must_change(bundle):
     existing = yaml.safe_load(text)
     again, issued, _crt = client_config.render_talosconfig(bundle, "prod", endpoints=["10.5.0.2"], existing=existing, now=NOW)
     assert (again, issued) == (text, False)
-    moved, issued, _crt = client_config.render_talosconfig(bundle, "prod", endpoints=["10.5.0.3"], nodes=["10.5.0.4"],
-                                                          existing=existing, now=NOW)
+    moved, issued, _crt = client_config.render_talosconfig(
+        bundle, "prod", endpoints=["10.5.0.3"], nodes=["10.5.0.4"], existing=existing, now=NOW)
     assert not issued and context_of(moved)["crt"] == context_of(text)["crt"]
     assert context_of(moved)["nodes"] == ["10.5.0.4"]
     _text, issued, _crt = client_config.render_talosconfig(bundle, "prod", roles=["os:reader"], existing=existing, now=NOW)

@@ -104,8 +104,8 @@ def test_v114_multi_document_layout(bundle, machine_type, expected):
 
 
 def test_output_is_deterministic_and_go_shaped(bundle):
-    first, _ = render(bundle, "controlplane", "v1.14", additional_sans=["10.0.0.1", "lb.example"])
-    second, _ = render(bundle, "controlplane", "v1.14", additional_sans=["10.0.0.1", "lb.example"])
+    first, _docs = render(bundle, "controlplane", "v1.14", additional_sans=["10.0.0.1", "lb.example"])
+    second, _docs = render(bundle, "controlplane", "v1.14", additional_sans=["10.0.0.1", "lb.example"])
     assert first == second
     assert not first.startswith("---") and "\n---\napiVersion: v1alpha1\n" in first
     assert "    podSubnets:\n" not in first and "podSubnets:\n    - 10.244.0.0/16\n" in first
@@ -114,28 +114,28 @@ def test_output_is_deterministic_and_go_shaped(bundle):
 
 
 def test_additional_sans_and_apiserver_sans_by_contract(bundle):
-    _, old = render(bundle, "controlplane", "v1.11", additional_sans=["lb.example"])
+    _text, old = render(bundle, "controlplane", "v1.11", additional_sans=["lb.example"])
     assert old[0]["cluster"]["apiServer"]["certSANs"] == ["cp.example", "lb.example"]
     assert old[0]["machine"]["certSANs"] == ["lb.example"]
     # As talosctl: the endpoint host first, then every additional SAN, a repeated name included.
-    _, repeated = render(bundle, "controlplane", "v1.11", additional_sans=["cp.example"])
+    _text, repeated = render(bundle, "controlplane", "v1.11", additional_sans=["cp.example"])
     assert repeated[0]["cluster"]["apiServer"]["certSANs"] == ["cp.example", "cp.example"]
-    _, new = render(bundle, "controlplane", "v1.12")
+    _text, new = render(bundle, "controlplane", "v1.12")
     assert "certSANs" not in new[0]["cluster"]["apiServer"]
 
 
 def test_options(bundle):
-    _, documents = render(bundle, "worker", "v1.13", kubernetes_version="v1.35.0", install_disk="/dev/nvme0n1",
+    _text, documents = render(bundle, "worker", "v1.13", kubernetes_version="v1.35.0", install_disk="/dev/nvme0n1",
                           install_image="registry.example/installer:v1.13.2")
     machine = documents[0]["machine"]
     assert machine["kubelet"]["image"] == "ghcr.io/siderolabs/kubelet:v1.35.0"
     assert machine["install"]["disk"] == "/dev/nvme0n1" and machine["install"]["image"] == "registry.example/installer:v1.13.2"
-    _, documents = render(bundle, "worker", "v1.14", install_disk=None)
+    _text, documents = render(bundle, "worker", "v1.14", install_disk=None)
     assert "UnattendedInstallConfig" not in kinds(documents)
 
 
 def test_patches_reuse_apply_patches(bundle):
-    _, documents = render(bundle, "controlplane", "v1.14", config_patches=[
+    _text, documents = render(bundle, "controlplane", "v1.14", config_patches=[
         {"machine": {"certSANs": ["a.example"]}},
         {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": None, "hostname": "cp-1"},
     ])
@@ -177,10 +177,10 @@ def test_unsupported_contracts(bundle, version):
 
 def test_controlplane_config_gives_back_the_bundle(bundle):
     for version in ("v1.13", "v1.14"):
-        text, _ = render(bundle, "controlplane", version)
+        text, _docs = render(bundle, "controlplane", version)
         adopted = SecretsBundle.from_controlplane_config(text, "controlplane.yaml")
         assert adopted.to_yaml() == bundle.to_yaml()
-    worker, _ = render(bundle, "worker", "v1.14")
+    worker, _docs = render(bundle, "worker", "v1.14")
     with pytest.raises(TalosConfigError) as caught:
         SecretsBundle.from_controlplane_config(worker, "worker.yaml")
     assert "worker config" in caught.value.message

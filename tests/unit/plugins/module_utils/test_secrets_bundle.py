@@ -52,7 +52,7 @@ def test_scalar_secrets(document):
 
 
 def test_tokens_cover_the_alphabet():
-    characters = set("".join(random_token().replace(".", "") for _ in range(200)))
+    characters = set("".join(random_token().replace(".", "") for _round in range(200)))
     assert characters == set("0123456789abcdefghijklmnopqrstuvwxyz")
 
 
