@@ -117,3 +117,29 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_etcd_gate(emulator,
     assert "The rolling upgrade stopped at control plane controlplane-1" in message
     assert "Refusing to reboot control-plane node" in message
     assert len(cluster.audit(method="Reboot")) == 5
+
+
+def test_unhealthy_cluster_stops_the_upgrade_after_the_node(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+    worker = cluster.workers[0]
+    cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap")
+
+    # One control plane: etcd cannot spare it, so the quorum gate is forced open.
+    forced = {"upgrade_force": True}
+    stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=dict(forced, upgrade_health_timeout=2), expect_rc=2)
+
+    message = _failure(stopped)
+    assert "The rolling upgrade stopped at control plane controlplane-1" in message
+    assert "Cluster health check no_diagnostics" in message and worker.address in message
+    assert "Not started: worker-1." in message
+    assert _upgraded(cluster) == ["controlplane-1"]
+
+    cluster.add_diagnostic(worker, "address-overlap", None)
+    run_playbook(PLAYBOOK, inventory=inventory, extra_vars=forced)
+    assert _upgraded(cluster) == ["controlplane-1", "worker-1"]
+    again = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=forced)
+    health = [r for r in again.results if r["action"] == "talos_linux.talos.talos_health"]
+    assert len(health) == 2 and all(r["result"]["node_source"] == "options" for r in health)
+    assert health[0]["result"]["control_plane_nodes"] == [cluster.controlplanes[0].address]
+    assert health[0]["result"]["worker_nodes"] == [worker.address]

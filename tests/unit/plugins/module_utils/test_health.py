@@ -1,0 +1,162 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests for module_utils/health.py: node lists, the Talos checks, rounds and the server progress stream."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import health
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
+
+CP1, CP2, W1 = "10.5.0.2", "10.5.0.3", "10.5.0.5"
+
+
+class FakeCluster:
+    """Every node healthy unless told: ``down``, ``services`` overrides, ``members`` (addresses), ``diagnostics``."""
+
+    def __init__(self):
+        self.down = set()
+        self.services = {}
+        self.members = [CP1, CP2]
+        self.diagnostics = {}
+        self.stage = {}
+
+    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None):
+        answers = {}
+        for node in nodes:
+            try:
+                answers[node] = self._answer(method, request, node)
+            except TalosError as error:
+                answers[node] = error
+        return answers
+
+    def _answer(self, method, request, node):
+        if node in self.down:
+            raise from_status("Unavailable", "connection refused", method, node)
+        name = method.rsplit("/", 1)[-1]
+        if name == "ServiceList":
+            services = []
+            for service_id in ("etcd", "kubelet"):
+                state, healthy = self.services.get((node, service_id), ("Running", True))
+                services.append(machine_pb2.ServiceInfo(id=service_id, state=state, health=machine_pb2.ServiceHealth(healthy=healthy)))
+            return [machine_pb2.ServiceList(services=services)]
+        if name == "EtcdMemberList":
+            members = [machine_pb2.EtcdMember(id=index + 1, hostname="cp-%d" % index, client_urls=["https://%s:2379" % address])
+                       for index, address in enumerate(self.members)]
+            return [machine_pb2.EtcdMembers(members=members)]
+        if name == "Version":
+            return [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]
+        if name == "Memory":
+            return [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000))]
+        if name == "Disks":
+            return [storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda")])]
+        if name == "Get":
+            spec = "stage: %s\nstatus:\n  ready: true\n" % self.stage.get(node, "running")
+            return [state_pb2.GetResponse(resource=resource_pb2.Resource(spec=resource_pb2.Spec(yaml_spec=spec)))]
+        raise AssertionError(method)
+
+    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
+        if resource_type == health.DIAGNOSTICS_TYPE:
+            return [{"metadata": {"id": key}, "spec": {"message": text, "details": []}} for key, text in self.diagnostics.get(node, {}).items()]
+        assert resource_type == "Members.cluster.talos.dev"
+        return [
+            {"metadata": {"id": "cp-1"}, "spec": {"hostname": "cp-1", "addresses": [CP1], "machineType": "controlplane"}},
+            {"metadata": {"id": "w-1"}, "spec": {"hostname": "w-1", "addresses": [W1], "machineType": "worker"}},
+        ]
+
+
+NODES = health.ClusterNodes([CP1, CP2], [W1], "options")
+
+
+def states(checks):
+    return [(check["name"], check["state"]) for check in checks]
+
+
+def test_node_lists_from_options_or_discovery():
+    nodes = health.nodes_to_check(FakeCluster(), [CP1], None, None)
+    assert (nodes.control_planes, nodes.workers, nodes.source) == ([CP1], [], "options")
+    nodes = health.nodes_to_check(FakeCluster(), None, None, CP1)
+    assert (nodes.control_planes, nodes.workers, nodes.source) == ([CP1], [W1], "discovery")
+    with pytest.raises(TalosConfigError, match="worker_nodes needs control_plane_nodes"):
+        health.nodes_to_check(FakeCluster(), None, [W1], None)
+
+
+def test_healthy_cluster_passes_every_check():
+    checks, elapsed = health.run_talos_checks(FakeCluster(), NODES, timeout=0)
+    assert states(checks) == [(name, "passed") for name, _description in health.TALOS_CHECKS]
+
+
+@pytest.mark.parametrize("breaks, check, node, text", [
+    (lambda c: c.services.update({(CP2, "etcd"): ("Preparing", False)}), "etcd_healthy", CP2, 'service "etcd" is Preparing'),
+    (lambda c: c.members.remove(CP2), "etcd_members_are_control_planes", CP2, "not an etcd member"),
+    (lambda c: c.members.append("10.5.0.9"), "etcd_members_are_control_planes", "10.5.0.9", "is not one of the control-plane nodes"),
+    (lambda c: c.down.add(W1), "apid_ready", W1, "connection refused"),
+    (lambda c: c.diagnostics.update({W1: {"address-overlap": "overlap"}}), "no_diagnostics", W1, "diagnostic address-overlap: overlap"),
+    (lambda c: c.services.update({(CP1, "kubelet"): ("Running", False)}), "kubelet_healthy", CP1, 'service "kubelet" is Running, not healthy'),
+    (lambda c: c.stage.update({W1: "booting"}), "boot_sequence_done", W1, "stage booting"),
+])
+def test_a_failing_check_is_named_and_later_ones_pend(breaks, check, node, text):
+    cluster = FakeCluster()
+    breaks(cluster)
+    with pytest.raises(health.HealthFailure) as raised:
+        health.run_talos_checks(cluster, NODES, timeout=0)
+    failure = raised.value
+    names = [name for name, _description in health.TALOS_CHECKS]
+    position = names.index(check)
+    assert states(failure.checks) == ([(name, "passed") for name in names[:position]] + [(check, "failed")]
+                                      + [(name, "pending") for name in names[position + 1:]])
+    assert failure.checks[position]["nodes"] == [node] and text in failure.checks[position]["message"]
+    assert failure.message.startswith("Cluster health check %s (" % check) and node in failure.message
+
+
+def test_rounds_repeat_until_the_fault_is_gone(monkeypatch):
+    cluster = FakeCluster()
+    cluster.down.add(W1)
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        cluster.down.clear()
+    monkeypatch.setattr(health.time, "sleep", sleep)
+    checks, _elapsed = health.run_talos_checks(cluster, NODES, timeout=60, interval=2)
+    assert sleeps == [2] and {check["state"] for check in checks} == {"passed"}
+
+
+class FakeServer:
+    def __init__(self, messages, error=None):
+        self.messages = messages
+        self.error = error
+        self.request = None
+
+    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None):
+        assert method == health.HEALTH_CHECK
+        self.request = request
+        for message in self.messages:
+            on_message(cluster_pb2.HealthCheckProgress(message=message))
+        if self.error:
+            raise self.error
+
+
+def test_server_progress_becomes_checks():
+    server = FakeServer(["waiting for etcd to be healthy: ...", "waiting for etcd to be healthy: OK",
+                         "waiting for coredns to report ready: ...", "waiting for coredns to report ready: OK"])
+    checks, _elapsed = health.server_health_check(server, NODES, None, 300)
+    assert states(checks) == [("etcd_healthy", "passed"), ("coredns_to_report_ready", "passed")]
+    assert list(server.request.cluster_info.control_plane_nodes) == [CP1, CP2] and server.request.wait_timeout.seconds == 300
+
+
+def test_server_failure_names_the_unfinished_check():
+    error = from_status("DeadlineExceeded", "context deadline exceeded", health.HEALTH_CHECK, None)
+    server = FakeServer(["waiting for etcd to be healthy: OK", "waiting for apid to be ready: ...",
+                         "waiting for apid to be ready: 1 error occurred:\n\t* 10.5.0.5: connection refused\n\n"], error)
+    with pytest.raises(health.HealthFailure) as raised:
+        health.server_health_check(server, NODES, None, 5)
+    assert states(raised.value.checks) == [("etcd_healthy", "passed"), ("apid_ready", "failed")]
+    assert "Cluster health check apid_ready" in raised.value.message and "10.5.0.5: connection refused" in raised.value.message

@@ -1,0 +1,126 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unit tests for module_utils/resources.py: selectors, label matching, conditions, type resolution, redaction."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import re
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import resources
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2
+
+OP = resource_pb2.LabelTerm.Operation
+
+
+def terms(selectors):
+    return [(term.key, OP.Name(term.op), list(term.value), term.invert) for term in resources.label_query(selectors).terms]
+
+
+class TestLabelQuery:
+    def test_every_selector_form(self):
+        assert terms(["a", "!b", "c=1", "d==2", "e!=3", "f in (x, y)", "g notin (z)"]) == [
+            ("a", "EXISTS", [], False), ("b", "EXISTS", [], True), ("c", "EQUAL", ["1"], False), ("d", "EQUAL", ["2"], False),
+            ("e", "EQUAL", ["3"], True), ("f", "IN", ["x", "y"], False), ("g", "IN", ["z"], True)]
+
+    def test_commas_split_terms_outside_parentheses(self):
+        assert terms(["a=1,b in (x, y),!c"]) == [("a", "EQUAL", ["1"], False), ("b", "IN", ["x", "y"], False), ("c", "EXISTS", [], True)]
+
+    @pytest.mark.parametrize("selector", ["a = = b", "in (x)", "a in x", "=b"])
+    def test_bad_selectors_name_the_entry(self, selector):
+        with pytest.raises(TalosConfigError, match=re.escape("label_selectors entry %r" % selector)):
+            resources.label_query([selector])
+
+    @pytest.mark.parametrize("selectors, labels, expected", [
+        (["a"], {"a": ""}, True),
+        (["a"], {}, False),
+        (["!a"], {}, True),
+        (["a=1"], {"a": "1"}, True),
+        (["a=1"], {"a": "2"}, False),
+        (["a!=1"], {}, True),
+        (["a in (1, 2)", "b"], {"a": "2", "b": "x"}, True),
+        (["a notin (1, 2)"], {"a": "2"}, False),
+    ])
+    def test_labels_match(self, selectors, labels, expected):
+        assert resources.labels_match(labels, resources.label_query(selectors)) is expected
+
+
+def resource(resource_id, spec):
+    return {"metadata": {"id": resource_id, "namespace": "runtime", "labels": {}}, "spec": spec}
+
+
+class TestConditions:
+    def test_present_with_field(self):
+        condition = {"state": "present", "field": "status.ready", "value": "true"}
+        assert resources.condition_met([resource("machine", {"status": {"ready": True}})], condition)[0] is True
+        met, observed = resources.condition_met([resource("machine", {"status": {"ready": False}})], condition)
+        assert met is False and observed == "machine: status.ready=false"
+        assert resources.condition_met([resource("machine", {"stage": "running"})], condition) == (False, "machine: status.ready=absent")
+        assert resources.condition_met([], condition) == (False, "no resource")
+
+    def test_every_resource_must_match(self):
+        condition = {"state": "present", "field": "running", "value": True}
+        both = [resource("a", {"running": True}), resource("b", {"running": False})]
+        assert resources.condition_met(both, condition)[0] is False
+
+    def test_absent(self):
+        condition = {"state": "absent"}
+        assert resources.condition_met([], condition)[0] is True
+        assert resources.condition_met([resource("x", {})], condition) == (False, "1 resource(s) present: x")
+
+    def test_list_index_in_field(self):
+        assert resources.field_value({"addresses": ["10.0.0.1/8"]}, "addresses.0") == "10.0.0.1/8"
+
+
+class FakeDefinitions:
+    def __init__(self):
+        self.calls = []
+
+    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
+        self.calls.append(("get", resource_id))
+        if resource_id == "members.cluster.talos.dev":
+            return {"metadata": {"id": resource_id}, "spec": {"type": "Members.cluster.talos.dev", "defaultNamespace": "cluster"}}
+        raise from_status("NotFound", "doesn't exist", "cosi.resource.State/Get", node)
+
+    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
+        self.calls.append(("list", resource_type))
+        return [{"metadata": {"id": "machinestatuses.runtime.talos.dev"},
+                 "spec": {"type": "MachineStatuses.runtime.talos.dev", "defaultNamespace": "runtime",
+                          "aliases": ["machinestatus"], "allAliases": ["MachineStatus", "machinestatus", "machinestatuses"]}}]
+
+
+class TestResolveKind:
+    def test_full_type_is_read_directly(self):
+        client = FakeDefinitions()
+        kind = resources.resolve_kind(client, "Members.cluster.talos.dev")
+        assert (kind.type, kind.default_namespace) == ("Members.cluster.talos.dev", "cluster")
+        assert client.calls == [("get", "members.cluster.talos.dev")]
+
+    @pytest.mark.parametrize("alias", ["MachineStatus", "machinestatus", "MACHINESTATUSES"])
+    def test_aliases_any_case(self, alias):
+        kind = resources.resolve_kind(FakeDefinitions(), alias)
+        assert (kind.type, kind.default_namespace) == ("MachineStatuses.runtime.talos.dev", "runtime")
+
+    def test_unknown_type(self):
+        with pytest.raises(TalosConfigError, match="'nope' is not a resource type"):
+            resources.resolve_kind(FakeDefinitions(), "nope")
+
+    def test_namespace_default_and_missing(self):
+        assert resources.namespace_for(resources.ResourceKind("X", "runtime"), None) == "runtime"
+        assert resources.namespace_for(resources.ResourceKind("X", None), "config") == "config"
+        with pytest.raises(TalosConfigError, match="set namespace"):
+            resources.namespace_for(resources.ResourceKind("X", None), None)
+
+
+def test_redaction_of_machine_config_and_secrets():
+    config = resource("v1alpha1", {"machine": {"token": "abcdef.0123456789abcdef", "type": "controlplane"},
+                                   "cluster": {"secret": "c2VjcmV0LXZhbHVl"}})
+    redacted = resources.redact_resource(config)
+    assert redacted["spec"]["machine"] == {"token": REDACTED, "type": "controlplane"}
+    assert redacted["spec"]["cluster"]["secret"] == REDACTED
+    assert config["spec"]["machine"]["token"] == "abcdef.0123456789abcdef"
