@@ -100,6 +100,7 @@ EXAMPLES = r"""
 # cluster.talos.yml: every node of the cluster of the default talosconfig ($TALOSCONFIG or ~/.talos/config)
 plugin: talos_linux.talos.talos
 
+---
 # cluster.talos.yml: another talosconfig and context, hosts named by address, own group names
 plugin: talos_linux.talos.talos
 talosconfig: ~/clusters/prod/talosconfig
@@ -108,6 +109,7 @@ inventory_hostname: address
 controlplane_group: talos_control_planes
 worker_group: talos_workers
 
+---
 # cluster.talos.yml: groups by Talos version and an extra variable, cached for ten minutes
 plugin: talos_linux.talos.talos
 keyed_groups:
@@ -122,6 +124,7 @@ cache_plugin: ansible.builtin.jsonfile
 cache_connection: ~/.cache/talos-inventory
 cache_timeout: 600
 
+---
 # A playbook: the connection options once for the action group, each task aimed at its host's node.
 # ansible-playbook -i cluster.talos.yml site.yml
 # - hosts: all
