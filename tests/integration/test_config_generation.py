@@ -119,11 +119,16 @@ def test_second_run_changes_nothing(run_playbook, tmp_path):
     # Check mode on an existing set writes nothing, even when a change is due.
     (workdir / "talosconfig").chmod(0o644)
     play["tasks"][3]["talos_linux.talos.talos_client_config"]["endpoints"] = ["10.5.0.3"]
+    play["tasks"][1]["talos_linux.talos.talos_machine_config"]["cluster_endpoint"] = "https://10.5.0.9:6443"
     checked = run_playbook(play, check=True, diff=True)
     assert checked.task("talosconfig")["status"] == "changed"
     assert (workdir / "talosconfig").read_bytes() == contents["talosconfig"]
+    diff = checked.task("controlplane config")["result"]["diff"]
+    assert "https://10.5.0.9:6443" in diff["after"] and "<redacted>" in diff["after"]
+    assert (workdir / "controlplane.yaml").read_bytes() == contents["controlplane.yaml"]
     for secret in bundle_secrets(workdir / "secrets.yaml"):
-        assert secret not in checked.stdout
+        assert secret not in checked.stdout and secret not in repr(checked.results)
+    play["tasks"][1]["talos_linux.talos.talos_machine_config"]["cluster_endpoint"] = "https://10.5.0.2:6443"
 
     # New endpoints rewrite the context but keep its certificate.
     rewritten = run_playbook(play)
