@@ -293,6 +293,9 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, end
     state = {"bootstrapped": bool(resource_id), "result": None}
 
     def on_event(reply):
+        if not reply.event:
+            # The first reply of a COSI watch is empty: it only says the watch is established.
+            return False
         for event in reply.event:
             if event.event_type == state_pb2.BOOTSTRAPPED:
                 state["bootstrapped"] = True

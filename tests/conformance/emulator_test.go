@@ -339,6 +339,52 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 		reader := emu.client(t, "reader")
 		_, err = safe.StateGetByID[*config.MachineConfig](client.WithNode(callContext(t), first.Address), reader.COSI, config.ActiveID)
 		expectStatus(t, "Get MachineConfig as os:reader", err, codes.PermissionDenied, "")
+
+		// Watch as talosctl get -w does: the client's adapter swallows the server's first,
+		// empty reply, then every member arrives, then the bootstrapped marker.
+		ctx := client.WithNode(callContext(t), first.Address)
+		events := make(chan state.Event)
+
+		kind := resource.NewMetadata(cluster.NamespaceName, cluster.MemberType, "", resource.VersionUndefined)
+		if err = admin.COSI.WatchKind(ctx, kind, events, state.WithBootstrapContents(true)); err != nil {
+			t.Fatalf("WatchKind Members: %v", err)
+		}
+
+		var watched []string
+
+		for done := false; !done; {
+			select {
+			case event := <-events:
+				switch event.Type {
+				case state.Created:
+					watched = append(watched, event.Resource.(*cluster.Member).TypedSpec().Hostname)
+				case state.Bootstrapped:
+					done = true
+				default:
+					t.Fatalf("WatchKind Members: unexpected %s event %v", event.Type, event.Error)
+				}
+			case <-ctx.Done():
+				t.Fatalf("WatchKind Members: no bootstrapped event after %v", watched)
+			}
+		}
+
+		if len(watched) != len(emu.Nodes) {
+			t.Errorf("WatchKind Members with bootstrap contents: %v", watched)
+		}
+
+		statuses := make(chan state.Event)
+		if err = admin.COSI.Watch(ctx, runtime.NewMachineStatus().Metadata(), statuses); err != nil {
+			t.Fatalf("Watch MachineStatus: %v", err)
+		}
+
+		select {
+		case event := <-statuses:
+			if event.Type != state.Created || event.Resource.(*runtime.MachineStatus).TypedSpec().Stage != runtime.MachineStageRunning {
+				t.Errorf("Watch MachineStatus: first event %s %v", event.Type, event.Resource)
+			}
+		case <-ctx.Done():
+			t.Fatal("Watch MachineStatus: no event")
+		}
 	})
 
 	t.Run("ApplyConfiguration", func(t *testing.T) {

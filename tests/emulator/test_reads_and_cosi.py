@@ -134,19 +134,24 @@ def test_cosi_watch_follows_machine_status_through_a_reboot(emulator, api):
     cluster = emulator(reboot_seconds=0.1)
     client = api(cluster)
     request = state_pb2.WatchRequest(namespace="runtime", type="MachineStatuses.runtime.talos.dev", id="machine")
-    first = client.call("cosi.resource.State/Watch", request, limit=1, timeout=3)[0].event[0]
-    assert first.event_type == state_pb2.CREATED
-    watch = client.call_async("cosi.resource.State/Watch", request, limit=2, timeout=3)
+    # As the COSI server: an empty reply says the watch is established, then the resource.
+    established, first = client.call("cosi.resource.State/Watch", request, limit=2, timeout=3)
+    assert list(established.event) == []
+    assert first.event[0].event_type == state_pb2.CREATED
+    watch = client.call_async("cosi.resource.State/Watch", request, limit=3, timeout=3)
     client.call(M + "Reboot")
-    events = client.wait(watch)[0]
+    events = client.wait(watch)[0][1:]
     # The watch sees the node leave "running" before the connection drops.
     stages = [yaml.safe_load(response.event[0].resource.spec.yaml_spec)["stage"] for response in events]
     assert stages == ["running", "rebooting"]
     assert events[1].event[0].event_type == state_pb2.UPDATED
     cluster.wait_until(lambda: cluster.nodes[0].reboots == 1)
     cluster.wait_ready(cluster.nodes[0])
-    again = client.call("cosi.resource.State/Watch", request, limit=1, timeout=3)[0].event[0]
+    again = client.call("cosi.resource.State/Watch", request, limit=2, timeout=3)[1].event[0]
     assert yaml.safe_load(again.resource.spec.yaml_spec)["stage"] == "running"
+    request.options.bootstrap_contents = True
+    assert _error(client, "cosi.resource.State/Watch", request) == (
+        Status.UNIMPLEMENTED, "bootstrap contents is not implemented for resource watch")
 
 
 def _members(client, **options):

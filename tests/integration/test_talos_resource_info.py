@@ -84,6 +84,9 @@ def test_wait_for_a_condition(emulator, run_playbook):
                   wait_condition={"field": "status.ready", "value": "true"}),
         dict(info_task("never", type="MachineStatus", id="machine", wait=True, wait_timeout=2,
                        wait_condition={"field": "stage", "value": "upgrading"}), ignore_errors=True),
+        # The watch's first, empty reply ("established") must not read as "the resource is absent".
+        dict(info_task("still there", type="MachineStatus", id="machine", wait=True, wait_timeout=2,
+                       wait_condition={"state": "absent"}), ignore_errors=True),
     ]
     try:
         run = run_playbook(play)
@@ -98,3 +101,4 @@ def test_wait_for_a_condition(emulator, run_playbook):
     assert run.task("never")["status"] == "failed"
     assert "waiting for MachineStatuses.runtime.talos.dev machine on node %s to be present with stage=upgrading" % worker.address in never["msg"]
     assert "stage=running" in never["msg"]
+    assert run.task("still there")["status"] == "failed"

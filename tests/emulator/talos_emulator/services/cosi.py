@@ -212,6 +212,8 @@ class CosiStateService(state_grpc.StateBase):
         request = await stream.recv_message()
         kind = self._kind(request.namespace, request.type)
         wanted = request.id if request.HasField("id") else None
+        if wanted is not None and request.options.bootstrap_contents:
+            raise GRPCError(Status.UNIMPLEMENTED, "bootstrap contents is not implemented for resource watch")
 
         def snapshot():
             return {
@@ -226,16 +228,18 @@ class CosiStateService(state_grpc.StateBase):
             await stream.send_message(state_pb2.WatchResponse(event=[event]))
 
         seen = snapshot()
+        # The COSI server first sends an empty reply: the watch is established.
+        await stream.send_message(state_pb2.WatchResponse())
         if wanted is not None:
             if wanted in seen:
                 await send(state_pb2.CREATED, seen[wanted])
             else:
-                await send(state_pb2.DESTROYED, _missing(kind, request.namespace, wanted))
+                await send(state_pb2.DESTROYED, _tombstone(kind, request.namespace, wanted))
         elif request.options.bootstrap_contents:
             for resource in seen.values():
                 await send(state_pb2.CREATED, resource)
             if request.api_version >= 1:
-                await send(state_pb2.BOOTSTRAPPED, resource_pb2.Resource())
+                await send(state_pb2.BOOTSTRAPPED, _tombstone(kind, request.namespace, ""))
         while True:
             await asyncio.sleep(_WATCH_POLL_SECONDS)
             current = snapshot()
@@ -280,5 +284,7 @@ def labels_match(labels, queries):
     return all(_term_matches(term, labels) for query in queries for term in query.terms)
 
 
-def _missing(kind, namespace, resource_id):
-    return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=kind.type, id=resource_id))
+def _tombstone(kind, namespace, resource_id):
+    """What COSI sends for a resource that is not there (a watched ID, the bootstrapped marker)."""
+    metadata = resource_pb2.Metadata(namespace=namespace, type=kind.type, id=resource_id, version="undefined", phase="running")
+    return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec())
