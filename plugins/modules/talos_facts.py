@@ -45,7 +45,8 @@ options:
     suboptions:
       type:
         description:
-          - The resource type, in full (for example C(NodeAddresses.net.talos.dev)).
+          - The resource type - in full (for example C(NodeAddresses.net.talos.dev)), its display name or an alias, as
+            C(talosctl get) accepts it (see M(talos_linux.talos.talos_resource_info)).
         type: str
         required: true
       namespace:

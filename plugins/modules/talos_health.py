@@ -66,8 +66,9 @@ attributes:
   idempotent:
     support: full
 notes:
-  - O(node) (or the endpoint, when it is not set) is the control plane that discovers the nodes and, with
-    O(checks=all), runs the server-side check. Every other node is reached through the endpoint.
+  - O(node) (or the endpoint, when it is not set; the talosconfig's node list is not used) is the control plane that
+    discovers the nodes and, with O(checks=all), runs the server-side check. Every other node is reached through the
+    endpoint.
   - The checks need the C(os:reader) role or better.
 seealso:
   - module: talos_linux.talos.talos_logs
@@ -163,7 +164,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module imp
 
 def run(module):
     params = module.params
-    node = module.single_node("asks one control plane for the cluster's health")
+    # The talosconfig's own node list does not choose the control plane to ask: the endpoint answers then.
+    node = module.single_node("asks one control plane for the cluster's health") if module.params["nodes"] else module.params["node"]
     nodes = health.nodes_to_check(module.client, params["control_plane_nodes"], params["worker_nodes"], node)
     result = dict(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers)
     try:

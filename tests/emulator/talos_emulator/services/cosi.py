@@ -270,12 +270,14 @@ def _term_matches(term, labels):
     elif term.op in (operation.LT, operation.LTE):
         bound = term.value[0] if term.value else ""
         matched = present and (value < bound or (term.op == operation.LTE and value == bound))
+    elif not present:
+        matched = False
     else:
         try:
             number, bound = int(value), int(term.value[0] if term.value else "")
         except ValueError:
             raise GRPCError(Status.INVALID_ARGUMENT, "label %s value is not a number" % term.key)
-        matched = present and (number < bound or (term.op == operation.LTE_NUMERIC and number == bound))
+        matched = number < bound or (term.op == operation.LTE_NUMERIC and number == bound)
     return matched != term.invert
 
 
