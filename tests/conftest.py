@@ -17,7 +17,8 @@ def _collection_paths():
     return paths or [os.path.join(_REPO, ".collections")]
 
 
-for _path in _collection_paths() + [os.path.join(_TESTS, "emulator"), os.path.join(_TESTS, "unit"), os.path.join(_TESTS, "integration"), os.path.join(_TESTS, "robustness")]:
+_TEST_DIRS = ("emulator", "unit", "integration", "robustness")
+for _path in _collection_paths() + [os.path.join(_TESTS, name) for name in _TEST_DIRS]:
     if _path not in sys.path:
         sys.path.insert(0, _path)
 

@@ -56,8 +56,8 @@ MODULE_CASES = [
          r"^config_patches\[1\] operation 1 \(remove /machine/nothing/here\) cannot be applied to the v1alpha1 document: "
          r"the path .*does not exist"),
     case("apply-json-patch-unknown-op", "talos_apply_config",
-         {"config_file": "{cp_config}", "config_patches": [[{"op": "replace", "path": "/machine/token", "value": "x"},
-                                                             {"op": "v1alpha1", "path": "/machine"}]]},
+         {"config_file": "{cp_config}", "config_patches": [[
+             {"op": "replace", "path": "/machine/token", "value": "x"}, {"op": "v1alpha1", "path": "/machine"}]]},
          r"^config_patches\[0\] operation 2 has no valid op: a JSON patch operation is one of add, remove"),
     case("apply-json-patch-bad-index", "talos_apply_config",
          {"config_file": "{cp_config}", "config_patches": [[{"op": "add", "path": "/machine/certSANs/9", "value": "a"}]]},

@@ -193,8 +193,8 @@ def check_case(row, result):
         assert result["status"] == "failed", "%s should fail, got %s: %s" % (row.id, result["status"], result["result"])
         assert_clear_failure(row, result["result"])
     else:
-        assert result["status"] == row.outcome, "%s should be %s, got %s: %s" % (row.id, row.outcome, result["status"],
-                                                                                result["result"].get("msg"))
+        assert result["status"] == row.outcome, "%s should be %s, got %s: %s" % (
+            row.id, row.outcome, result["status"], result["result"].get("msg"))
     if row.result:
         row.result(result["result"])
 
