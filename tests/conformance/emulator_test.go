@@ -105,6 +105,21 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 		}
 	})
 
+	t.Run("ReadStreamOneToManyWithFailedNode", func(t *testing.T) {
+		// A one-to-many stream: the failed node's frame carries metadata.error, which the
+		// client's ReadStream turns into the reader's error.
+		reader, err := admin.Read(client.WithNodes(callContext(t), worker.Address, "127.0.0.250"), "/etc/hostname")
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+
+		defer reader.Close() //nolint:errcheck
+
+		if _, err = io.ReadAll(reader); client.StatusCode(err) != codes.Unavailable {
+			t.Errorf("ReadStream over a failed node: %v, want Unavailable", err)
+		}
+	})
+
 	t.Run("Hostname", func(t *testing.T) {
 		for _, node := range emu.Nodes {
 			resp, err := admin.MachineClient.Hostname(client.WithNode(callContext(t), node.Address), &emptypb.Empty{})
@@ -226,6 +241,46 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 
 		_, err = admin.EtcdStatus(client.WithNode(callContext(t), worker.Address))
 		expectStatus(t, "EtcdStatus on a worker", err, codes.Unimplemented, "etcd status is only available on control plane nodes")
+	})
+
+	t.Run("EtcdSnapshot", func(t *testing.T) {
+		reader, err := admin.EtcdSnapshot(client.WithNode(callContext(t), first.Address), &machineapi.EtcdSnapshotRequest{})
+		if err != nil {
+			t.Fatalf("EtcdSnapshot: %v", err)
+		}
+
+		defer reader.Close() //nolint:errcheck
+
+		snapshot, err := io.ReadAll(reader)
+		if err != nil {
+			t.Fatalf("EtcdSnapshot: %v", err)
+		}
+
+		// etcd's snapshot file layout: the database, then its SHA-256.
+		body := len(snapshot) - sha256.Size
+		if body <= 0 {
+			t.Fatalf("EtcdSnapshot: %d bytes", len(snapshot))
+		}
+
+		if sum := sha256.Sum256(snapshot[:body]); string(sum[:]) != string(snapshot[body:]) {
+			t.Errorf("EtcdSnapshot: the trailing SHA-256 does not match the data")
+		}
+	})
+
+	t.Run("ServiceControl", func(t *testing.T) {
+		ctx := client.WithNode(callContext(t), first.Address)
+
+		_, err := admin.ServiceStop(ctx, "etcd")
+		expectStatus(t, "ServiceStop etcd", err, codes.Unknown, `service "etcd" doesn't support stop operation via API`)
+
+		resp, err := admin.ServiceRestart(ctx, "kubelet")
+		if err != nil {
+			t.Fatalf("ServiceRestart kubelet: %v", err)
+		}
+
+		if got := resp.GetMessages()[0].GetResp(); got != "Service \"kubelet\" restarted" {
+			t.Errorf("ServiceRestart kubelet: %q", got)
+		}
 	})
 
 	t.Run("Kubeconfig", func(t *testing.T) {
