@@ -252,6 +252,19 @@ def test_wrong_ca_is_a_certificate_verification_sentence(cluster):
     assert "list %s among its subject alternative names" % host in err.value.message
 
 
+@pytest.mark.parametrize("payload", [0, 200000], ids=["small-request", "large-request"])
+def test_insecure_connection_to_a_configured_node_says_it_is_configured(cluster, payload):
+    controlplane = node_of(cluster, "controlplane")
+    request = machine_pb2.ApplyConfigurationRequest(data=b"x" * payload, dry_run=True)
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint], insecure=True)) as client:
+        with pytest.raises(TalosTLSError) as err:
+            client.call("machine.MachineService/ApplyConfiguration", request)
+    assert err.value.message == ("Endpoint %s requires a client certificate, so the node is configured (no longer in "
+                                 "maintenance mode): connect with its talosconfig (mutual TLS) instead of insecure: true."
+                                 % controlplane.endpoint)
+    assert err.value.code == "Unauthenticated" and audit_of(cluster, "machine.MachineService/ApplyConfiguration") == []
+
+
 def test_reader_certificate_calling_an_admin_rpc(cluster):
     controlplane = node_of(cluster, "controlplane")
     read = machine_pb2.ReadRequest(path=waiters.BOOT_ID_PATH)
