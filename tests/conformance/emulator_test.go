@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
@@ -587,6 +588,81 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 
 	t.Run("Reboot", func(t *testing.T) {
 		rebootAndWait(t, admin, worker.Address)
+	})
+
+	t.Run("Upgrade", func(t *testing.T) {
+		// talosctl v1.14's path: ImageService.Pull into the system store, then
+		// LifecycleService.Upgrade (progress, then an exit code), then Reboot.
+		target := controlplanes[len(controlplanes)-1]
+		image := "ghcr.io/siderolabs/installer:v1.14.1"
+		instance := &common.ContainerdInstance{Driver: common.ContainerDriver_CRI, Namespace: common.ContainerdNamespace_NS_SYSTEM}
+		ctx := client.WithNode(callContext(t), target.Address)
+
+		pull, err := admin.ImageClient.Pull(ctx, &machineapi.ImageServicePullRequest{Containerd: instance, ImageRef: image})
+		if err != nil {
+			t.Fatalf("Pull: %v", err)
+		}
+
+		pulled := ""
+
+		for {
+			reply, err := pull.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+
+			if err != nil {
+				t.Fatalf("Pull: %v", err)
+			}
+
+			pulled = reply.GetName()
+		}
+
+		if pulled == "" {
+			t.Errorf("Pull: no final image name")
+		}
+
+		upgrade, err := admin.LifecycleClient.Upgrade(ctx, &machineapi.LifecycleServiceUpgradeRequest{
+			Containerd: instance, Source: &machineapi.InstallArtifactsSource{ImageName: image},
+		})
+		if err != nil {
+			t.Fatalf("LifecycleService.Upgrade: %v", err)
+		}
+
+		exitCode, messages := int32(-1), 0
+
+		for {
+			reply, err := upgrade.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+
+			if err != nil {
+				t.Fatalf("LifecycleService.Upgrade: %v", err)
+			}
+
+			switch progress := reply.GetProgress().GetResponse().(type) {
+			case *machineapi.LifecycleServiceInstallProgress_Message:
+				messages++
+			case *machineapi.LifecycleServiceInstallProgress_ExitCode:
+				exitCode = progress.ExitCode
+			}
+		}
+
+		if exitCode != 0 || messages == 0 {
+			t.Fatalf("LifecycleService.Upgrade: exit code %d after %d messages", exitCode, messages)
+		}
+
+		rebootAndWait(t, admin, target.Address)
+
+		version, err := admin.Version(client.WithNode(callContext(t), target.Address))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if tag := version.GetMessages()[0].GetVersion().GetTag(); tag != "v1.14.1" {
+			t.Errorf("after the upgrade and reboot: version %s, want v1.14.1", tag)
+		}
 	})
 
 	t.Run("MaintenanceMode", func(t *testing.T) {
