@@ -75,7 +75,11 @@ def _sequence(items, dash_indent, lines):
         if isinstance(item, dict) and item:
             _mapping(item, dash_indent + 2, dash_indent + INDENT, lines, first_prefix=prefix)
         elif isinstance(item, list) and item:
-            raise TypeError("nested sequences are not written in Talos configs")
+            # "- - a": the inner sequence starts on the dash's line.
+            inner = []
+            _sequence(item, dash_indent + 2, inner)
+            lines.append(prefix + inner[0].lstrip(" "))
+            lines.extend(inner[1:])
         elif isinstance(item, str) and "\n" in item:
             _literal(prefix.rstrip(), item, dash_indent + 2, lines)
         else:

@@ -193,3 +193,9 @@ def test_controlplane_config_gives_back_the_bundle(bundle):
 def test_go_yaml_scalars(value, expected):
     assert go_yaml.dump({"k": value}) == "k: %s\n" % expected
     assert yaml.safe_load(go_yaml.dump({"k": value})) == {"k": value}
+
+
+def test_go_yaml_reads_back_what_patches_may_add():
+    document = {"a": [[1, 2], [{"x": 1, "y": [3]}], "s"], "b": [{}], "c": {"k": "multi\nline\n", "n": None, "f": 1.5},
+                "d": ["x\ny"], "e": {"1": "on", "t": "2026-01-01"}}
+    assert yaml.safe_load(go_yaml.dump(document)) == document
