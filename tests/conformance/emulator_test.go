@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -34,6 +35,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 )
 
 // TestEmulatorWithMachineryClient drives one emulated cluster (three control
@@ -281,6 +283,99 @@ func TestEmulatorWithMachineryClient(t *testing.T) {
 
 		if got := resp.GetMessages()[0].GetResp(); got != "Service \"kubelet\" restarted" {
 			t.Errorf("ServiceRestart kubelet: %q", got)
+		}
+	})
+
+	t.Run("HealthLogsDmesgServices", func(t *testing.T) {
+		var controlPlaneAddresses []string
+		for _, node := range controlplanes {
+			controlPlaneAddresses = append(controlPlaneAddresses, node.Address)
+		}
+
+		ctx, cancel := context.WithTimeout(client.WithNode(context.Background(), first.Address), 60*time.Second)
+		defer cancel()
+
+		check, err := admin.ClusterHealthCheck(ctx, 30*time.Second, &clusterapi.ClusterInfo{
+			ControlPlaneNodes: controlPlaneAddresses,
+			WorkerNodes:       []string{worker.Address},
+		})
+		if err != nil {
+			t.Fatalf("ClusterHealthCheck: %v", err)
+		}
+
+		var progress []string
+		for {
+			message, err := check.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+
+			if err != nil {
+				t.Fatalf("ClusterHealthCheck after %v: %v", progress, err)
+			}
+
+			progress = append(progress, message.GetMessage())
+		}
+
+		if len(progress) == 0 || !slices.Contains(progress, "waiting for etcd to be healthy: OK") ||
+			!strings.HasSuffix(progress[len(progress)-1], ": OK") {
+			t.Fatalf("health check progress %v", progress)
+		}
+
+		logs, err := admin.Logs(client.WithNode(callContext(t), first.Address), "system", common.ContainerDriver_CONTAINERD, "etcd", false, 3)
+		if err != nil {
+			t.Fatalf("Logs: %v", err)
+		}
+
+		reader, err := client.ReadStream(logs)
+		if err != nil {
+			t.Fatalf("Logs stream: %v", err)
+		}
+
+		text, err := io.ReadAll(reader)
+		if err != nil {
+			t.Fatalf("Logs read: %v", err)
+		}
+
+		if lines := strings.Split(strings.TrimSpace(string(text)), "\n"); len(lines) != 3 {
+			t.Fatalf("Logs with tail 3: %q", lines)
+		}
+
+		dmesg, err := admin.Dmesg(client.WithNode(callContext(t), worker.Address), false, false)
+		if err != nil {
+			t.Fatalf("Dmesg: %v", err)
+		}
+
+		frames := 0
+		for {
+			data, err := dmesg.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+
+			if err != nil {
+				t.Fatalf("Dmesg: %v", err)
+			}
+
+			if !strings.HasPrefix(string(data.GetBytes()), "kern:") {
+				t.Fatalf("Dmesg frame %q", data.GetBytes())
+			}
+
+			frames++
+		}
+
+		if frames == 0 {
+			t.Fatal("Dmesg sent no frame")
+		}
+
+		services, err := safe.StateListAll[*v1alpha1.Service](client.WithNode(callContext(t), first.Address), admin.COSI)
+		if err != nil {
+			t.Fatalf("Services: %v", err)
+		}
+
+		etcd, found := services.Find(func(service *v1alpha1.Service) bool { return service.Metadata().ID() == "etcd" })
+		if !found || !etcd.TypedSpec().Running || !etcd.TypedSpec().Healthy {
+			t.Fatalf("etcd Service resource: found %v", found)
 		}
 	})
 
