@@ -344,6 +344,26 @@ class TalosClient:
         in flight at a time; a node's ``deadline`` starts when its call does.
         """
         spec = self._method(method, Cardinality.UNARY_UNARY)
+        return self._many(lambda node: self._call(spec, request, node, retry_codes, deadline), nodes, max_concurrency)
+
+    def stream_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
+        """The same server-streaming call to several nodes at once: ``{node: messages or TalosError}``.
+
+        Each value is what ``stream`` returns for that node (bytes for
+        ``common.Data`` streams); concurrency is bounded as in ``call_many``.
+        """
+        spec = self._method(method, Cardinality.UNARY_STREAM)
+
+        async def read(node):
+            messages = await self._stream(spec, request, node, None, retry_codes, deadline)
+            if spec.reply_type is common_pb2.Data:
+                return b"".join(message.bytes for message in messages)
+            return messages
+
+        return self._many(read, nodes, max_concurrency)
+
+    def _many(self, call, nodes, max_concurrency):
+        """``call(node)`` for every node, at most ``max_concurrency`` at a time: ``{node: result or TalosError}``."""
         targets = self.nodes if nodes is None else list(nodes)
         limit = DEFAULT_MAX_CONCURRENCY if max_concurrency is None else max_concurrency
         if limit < 1:
@@ -354,7 +374,7 @@ class TalosClient:
 
             async def bounded(node):
                 async with slots:
-                    return await self._call(spec, request, node, retry_codes, deadline)
+                    return await call(node)
 
             results = await asyncio.gather(*[bounded(node) for node in targets], return_exceptions=True)
             for result in results:

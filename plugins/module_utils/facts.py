@@ -175,16 +175,20 @@ class FactGatherer:
         return dict((node, answer if isinstance(answer, TalosError) else answer[0].resource) for node, answer in answers.items())
 
     def list_resources(self, subset, namespace, resource_type):
-        """Lists are streams, which are read node by node."""
+        """``{node: [resource]}`` of the nodes that answered a COSI List (a stream per node, read concurrently)."""
+        targets = self.alive()
+        if not targets:
+            return {}
+        request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
+        answers = self.client.stream_many(COSI_LIST, request, nodes=targets, max_concurrency=self.max_concurrency)
         listed = {}
-        for node in self.alive():
-            request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
-            try:
-                listed[node] = [reply.resource for reply in self.client.stream(COSI_LIST, request, node=node)]
-            except TalosError as error:
-                self._refused(node, subset, error)
+        for node in targets:
+            answer = answers[node]
+            if isinstance(answer, TalosError):
+                self._refused(node, subset, answer)
             else:
                 self.answered.add(node)
+                listed[node] = [reply.resource for reply in answer]
         return listed
 
     def gather(self, subsets, resources):

@@ -15,7 +15,8 @@ description:
     services, etcd membership, disks, memory, addresses, mounts and a fingerprint of the active machine
     configuration - and returns it as the C(talos) fact.
   - Read-only; never changes a node.
-  - With several O(nodes), every node is read concurrently and the facts are returned per node.
+  - With several O(nodes), the nodes are read concurrently (at most O(max_concurrency) at a time) and the facts are
+    returned per node.
   - A node in maintenance mode (reached with O(insecure=true)) answers what a reader may see; its facts say
     C(maintenance=true).
 author:

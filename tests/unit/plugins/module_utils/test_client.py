@@ -129,6 +129,36 @@ def test_call_many_one_at_a_time_through_the_emulator(cluster):
         (node.address, node.hostname) for node in cluster.nodes)
 
 
+def test_stream_many_reads_every_node_and_reports_a_failing_one(cluster):
+    import asyncio
+
+    controlplane = node_of(cluster, "controlplane")
+    addresses = [node.address for node in cluster.nodes]
+    request = client_module.METHODS["cosi.resource.State/List"].request_type(namespace="network", type="NodeAddresses.net.talos.dev")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        results = client.stream_many("cosi.resource.State/List", request, nodes=addresses + ["10.255.255.1"], deadline=2,
+                                     max_concurrency=2)
+        in_flight, peak = [0], [0]
+        original = client._stream
+
+        async def counted(*args):
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+            try:
+                await asyncio.sleep(0.001)
+                return await original(*args)
+            finally:
+                in_flight[0] -= 1
+
+        client._stream = counted
+        client.stream_many("cosi.resource.State/List", request, nodes=addresses, max_concurrency=2)
+    for node in cluster.nodes:
+        ids = sorted(reply.resource.metadata.id for reply in results[node.address])
+        assert "current" in ids
+    assert isinstance(results["10.255.255.1"], TalosTimeoutError)
+    assert peak[0] == 2
+
+
 def test_call_many_reports_a_failing_node_without_raising(cluster):
     controlplane = node_of(cluster, "controlplane")
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:

@@ -124,6 +124,16 @@ class FakeCluster:
                                                               node, None))]
         raise AssertionError("unexpected list %s" % request.type)
 
+    def stream_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
+        self.concurrency.append(max_concurrency)
+        results = {}
+        for node in nodes:
+            try:
+                results[node] = self.stream(method, request, node=node)
+            except TalosError as error:
+                results[node] = error
+        return results
+
     # The COSI helpers of TalosClient, on the same answers.
 
     def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
@@ -298,5 +308,6 @@ class TestSeveralNodes:
 class TestConcurrency:
     def test_max_concurrency_reaches_every_concurrent_read(self):
         client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
-        ok, result = run(client, [CP, WORKER], gather_subset=["min", "etcd"], max_concurrency=5)
+        ok, result = run(client, [CP, WORKER], gather_subset=["min", "etcd", "network"], max_concurrency=5)
         assert ok and client.concurrency and set(client.concurrency) == {5}
+        assert result["nodes"][WORKER]["network"]["addresses"] == ["%s/24" % WORKER]
