@@ -126,7 +126,7 @@ def test_additional_sans_and_apiserver_sans_by_contract(bundle):
 
 def test_options(bundle):
     _text, documents = render(bundle, "worker", "v1.13", kubernetes_version="v1.35.0", install_disk="/dev/nvme0n1",
-                          install_image="registry.example/installer:v1.13.2")
+                              install_image="registry.example/installer:v1.13.2")
     machine = documents[0]["machine"]
     assert machine["kubelet"]["image"] == "ghcr.io/siderolabs/kubelet:v1.35.0"
     assert machine["install"]["disk"] == "/dev/nvme0n1" and machine["install"]["image"] == "registry.example/installer:v1.13.2"
