@@ -39,14 +39,7 @@ except ImportError:  # modules that take patches report it with missing_required
     JSONPATCH_IMPORT_ERROR = traceback.format_exc()
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import (  # noqa: F401  (public names of this module)
-    REDACTED,
-    REDACTED_CHANGED,
-    maskable_literals,
-    redact,
-    redact_text,
-    secret_values,
-)
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact, redact_text, secret_values
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
 NO_CHANGES = "No changes."

@@ -98,8 +98,7 @@ def _scalars(value):
         value = list(value.values())
     if isinstance(value, (list, tuple)):
         for item in value:
-            for scalar in _scalars(item):
-                yield scalar
+            yield from _scalars(item)
     elif isinstance(value, str):
         if value:
             yield value

@@ -218,12 +218,12 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config i
     dry_run_diff,
     dry_run_has_no_changes,
     load_config,
-    maskable_literals,
     patch_secret_values,
     redact_mode_details,
     redact_text,
     split_unified_diff,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import maskable_literals
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
 from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import read_boot_id, wait_for_reboot, wait_for_secure_api
 

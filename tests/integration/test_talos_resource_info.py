@@ -10,7 +10,7 @@ import threading
 
 from module_plays import module_play
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import REDACTED
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
 
 
 def info_task(name, **options):

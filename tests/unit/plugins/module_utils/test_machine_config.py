@@ -13,6 +13,7 @@ import yaml
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import machine_config as mc
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED, REDACTED_CHANGED
 
 CONFIG = textwrap.dedent("""\
     version: v1alpha1
@@ -210,7 +211,7 @@ class TestRedaction:
         assert "hostname: cp-1" in text
         assert "crt: Y2VydGlmaWNhdGUtcHVibGlj" in text
         assert "apidCheckExtKeyUsage: true" in text
-        assert text.count(mc.REDACTED) == len(SECRETS)
+        assert text.count(REDACTED) == len(SECRETS)
 
     def test_redact_text_on_yaml_and_literal_blocks(self):
         text = "a:\n  key: |\n    line-one\n    line-two\n  other: 1\n- password: hunter2\n  'token': \"abc\"\nflag: true\n"
@@ -220,7 +221,7 @@ class TestRedaction:
 
     def test_redact_text_masks_known_values_anywhere(self):
         redacted = mc.redact_text("note: contains wxyz12.abcdefghijklmnop inline\n", known_secrets=SECRETS)
-        assert redacted == "note: contains %s inline\n" % mc.REDACTED
+        assert redacted == "note: contains %s inline\n" % REDACTED
 
     def test_redact_unified_diff_keeps_markers(self):
         before = CONFIG.replace("cp-1", "old").replace("Y2x1c3Rlci1zZWNyZXQtdmFsdWU=", "b2xkLWNsdXN0ZXItc2VjcmV0")
@@ -228,20 +229,20 @@ class TestRedaction:
         redacted = mc.redact_text(diff, diff=True)
         assert "b2xkLWNsdXN0ZXItc2VjcmV0" not in redacted and "Y2x1c3Rlci1zZWNyZXQtdmFsdWU=" not in redacted
         assert "-    hostname: old" in redacted and "+    hostname: cp-1" in redacted
-        assert "-  secret: %s" % mc.REDACTED in redacted
+        assert "-  secret: %s" % REDACTED in redacted
         assert redacted.startswith("--- a\n+++ b\n@@")
 
     def test_changed_secret_stays_visible_in_a_diff(self):
         diff = "--- a\n+++ b\n@@ -1,3 +1,3 @@\n cluster:\n-  secret: b2xk\n+  secret: bmV3\n   token: same-token\n"
         redacted = mc.redact_text(diff, diff=True)
-        assert "-  secret: %s\n+  secret: %s\n" % (mc.REDACTED, mc.REDACTED_CHANGED) in redacted
-        assert "   token: %s" % mc.REDACTED in redacted
+        assert "-  secret: %s\n+  secret: %s\n" % (REDACTED, REDACTED_CHANGED) in redacted
+        assert "   token: %s" % REDACTED in redacted
         assert "b2xk" not in redacted and "bmV3" not in redacted and "same-token" not in redacted
 
     def test_redact_structure(self):
         redacted = mc.redact({"machine": {"token": "t0ps3cret", "ca": {"crt": "pub", "key": "priv"}, "keys": [{"static": {"value": "x"}}]}})
-        assert redacted == {"machine": {"token": mc.REDACTED, "ca": {"crt": "pub", "key": mc.REDACTED},
-                                        "keys": [{"static": {"value": mc.REDACTED}}]}}
+        assert redacted == {"machine": {"token": REDACTED, "ca": {"crt": "pub", "key": REDACTED},
+                                        "keys": [{"static": {"value": REDACTED}}]}}
 
 
 class TestHash:

@@ -11,7 +11,8 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils import facts as facts_utils
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import REDACTED, config_hash
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_hash
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
