@@ -88,6 +88,15 @@ class FakeClient:
                 results[node] = error
         return results
 
+    def stream_many(self, method, request=None, nodes=None, **_kwargs):
+        results = {}
+        for node in nodes:
+            try:
+                results[node] = self.stream(method, request, node=node)
+            except TalosError as error:
+                results[node] = error
+        return results
+
     def stream(self, method, request=None, node=None, **_kwargs):
         assert request.type == "NodeAddresses.net.talos.dev"
         addresses = "".join("  - %s\n" % address for address in self.node_specs[node].get("addresses", [node + "/24"]))
