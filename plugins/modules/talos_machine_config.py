@@ -212,6 +212,9 @@ def run(module):
         talos_version=params["talos_version"], kubernetes_version=params["kubernetes_version"],
         install_disk=params["install_disk"], install_image=params["install_image"],
         additional_sans=params["additional_sans"])
+    if bundle.aescbc_secret and gen.contract >= (1, 14):
+        module.warn("The secrets bundle holds an aescbc encryption secret (made by talosctl before v1.3); the v1.14 "
+                    "contract moves it into KubeEtcdEncryptionConfig, so prefer talos_version v1.13 for this cluster.")
     text = config_generation.render(gen, params["config_patches"])
     result = {
         "changed": False,
