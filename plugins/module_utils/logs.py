@@ -13,6 +13,7 @@ import json
 import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED, is_secret_value
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
@@ -79,7 +80,8 @@ class LineCollector:
     """Splits a byte stream into lines and keeps the last ``limit`` of those not older than ``since``.
 
     A line without a time of its own goes with the line before it (a
-    continuation), so a multi-line message is kept or dropped whole.
+    continuation), so a multi-line message is kept or dropped whole. A line
+    that holds a secret by its shape is replaced by REDACTED.
     """
 
     def __init__(self, limit, since):
@@ -109,7 +111,8 @@ class LineCollector:
             if stamp is not None:
                 self._keeping = stamp >= self.since
         if self._keeping:
-            self.lines.append(line)
+            # A line that holds a secret by its shape (a private key, a URL with a password) is not returned.
+            self.lines.append(REDACTED if is_secret_value(line) else line)
 
 
 def read_logs(client, node, service, namespace, lines, since):

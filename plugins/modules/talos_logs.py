@@ -16,6 +16,8 @@ description:
     C(Dmesg), and returns it as lines - as C(talosctl logs) and C(talosctl dmesg) do.
   - The log is read to its end, never followed. O(lines) and O(since) keep the result small.
   - Several O(nodes) are read in one task. Read-only.
+  - A line that holds a secret by its shape (a private key, a URL with a password, a bearer token) is returned as
+    C(<redacted>).
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:

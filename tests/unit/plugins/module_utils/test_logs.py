@@ -58,3 +58,9 @@ def test_collector_since_keeps_continuations_with_their_line():
     collector = logs.LineCollector(0, since)
     collector.feed(b"2026-11-23T20:59:59Z old\n  old continuation\n2026-11-23T21:00:00Z new\n  new continuation\n")
     assert collector.close() == ["2026-11-23T21:00:00Z new", "  new continuation"]
+
+
+def test_collector_redacts_lines_that_hold_secrets():
+    collector = logs.LineCollector(0, None)
+    collector.feed(b"fetching https://user:hunter2secret@registry.example.com/v2/\nplain line\n")
+    assert collector.close() == [logs.REDACTED, "plain line"]
