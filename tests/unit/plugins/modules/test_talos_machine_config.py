@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""talos_machine_config run(): write once, unchanged after, return without dest, aescbc-era bundles."""
+
+import stat
+
+import pytest
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle, random_secret
+from ansible_collections.talos_linux.talos.plugins.modules import talos_machine_config
+
+from module_fakes import run_module
+
+DEFAULTS = dict(secrets=None, machine_type="controlplane", cluster_name="c", cluster_endpoint="https://10.5.0.2:6443",
+                talos_version="v1.14.1", kubernetes_version=None, install_disk="/dev/sda", install_image=None,
+                additional_sans=[], config_patches=[], dest=None)
+
+
+def guarded(module):
+    try:
+        talos_machine_config.run(module)
+    except TalosError as error:
+        module.fail_from_error(error)
+
+
+def run(check_mode=False, **params):
+    return run_module(guarded, None, DEFAULTS, nodes=[None], check_mode=check_mode, **params)
+
+
+@pytest.fixture(scope="module")
+def bundle_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bundle") / "secrets.yaml"
+    path.write_text(SecretsBundle.generate("v1.14").to_yaml())
+    return str(path)
+
+
+def test_writes_once_and_returns_without_dest(bundle_path, tmp_path):
+    dest = tmp_path / "cp.yaml"
+    ok, result, _module = run(check_mode=True, secrets=bundle_path, dest=str(dest))
+    assert ok and result["changed"] and not dest.exists()
+    ok, result, _module = run(secrets=bundle_path, dest=str(dest))
+    assert ok and result["changed"] and stat.S_IMODE(dest.stat().st_mode) == 0o600
+    assert result["documents"][:2] == ["v1alpha1", "DiscoveryServiceConfig/default"] and "config" not in result
+    assert "<redacted>" in result["diff"]["after"]
+    ok, again, _module = run(secrets=bundle_path, dest=str(dest))
+    assert again["changed"] is False and again["sha256"] == result["sha256"]
+    ok, returned, _module = run(secrets=bundle_path)
+    assert returned["config"] == dest.read_text() and returned["changed"] is False
+
+
+def test_patch_secrets_are_masked(bundle_path):
+    ok, result, module = run(secrets=bundle_path, config_patches=[{"machine": {"token": "abcdef.0123456789abcdef"}}])
+    assert ok and "abcdef.0123456789abcdef" in module.no_log_values
+    assert yaml.safe_load(result["config"].split("---")[0])["machine"]["token"] == "abcdef.0123456789abcdef"
+
+
+def test_aescbc_bundles_warn_on_the_v114_contract(tmp_path):
+    bundle = SecretsBundle.generate("v1.14")
+    bundle.secretbox_secret, bundle.aescbc_secret = None, random_secret()
+    path = tmp_path / "secrets.yaml"
+    path.write_text(bundle.to_yaml())
+    ok, result, module = run(secrets=str(path))
+    assert ok and any("aescbc" in warning for warning in module.warnings)
+    assert bundle.aescbc_secret not in " ".join(module.warnings)
+    ok, result, module = run(secrets=str(path), talos_version="v1.13")
+    assert not module.warnings
+    assert yaml.safe_load(result["config"].split("---")[0])["cluster"]["aescbcEncryptionSecret"] == bundle.aescbc_secret
