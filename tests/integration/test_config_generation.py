@@ -158,3 +158,29 @@ def test_bad_input_names_the_parameter(run_playbook, tmp_path, options, message)
     result = run.task("controlplane config")
     assert result["status"] == "failed" and message in result["result"]["msg"]
     assert not (workdir / "controlplane.yaml").exists()
+
+
+def test_talosconfig_roles_from_an_existing_bundle(emulator, run_playbook, tmp_path):
+    """A bundle the collection did not make (the emulated cluster's) gives talosconfigs whose roles the nodes enforce."""
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    secrets = os.path.join(cluster.state_dir, "secrets.yaml")
+    tasks = []
+    for role in ("os:admin", "os:reader"):
+        tasks.append({"name": "talosconfig %s" % role, "talos_linux.talos.talos_client_config": {
+            "dest": str(tmp_path / role.replace(":", "-")), "secrets": secrets, "cluster_name": cluster.name,
+            "endpoints": [node.endpoint], "nodes": [node.address], "roles": [role]}})
+    tasks += [
+        {"name": "reader reads", "talos_linux.talos.talos_facts": {
+            "talosconfig": str(tmp_path / "os-reader"), "gather_subset": ["min"]}},
+        {"name": "reader may not apply", "ignore_errors": True, "talos_linux.talos.talos_apply_config": {
+            "talosconfig": str(tmp_path / "os-reader"), "config_file": os.path.join(cluster.state_dir, "controlplane.yaml")}},
+        {"name": "admin reads the sensitive config", "talos_linux.talos.talos_facts": {
+            "talosconfig": str(tmp_path / "os-admin"), "gather_subset": ["config"]}},
+    ]
+    run = run_playbook(local_play(tasks))
+    assert run.task("reader reads")["status"] == "ok"
+    refused = run.task("reader may not apply")
+    assert refused["status"] == "failed" and refused["result"].get("code") == "PermissionDenied"
+    assert run.task("admin reads the sensitive config")["result"]["ansible_facts"]["talos"]["config"]["hash"]
+    assert cluster.audit(method="ApplyConfiguration", include_failed=False) == []
