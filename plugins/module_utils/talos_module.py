@@ -1,21 +1,20 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""TalosModule: the AnsibleModule every talos_linux.talos module is built on.
+"""TalosModule: the module base of every talos_linux.talos module that talks to nodes.
 
-It merges the shared connection options into the module's argument spec,
-reports missing Python libraries with missing_required_lib, builds the
-TalosClient on first use and turns every TalosError into one fail_json.
+On top of ControllerModule's option checks and error reporting, it merges
+the shared connection options into the module's argument spec, builds the
+TalosClient on first use and closes it when the module is done.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import missing_libraries
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import ControllerModule
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
 
 CONNECTION_ARGUMENT_SPEC = dict(
@@ -53,60 +52,7 @@ REQUIRED_LIBRARIES = (
 )
 
 
-def _bounds_text(low, high):
-    if high is None:
-        return "at least %s" % low
-    if low is None:
-        return "at most %s" % high
-    return "between %s and %s" % (low, high)
-
-
-def option_problem(spec, params, bounds, may_be_empty=(), prefix=""):
-    """The first option of ``params`` outside its bounds or given as an empty string, as a sentence; None when all are fine.
-
-    Runs after Ansible's own type checks and before anything is sent, so that a
-    negative timeout or an unset variable never reaches a node. Sub-options
-    (lists of dicts) are checked under ``option[index].name``.
-    """
-    for name, option in spec.items():
-        value = params.get(name)
-        label = prefix + name
-        if value is None or name in may_be_empty:
-            continue
-        kind = option.get("type", "str")
-        if kind in ("int", "float"):
-            low, high = bounds[name]
-            if (low is not None and value < low) or (high is not None and value > high):
-                return "%s must be %s, got %s." % (label, _bounds_text(low, high), value)
-        elif kind in ("str", "path") and not value.strip():
-            return "%s is empty: set it to a value or leave it out (an unset variable?)." % label
-        elif kind == "list" and option.get("elements") in ("str", "path"):
-            for index, item in enumerate(value):
-                if item is None or not str(item).strip():
-                    return "%s[%d] is empty: every item must be a non-empty string." % (label, index)
-        elif kind == "list" and option.get("elements") == "dict" and option.get("options"):
-            for index, item in enumerate(value):
-                problem = option_problem(option["options"], item or {}, bounds, may_be_empty, "%s[%d]." % (label, index))
-                if problem:
-                    return problem
-    return None
-
-
-def _scalars(value):
-    """The strings Ansible masks for a no_log value: every non-empty scalar in it, as text."""
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _scalars(item)
-    elif isinstance(value, str):
-        if value:
-            yield value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        yield str(value)
-
-
-class TalosModule(AnsibleModule):
+class TalosModule(ControllerModule):
     """An AnsibleModule with the connection options, a lazy ``client`` and ``run()``.
 
     ``wait=True`` adds the ``wait``/``wait_timeout`` options (doc fragment
@@ -125,18 +71,9 @@ class TalosModule(AnsibleModule):
             # A module option with a shared option's name would silently replace it.
             raise ValueError("module options %s shadow the shared connection or wait options" % ", ".join(shadowed))
         spec.update(argument_spec)
-        unbounded = sorted(name for name, option in spec.items() if option.get("type") in ("int", "float") and name not in bounds)
-        if unbounded:
-            raise ValueError("numeric options %s have no range" % ", ".join(unbounded))
         exclusive = list(CONNECTION_MUTUALLY_EXCLUSIVE) + list(mutually_exclusive or [])
-        super(TalosModule, self).__init__(argument_spec=spec, mutually_exclusive=exclusive, **kwargs)
-        problem = option_problem(spec, self.params, bounds, may_be_empty)
-        if problem:
-            self.fail_json(msg=problem)
-        missing = missing_libraries(REQUIRED_LIBRARIES)
-        if missing:
-            names = ", ".join(name for name, _tb in missing)
-            self.fail_json(msg=missing_required_lib(names), exception=missing[0][1])
+        super(TalosModule, self).__init__(argument_spec=spec, mutually_exclusive=exclusive, ranges=bounds,
+                                          may_be_empty=may_be_empty, libraries=REQUIRED_LIBRARIES, **kwargs)
         self._settings = None
         self._client = None
 
@@ -171,36 +108,14 @@ class TalosModule(AnsibleModule):
                                % (self._name.rsplit(".", 1)[-1], task, len(nodes), ", ".join(nodes)))
         return nodes[0]
 
-    def mask_only(self, option, secrets):
-        """Narrow the no_log masking of ``option`` to ``secrets``.
-
-        Ansible masks every scalar of a no_log option wherever it appears, so a
-        word of a structured option (an operation, a path) garbles unrelated
-        messages. Until this is called (argument validation) the option stays
-        masked whole.
-        """
-        others = set()
-        for name, spec in self.argument_spec.items():
-            if name != option and spec.get("no_log") and self.params.get(name):
-                others.update(_scalars(self.params[name]))
-        self.no_log_values.difference_update(set(_scalars(self.params.get(option))) - others)
-        self.no_log_values.update(secrets)
-
     def close_client(self):
         if self._client is not None:
             self._client.close()
             self._client = None
 
-    def fail_from_error(self, error, **result):
-        """fail_json for a TalosError, with its code, node and server message as result keys."""
-        result.update(error.to_result())
-        self.fail_json(msg=error.message, **result)
-
     def run(self, fn):
         """Call ``fn(self)``; a TalosError becomes fail_json; the client is always closed."""
         try:
-            fn(self)
-        except TalosError as error:
-            self.fail_from_error(error)
+            super(TalosModule, self).run(fn)
         finally:
             self.close_client()

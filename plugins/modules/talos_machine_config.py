@@ -200,7 +200,7 @@ def redacted_text(text, secrets):
 
 def run(module):
     params = module.params
-    module.no_log_values.update(patch_secret_values(params["config_patches"]))
+    module.mask_only("config_patches", patch_secret_values(params["config_patches"]))
     dest = os.path.abspath(params["dest"]) if params["dest"] else None
     if dest:
         problem = destination_problem(dest, "dest")
@@ -259,9 +259,10 @@ def main():
             install_disk=dict(type="str", default=config_generation.DEFAULT_INSTALL_DISK),
             install_image=dict(type="str"),
             additional_sans=dict(type="list", elements="str", default=[]),
-            config_patches=dict(type="list", elements="raw", default=[]),
+            config_patches=dict(type="list", elements="raw", default=[], no_log=True),
             dest=dict(type="path"),
         ),
+        may_be_empty=("install_disk",),
         supports_check_mode=True,
     )
     module.run(run)
