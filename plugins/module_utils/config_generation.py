@@ -18,7 +18,7 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_comments, go_yaml, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import (
     default_installer_image, kubernetes_version as resolve_kubernetes_version, parse_contract, validate_cluster_endpoint,
 )
@@ -257,26 +257,31 @@ def generate_documents(gen):
 
 
 def generate_machine_config(bundle, machine_type, cluster_name, cluster_endpoint, talos_version=None, kubernetes_version=None,
-                            install_disk=DEFAULT_INSTALL_DISK, install_image=None, additional_sans=(), config_patches=None):
+                            install_disk=DEFAULT_INSTALL_DISK, install_image=None, additional_sans=(), config_patches=None,
+                            with_docs=False, with_examples=False):
     """The machine config text for ``machine_type`` from a loaded SecretsBundle; patches applied last."""
     gen = GenerationInput(bundle, machine_type, cluster_name, cluster_endpoint, talos_version=talos_version,
                           kubernetes_version=kubernetes_version, install_disk=install_disk, install_image=install_image,
                           additional_sans=additional_sans)
-    return render(gen, config_patches)
+    return render(gen, config_patches, with_docs=with_docs, with_examples=with_examples)
 
 
-def render(gen, config_patches=None):
-    """The YAML text of the documents for ``gen`` with ``config_patches`` applied in order."""
+def render(gen, config_patches=None, with_docs=False, with_examples=False):
+    """The YAML text of the documents for ``gen`` with ``config_patches`` applied in order.
+
+    ``with_docs`` adds a comment describing each generated document and field, ``with_examples``
+    commented snippets of settings users often add; neither changes what the text parses to.
+    """
     documents = generate_documents(gen)
     if config_patches:
         documents = apply_patches(documents, config_patches)
-    return go_yaml.dump_documents(documents)
+    return go_yaml.dump_documents(documents, config_comments.comments_for(gen.contract, with_docs, with_examples))
 
 
 def render_machine_config(secrets_path, machine_type, cluster_name, cluster_endpoint, **options):
     """``generate_machine_config`` for the bundle at ``secrets_path``: usable without Ansible.
 
     ``options``: talos_version, kubernetes_version, install_disk, install_image,
-    additional_sans, config_patches. Returns the YAML text.
+    additional_sans, config_patches, with_docs, with_examples. Returns the YAML text.
     """
     return generate_machine_config(SecretsBundle.load(secrets_path), machine_type, cluster_name, cluster_endpoint, **options)

@@ -9,6 +9,10 @@ not indented under their key, other quoting), so generated files are written
 here instead: mappings keep their key order, sequences are indented under
 their key, multi-line strings become literal blocks, and a string is quoted
 only when it would otherwise read back as something else.
+
+Comments (``talosctl gen config --with-docs --with-examples``) are optional
+``Comments``: lines above a mapping key and lines after a mapping's last key,
+addressed by key path; they never change what the text parses to.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,6 +20,7 @@ __metaclass__ = type
 
 import io
 import json
+from collections import namedtuple
 
 try:
     from yaml.emitter import Emitter
@@ -27,39 +32,61 @@ except ImportError:  # reported by the module through missing_required_lib
 INDENT = 4
 DOCUMENT_SEPARATOR = "---\n"
 
+# ``above``: {key path: lines} written above that key; ``after``: {path of a block mapping: lines}
+# written after its last key. A key path is the tuple of mapping keys from the document's root,
+# ``()`` being the document itself; keys inside sequences take no comments.
+Comments = namedtuple("Comments", "above after")
 
-def dump_documents(documents):
-    """A YAML stream of ``documents`` joined by ``---`` (no leading separator), as Talos writes configs."""
-    return DOCUMENT_SEPARATOR.join(dump(document) for document in documents)
+
+def dump_documents(documents, comments=None):
+    """A YAML stream of ``documents`` joined by ``---`` (no leading separator), as Talos writes configs.
+
+    ``comments``, when given, is called with each document and returns its ``Comments`` (or None).
+    """
+    return DOCUMENT_SEPARATOR.join(dump(document, comments(document) if comments else None) for document in documents)
 
 
-def dump(document):
-    """One YAML document (a mapping) as text ending in a newline."""
+def dump(document, comments=None):
+    """One YAML document (a mapping) as text ending in a newline, with the optional ``Comments``."""
     if not isinstance(document, dict):
         raise TypeError("a YAML document here is a mapping, not %s" % type(document).__name__)
-    if not document:
-        return "{}\n"
     lines = []
-    _mapping(document, 0, INDENT, lines)
+    if comments:
+        _comment(comments.above.get(()), 0, lines)
+    if not document:
+        lines.append("{}")
+    else:
+        _mapping(document, 0, INDENT, lines, path=(), comments=comments)
     return "\n".join(lines) + "\n"
 
 
-def _mapping(mapping, key_indent, child_indent, lines, first_prefix=None):
+def _comment(texts, indent, lines):
+    for text in texts or ():
+        lines.append(" " * indent + ("# " + text if text else "#"))
+
+
+def _mapping(mapping, key_indent, child_indent, lines, first_prefix=None, path=None, comments=None):
     """Emit ``mapping``; its keys at ``key_indent``, nested blocks at ``child_indent``.
 
     ``first_prefix`` replaces the indentation of the first key (``"- "`` of a
-    sequence item that is a mapping).
+    sequence item that is a mapping). ``path`` is the mapping's key path when it takes ``comments``.
     """
+    commented = comments is not None and path is not None
     for position, (key, value) in enumerate(mapping.items()):
+        key_path = path + (key,) if commented else None
+        if commented:
+            _comment(comments.above.get(key_path), key_indent, lines)
         prefix = first_prefix if position == 0 and first_prefix is not None else " " * key_indent
         head = prefix + _scalar(str(key) if not isinstance(key, str) else key) + ":"
-        _value(head, value, child_indent, lines)
+        _value(head, value, child_indent, lines, key_path, comments)
+    if commented:
+        _comment(comments.after.get(path), key_indent, lines)
 
 
-def _value(head, value, child_indent, lines):
+def _value(head, value, child_indent, lines, path=None, comments=None):
     if isinstance(value, dict) and value:
         lines.append(head)
-        _mapping(value, child_indent, child_indent + INDENT, lines)
+        _mapping(value, child_indent, child_indent + INDENT, lines, path=path, comments=comments)
     elif isinstance(value, list) and value:
         lines.append(head)
         _sequence(value, child_indent, lines)

@@ -89,6 +89,21 @@ options:
     type: list
     elements: raw
     default: []
+  with_docs:
+    description:
+      - Write a YAML comment above each generated document and field saying what it is for, as
+        C(talosctl gen config --with-docs) does (the wording is the collection's own).
+      - Comments never change what the configuration parses to and never hold a secret; nodes ignore them.
+      - Fields added by O(config_patches) are not described.
+    type: bool
+    default: false
+  with_examples:
+    description:
+      - Write commented examples of settings users often add (static addresses and routes, extra kernel arguments,
+        kernel parameters, registry mirrors, KubeSpan, another CNI), in the form the chosen O(talos_version) expects,
+        as C(talosctl gen config --with-examples) does.
+    type: bool
+    default: false
   dest:
     description:
       - Where to write the configuration on the controller. Its directory must exist.
@@ -109,8 +124,8 @@ attributes:
 notes:
   - Without O(dest), RV(config) holds the cluster's keys (a control-plane configuration holds every CA key). Set
     C(no_log=true) on such tasks.
-  - The YAML comments C(talosctl gen config) adds by default (C(--with-docs), C(--with-examples)) are not written;
-    nodes ignore them.
+  - C(talosctl gen config) writes documentation comments and examples by default; this module writes them only with
+    O(with_docs) and O(with_examples), so by default the file holds the configuration alone.
 requirements:
   - PyYAML
   - cryptography
@@ -145,6 +160,16 @@ EXAMPLES = r"""
         hostname: "{{ inventory_hostname }}"
   register: rendered
   no_log: true
+
+- name: Render a commented worker config to read and edit by hand
+  talos_linux.talos.talos_machine_config:
+    secrets: "{{ playbook_dir }}/secrets.yaml"
+    machine_type: worker
+    cluster_name: prod
+    cluster_endpoint: https://k8s.example.com:6443
+    with_docs: true
+    with_examples: true
+    dest: "{{ playbook_dir }}/worker.yaml"
 """
 
 RETURN = r"""
@@ -215,7 +240,8 @@ def run(module):
     if bundle.aescbc_secret and gen.contract >= (1, 14):
         module.warn("The secrets bundle holds an aescbc encryption secret (made by talosctl before v1.3); the v1.14 "
                     "contract moves it into KubeEtcdEncryptionConfig, so prefer talos_version v1.13 for this cluster.")
-    text = config_generation.render(gen, params["config_patches"])
+    text = config_generation.render(gen, params["config_patches"], with_docs=params["with_docs"],
+                                    with_examples=params["with_examples"])
     result = {
         "changed": False,
         "talos_version": contract_name(gen.contract),
@@ -260,6 +286,8 @@ def main():
             install_image=dict(type="str"),
             additional_sans=dict(type="list", elements="str", default=[]),
             config_patches=dict(type="list", elements="raw", default=[], no_log=True),
+            with_docs=dict(type="bool", default=False),
+            with_examples=dict(type="bool", default=False),
             dest=dict(type="path"),
         ),
         may_be_empty=("install_disk",),

@@ -15,7 +15,8 @@ from module_fakes import run_module
 
 DEFAULTS = dict(secrets=None, machine_type="controlplane", cluster_name="c", cluster_endpoint="https://10.5.0.2:6443",
                 talos_version="v1.14.1", kubernetes_version=None, install_disk="/dev/sda", install_image=None,
-                additional_sans=[], config_patches=[], dest=None)
+                additional_sans=[], config_patches=[], with_docs=False, with_examples=False,
+                dest=None)
 
 
 def guarded(module):
@@ -67,3 +68,17 @@ def test_aescbc_bundles_warn_on_the_v114_contract(tmp_path):
     ok, result, module = run(secrets=str(path), talos_version="v1.13")
     assert not module.warnings
     assert yaml.safe_load(result["config"].split("---")[0])["cluster"]["aescbcEncryptionSecret"] == bundle.aescbc_secret
+
+
+def test_with_docs_and_examples_rewrite_once_and_keep_the_data(bundle_path, tmp_path):
+    dest = tmp_path / "worker.yaml"
+    ok, plain, _module = run(secrets=bundle_path, machine_type="worker", dest=str(dest))
+    plain_text = dest.read_text()
+    ok, result, _module = run(secrets=bundle_path, machine_type="worker", dest=str(dest), with_docs=True, with_examples=True)
+    assert ok and result["changed"] and result["sha256"] != plain["sha256"]
+    text = dest.read_text()
+    assert "\n# Example, " in text and "\n# How the node gets its hostname.\n" in text
+    assert list(yaml.safe_load_all(text)) == list(yaml.safe_load_all(plain_text))
+    assert result["documents"] == plain["documents"]
+    ok, again, _module = run(secrets=bundle_path, machine_type="worker", dest=str(dest), with_docs=True, with_examples=True)
+    assert again["changed"] is False
