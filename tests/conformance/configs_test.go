@@ -41,6 +41,8 @@ type renderedConfig struct {
 	InstallImage      string   `json:"install_image"`
 	AdditionalSANs    []string `json:"additional_sans"`
 	Patches           []string `json:"patches_yaml"`
+	WithDocs          bool     `json:"with_docs"`
+	WithExamples      bool     `json:"with_examples"`
 }
 
 type renderManifest struct {
@@ -179,7 +181,8 @@ func (metalMode) RequiresInstall() bool { return true }
 func (metalMode) InContainer() bool     { return false }
 
 // TestCollectionConfigsPassUpstreamValidation loads every generated config with the
-// machinery loader and validates it for metal in strict mode (warnings are failures).
+// machinery loader and validates it for metal in strict mode (warnings are failures);
+// the "-documented" ones carry with_docs and with_examples comments.
 func TestCollectionConfigsPassUpstreamValidation(t *testing.T) {
 	dir, manifest := collectionConfigs(t)
 
@@ -192,6 +195,10 @@ func TestCollectionConfigsPassUpstreamValidation(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(dir, entry.File))
 			if err != nil {
 				t.Fatal(err)
+			}
+
+			if entry.WithDocs && entry.WithExamples && (!bytes.Contains(raw, []byte("\n# ")) || !bytes.Contains(raw, []byte("# Example, "))) {
+				t.Errorf("rendered with_docs and with_examples, but it holds no documentation or example comments")
 			}
 
 			provider, err := configloader.NewFromBytes(raw)

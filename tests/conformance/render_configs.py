@@ -7,7 +7,8 @@
     render_configs.py render OUT_DIR
 
 ``plan`` writes OUT_DIR/manifest.json: one entry per supported version contract,
-machine type and patch set, with the inputs and the defaults talos_machine_config
+machine type and patch set (and, unpatched, once more with with_docs and
+with_examples), with the inputs and the defaults talos_machine_config
 fills in (Kubernetes version, installer image), so that Talos's own generator can
 be given the same inputs; ``module_samples`` are the entries render_configs.yml
 renders through the module itself. ``render`` then renders every entry from
@@ -61,11 +62,12 @@ def plan():
     for contract in SUPPORTED_CONTRACTS:
         version = contract_name(contract)
         for machine_type in config_generation.MACHINE_TYPES:
-            for patched in (False, True):
-                chosen = patches(contract) if patched else []
+            for variant in ("", "-patched", "-documented"):
+                chosen = patches(contract) if variant == "-patched" else []
                 configs.append({
-                    "file": "%s-%s%s.yaml" % (version, machine_type, "-patched" if patched else ""),
+                    "file": "%s-%s%s.yaml" % (version, machine_type, variant),
                     "contract": version, "machine_type": machine_type,
+                    "with_docs": variant == "-documented", "with_examples": variant == "-documented",
                     "cluster_name": CLUSTER_NAME, "cluster_endpoint": CLUSTER_ENDPOINT,
                     "kubernetes_version": kubernetes_version(None, contract),
                     "install_disk": INSTALL_DISK, "install_image": default_installer_image(version),
@@ -73,8 +75,9 @@ def plan():
                     "patches": chosen,
                     "patches_yaml": [yaml.safe_dump(patch, sort_keys=False) for patch in chosen],
                 })
-    # The newest and the last single-document contract, patched, go through the module.
-    samples = [entry for entry in configs if entry["file"] in ("v1.14-controlplane-patched.yaml", "v1.11-worker-patched.yaml")]
+    # The newest and the last single-document contract, patched, and one commented config go through the module.
+    samples = [entry for entry in configs if entry["file"] in (
+        "v1.14-controlplane-patched.yaml", "v1.11-worker-patched.yaml", "v1.13-controlplane-documented.yaml")]
     return {"secrets": "secrets.yaml", "configs": configs, "module_samples": samples}
 
 
@@ -86,7 +89,8 @@ def render(out_dir, manifest):
             bundle, entry["machine_type"], entry["cluster_name"], entry["cluster_endpoint"],
             talos_version=entry["contract"], install_disk=entry["install_disk"], additional_sans=entry["additional_sans"])
         with open(os.path.join(out_dir, entry["file"]), "w") as handle:
-            handle.write(config_generation.render(gen, entry["patches"]))
+            handle.write(config_generation.render(gen, entry["patches"], with_docs=entry["with_docs"],
+                                                  with_examples=entry["with_examples"]))
 
 
 def main():

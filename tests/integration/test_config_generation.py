@@ -144,6 +144,26 @@ def test_second_run_changes_nothing(run_playbook, tmp_path):
     assert reissued.task("talosconfig")["result"]["certificate"]["roles"] == ["os:reader"]
 
 
+def test_commented_config_is_written_once(run_playbook, tmp_path):
+    tasks = generation_tasks(tmp_path, "commented", "https://10.5.0.2:6443", [], talos_version="v1.13")[:2]
+    tasks.append({"name": "commented config", "talos_linux.talos.talos_machine_config": dict(
+        tasks[1]["talos_linux.talos.talos_machine_config"], dest="%s/commented.yaml" % tmp_path,
+        with_docs=True, with_examples=True)})
+    play = local_play(tasks)
+    first = run_playbook(play, diff=True)
+    assert first.task("commented config")["status"] == "changed"
+    commented = (tmp_path / "commented.yaml").read_text()
+    assert "\n    # Role of the node: controlplane runs etcd" in commented
+    assert "\n    # Example, a static address, a default route and resolvers:\n" in commented
+    assert "#     kind: KubeSpanConfig\n" in commented
+    plain = (tmp_path / "controlplane.yaml").read_text()
+    assert "#" not in plain
+    assert list(yaml.safe_load_all(commented)) == list(yaml.safe_load_all(plain))
+    second = run_playbook(play, diff=True)
+    assert second.task("commented config")["status"] == "ok" and second.changed_count == 0
+    assert (tmp_path / "commented.yaml").read_text() == commented
+
+
 @pytest.mark.parametrize("options,message", [
     ({"cluster_endpoint": "http://10.5.0.2:6443"}, "must use https"),
     ({"talos_version": "v1.8"}, "talos_version v1.8 is not supported"),

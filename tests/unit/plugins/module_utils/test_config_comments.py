@@ -49,8 +49,7 @@ def key_paths(value, path=()):
     if isinstance(value, dict):
         for key, child in value.items():
             yield path + (key,)
-            for nested in key_paths(child, path + (key,)):
-                yield nested
+            yield from key_paths(child, path + (key,))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
