@@ -181,6 +181,8 @@ dest:
 config:
   description:
     - The machine configuration (YAML text). It holds the cluster's secrets; use C(no_log) on the task.
+    - Secret values that come from O(config_patches) (a registry password, say) are masked as C(********) here,
+      because Ansible masks them in every returned value; set O(dest) to get a usable file for such configs.
   returned: when O(dest) is not set
   type: str
 talos_version:
