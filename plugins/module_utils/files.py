@@ -10,6 +10,8 @@ import os
 import stat
 import tempfile
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+
 PRIVATE_MODE = 0o600
 
 
@@ -36,6 +38,19 @@ def read_text(path):
             return handle.read().decode("utf-8")
     except (IOError, OSError, UnicodeDecodeError):
         return None
+
+
+def read_text_file(path, label):
+    """The UTF-8 text of ``path``; TalosConfigError naming ``label`` (what the file is) and the path when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except (IOError, OSError) as error:
+        raise TalosConfigError("%s %s cannot be read: %s." % (label, path, error.strerror or error))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TalosConfigError("%s %s is not UTF-8 text." % (label, path))
 
 
 def file_mode(path):

@@ -39,6 +39,7 @@ except ImportError:  # modules that take patches report it with missing_required
     JSONPATCH_IMPORT_ERROR = traceback.format_exc()
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text_file
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact, redact_text, secret_values
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
@@ -142,15 +143,7 @@ def load_config(config=None, config_file=None, config_patches=None):
     """
     if config_file is not None:
         parameter = "config_file"
-        try:
-            with open(config_file, "rb") as handle:
-                raw = handle.read()
-        except (IOError, OSError) as exc:
-            raise TalosConfigError("config_file %s cannot be read: %s." % (config_file, exc.strerror or exc))
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TalosConfigError("config_file %s is not UTF-8 text." % config_file)
+        text = read_text_file(config_file, parameter)
     else:
         parameter = "config"
         text = config or ""

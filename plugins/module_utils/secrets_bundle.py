@@ -29,6 +29,7 @@ except ImportError:  # reported by the module through missing_required_lib
 from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import parse_contract
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text_file
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import is_v1alpha1, parse_yaml_stream
 
 _TOKEN_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -186,16 +187,7 @@ class SecretsBundle:
     @classmethod
     def load(cls, path):
         """The bundle at ``path``, validated."""
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except (IOError, OSError) as error:
-            raise TalosConfigError("The secrets bundle %s cannot be read: %s." % (path, error.strerror or error))
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TalosConfigError("The secrets bundle %s is not UTF-8 text." % path)
-        return cls.from_yaml(text, path)
+        return cls.from_yaml(read_text_file(path, "The secrets bundle"), path)
 
     @classmethod
     def from_controlplane_config(cls, text, source, talos_version=None, now=None):

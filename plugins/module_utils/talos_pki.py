@@ -142,6 +142,14 @@ def public_key_matches(certificate, key):
             == key.public_key().public_bytes(serialization.Encoding.DER, fmt))
 
 
+def _key_usage(cert_sign):
+    """Talos's KeyUsage: digital signature, plus certificate signing for a CA."""
+    return x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+        key_agreement=False, key_cert_sign=cert_sign, crl_sign=False, encipher_only=False, decipher_only=False,
+    )
+
+
 def generate_ca(algorithm, organization, now):
     """A self-signed CA as ``(certificate, key)``; ``organization`` None gives the empty subject."""
     key = generate_key(algorithm)
@@ -154,10 +162,7 @@ def generate_ca(algorithm, organization, now):
         .serial_number(_serial_number())
         .not_valid_before(now)
         .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
-            key_agreement=False, key_cert_sign=True, crl_sign=False, encipher_only=False, decipher_only=False,
-        ), critical=True)
+        .add_extension(_key_usage(cert_sign=True), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(x509.SubjectKeyIdentifier(os.urandom(20)), critical=False)
@@ -176,10 +181,7 @@ def issue_client_certificate(ca_certificate, ca_key, roles, now, validity=CLIENT
         .serial_number(_serial_number())
         .not_valid_before(now)
         .not_valid_after(now + validity)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
-            key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False,
-        ), critical=True)
+        .add_extension(_key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     )
     try:
