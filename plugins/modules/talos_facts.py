@@ -280,19 +280,34 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        gather_subset=dict(type="list", elements="str", default=["all"]),
+        resources=dict(type="list", elements="dict", default=[], options=dict(
+            type=dict(type="str", required=True),
+            namespace=dict(type="str"),
+            id=dict(type="str"),
+        )),
+        fail_on_node_error=dict(type="bool", default=False),
+        max_concurrency=dict(type="int", default=32),
+    ),
+    ranges=dict(max_concurrency=(1, None)),
+)
 
 
-def run(module):
-    subsets = resolve_subsets(module.params["gather_subset"])
-    nodes = module.target_nodes
-    gatherer = FactGatherer(module.client, nodes, module.params["insecure"], module.params["max_concurrency"])
-    facts, errors = gatherer.gather(subsets, module.params["resources"])
+def run(task):
+    subsets = resolve_subsets(task.params["gather_subset"])
+    nodes = task.target_nodes
+    gatherer = FactGatherer(task.client, nodes, task.params["insecure"], task.params["max_concurrency"])
+    facts, errors = gatherer.gather(subsets, task.params["resources"])
 
     if len(nodes) == 1:
         if errors:
             raise errors[nodes[0]]
-        module.exit_json(changed=False, ansible_facts={"talos": facts[nodes[0]]})
+        return dict(changed=False, ansible_facts={"talos": facts[nodes[0]]})
 
     per_node = {}
     for node in nodes:
@@ -301,29 +316,15 @@ def run(module):
         else:
             per_node[node] = facts[node]
     result = dict(changed=False, nodes=per_node, ansible_facts={"talos_nodes": per_node})
-    if errors and (len(errors) == len(nodes) or module.params["fail_on_node_error"]):
+    if errors and (len(errors) == len(nodes) or task.params["fail_on_node_error"]):
         failed = sorted(errors)
-        module.fail_json(msg="Could not read %d of %d nodes (%s): %s" % (
+        raise TaskFailed("Could not read %d of %d nodes (%s): %s" % (
             len(failed), len(nodes), ", ".join(failed), errors[failed[0]].message), **result)
-    module.exit_json(**result)
+    return result
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            gather_subset=dict(type="list", elements="str", default=["all"]),
-            resources=dict(type="list", elements="dict", default=[], options=dict(
-                type=dict(type="str", required=True),
-                namespace=dict(type="str"),
-                id=dict(type="str"),
-            )),
-            fail_on_node_error=dict(type="bool", default=False),
-            max_concurrency=dict(type="int", default=32),
-        ),
-        ranges=dict(max_concurrency=(1, None)),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

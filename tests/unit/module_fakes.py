@@ -1,59 +1,41 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A stand-in for TalosModule, for unit tests of a module's run() with a fake client."""
+"""A Task with a fake client, for unit tests of a module's run()."""
 
-import pytest
-
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, TaskFailed
 
 
-class Exited(Exception):
-    """exit_json was called; args[0] is the result."""
-
-
-class Failed(Exception):
-    """fail_json was called; args[0] is the result."""
-
-
-class FakeModule:
-    """What run() uses of TalosModule: client, params (``defaults`` updated with ``params``),
-    target_nodes, single_node, check_mode, diff, warn, no_log_values, mask_only, exit_json, fail_json, fail_from_error."""
+class FakeTask(Task):
+    """A Task whose client is ``client`` and whose target nodes are ``nodes`` (default: the client's)."""
 
     def __init__(self, client, defaults, nodes=None, check_mode=False, diff=False, **params):
-        self.client = client
-        self.target_nodes = list(nodes) if nodes is not None else list(getattr(client, "nodes", [None]))
-        self.check_mode = check_mode
-        self._diff = diff
-        self.no_log_values = set()
-        self.argument_spec = {}
-        self.warnings = []
-        self.params = dict(defaults)
-        self.params.update(params)
+        merged = dict(defaults)
+        merged.update(params)
+        super(FakeTask, self).__init__("module", merged, check_mode=check_mode, diff=diff)
+        self._client = client
+        self._nodes = list(nodes) if nodes is not None else list(getattr(client, "nodes", [None]))
 
-    def single_node(self, task):
-        if len(self.target_nodes) > 1:
-            self.fail_json(msg="module %s but %d nodes are targeted" % (task, len(self.target_nodes)))
-        return self.target_nodes[0]
+    @property
+    def target_nodes(self):
+        return list(self._nodes)
 
-    mask_only = TalosModule.mask_only
-
-    def warn(self, message):
-        self.warnings.append(message)
-
-    def exit_json(self, **result):
-        raise Exited(result)
-
-    def fail_json(self, **result):
-        raise Failed(result)
-
-    def fail_from_error(self, error, **result):
-        result.update(error.to_result())
-        self.fail_json(msg=error.message, **result)
+    def close(self):
+        """The fake client stays open: tests read its calls afterwards."""
 
 
 def run_module(run, client, defaults, **options):
-    """Run a module's ``run`` with a FakeModule: ``(succeeded, result, module)``."""
-    module = FakeModule(client, defaults, **options)
-    with pytest.raises((Exited, Failed)) as raised:
-        run(module)
-    return raised.type is Exited, raised.value.args[0], module
+    """Run a module's ``run`` with a FakeTask: ``(succeeded, result, task)``.
+
+    A TaskFailed's result carries ``msg`` (and ``failed``), as the doors report it;
+    a TalosError propagates; ``warnings`` holds the task's warnings.
+    """
+    task = FakeTask(client, defaults, **options)
+    try:
+        result = dict(run(task) or {})
+        succeeded = True
+    except TaskFailed as failure:
+        result = dict(failure.result, failed=True, msg=failure.msg)
+        succeeded = False
+    if task.warnings:
+        result["warnings"] = list(task.warnings)
+    return succeeded, result, task

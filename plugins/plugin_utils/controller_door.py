@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The controller door: a module's ``run`` inside the controller's worker process.
+
+Every module of the collection has an action plugin of the same name built on
+``TalosAction``. By default it validates the task's arguments against the
+module's ``TaskSpec`` and calls the module's ``run`` here, in the worker that
+Ansible forked for the task: no AnsiballZ payload, no interpreter start and
+no connection plugin. The libraries a task needs are imported when the action
+plugin is loaded, before the strategy forks its workers, so a task pays none
+of their import cost.
+
+It opens the module door instead (the module file runs as an ordinary module
+through the connection) when the task runs ``async``, when it is delegated to a
+host whose connection is not local (a bastion that can reach the Talos API), or
+when the variable ``talos_door`` is ``module``.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.parameters import remove_values
+from ansible.module_utils.errors import UnsupportedError
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, execute
+
+try:  # ansible-core 2.16 merges module_defaults into the arguments of a module, not of an action plugin
+    from ansible.executor.module_common import get_action_args_with_defaults
+except ImportError:  # later releases merge them for action plugins too
+    get_action_args_with_defaults = None
+
+display = Display()
+
+DOORS = ("controller", "module")
+
+
+def _plain(value):
+    """``value`` as the JSON-like data a module receives: plain dicts, lists, strings and numbers."""
+    if isinstance(value, Mapping):
+        return dict((str(key), _plain(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(item) for item in value]
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    return str(value)
+
+
+class TalosAction(ActionBase):
+    """Runs the module ``MODULE`` (the imported module file) through the controller door or the module door."""
+
+    MODULE = None
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+    _supports_async = True
+
+    @property
+    def module_name(self):
+        return self.MODULE.__name__.rsplit(".", 1)[-1]
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(TalosAction, self).run(tmp, task_vars)
+        door, reason = self._choose_door(task_vars)
+        display.v("%s through the %s door (%s)" % (self.module_name, door, reason),
+                  host=task_vars.get("inventory_hostname"))
+        if door == "module":
+            wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+            result.update(self._execute_module(module_name="talos_linux.talos.%s" % self.module_name,
+                                               task_vars=task_vars, wrap_async=wrap_async))
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return result
+        result.update(self._run_here(task_vars))
+        return result
+
+    def _choose_door(self, task_vars):
+        """``(door, reason)``: which door runs the task, and why (shown at -v)."""
+        asked = self._templar.template(task_vars.get("talos_door", "controller"))
+        if asked not in DOORS:
+            raise AnsibleError("talos_door must be one of %s, got %r." % (", ".join(DOORS), asked))
+        if asked == "module":
+            return "module", "talos_door is module"
+        if self._task.async_val:
+            return "module", "the task runs async"
+        if self._task.delegate_to and not getattr(self._connection, "_remote_is_local", False):
+            return "module", "delegated to %s over %s" % (self._task.delegate_to, self._connection.transport)
+        return "controller", "in-process"
+
+    def _arguments(self):
+        args = self._task.args
+        if get_action_args_with_defaults is not None:
+            args = get_action_args_with_defaults("talos_linux.talos.%s" % self.module_name, args,
+                                                 self._task.module_defaults, self._templar,
+                                                 action_groups=self._task._parent._play._action_groups)
+        return _plain(args)
+
+    def _environment(self):
+        """The task's ``environment:`` keyword, merged from the play down to the task, as strings."""
+        merged = {}
+        environments = self._task.environment or []
+        if not isinstance(environments, list):
+            environments = [environments]
+        for environment in environments:
+            if not environment:
+                continue
+            values = self._templar.template(environment)
+            if not isinstance(values, Mapping):
+                raise AnsibleError("environment must be a dictionary, received %s (%s)" % (values, type(values)))
+            merged.update((str(name), str(value)) for name, value in values.items())
+        return merged
+
+    def _run_here(self, task_vars):
+        """The module's result, run in this process with the task's environment in ``os.environ``."""
+        spec = self.MODULE.SPEC
+        if self._task.check_mode and not spec.supports_check_mode:
+            return dict(skipped=True, msg="%s does not support check mode" % self.module_name)
+        host = task_vars.get("inventory_hostname")
+        environment = self._environment()
+        saved = dict((name, os.environ.get(name)) for name in environment)
+        os.environ.update(environment)
+        try:
+            validation = ArgumentSpecValidator(spec.argument_spec, **spec.rules).validate(self._arguments())
+            no_log_values = set(validation._no_log_values)
+            params = validation.validated_parameters
+            if validation.error_messages:
+                message = validation.errors.msg
+                if isinstance(validation.errors[0], UnsupportedError):
+                    message = "Unsupported parameters for (%s) module: %s" % (self._task.action, message)
+                result = dict(failed=True, msg=message)
+            else:
+                task = Task(self.module_name, params, check_mode=bool(self._task.check_mode),
+                            diff=bool(self._task.diff), no_log_values=no_log_values,
+                            argument_spec=spec.argument_spec,
+                            report=lambda message: display.display("%s: %s" % (host, message)))
+                result = execute(spec, task, self.MODULE.run)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        warnings = list(result.pop("warnings", []))
+        warnings.extend("Both option %s and its alias %s are set." % (item["option"], item["alias"])
+                        for item in validation._warnings)
+        if warnings:
+            result["warnings"] = warnings
+        if validation._deprecations:
+            result["deprecations"] = [dict(msg=item["msg"], version=item.get("version"),
+                                           collection_name="talos_linux.talos")
+                                      for item in validation._deprecations]
+        result["invocation"] = dict(module_args=params)
+        return remove_values(result, no_log_values)
