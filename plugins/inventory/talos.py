@@ -155,8 +155,7 @@ except ImportError:  # earlier versions render every string that is not marked u
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster_nodes import discover, is_control_plane, preferred_address
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import missing_libraries
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import REQUIRED_LIBRARIES
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import CLIENT_LIBRARIES, missing_libraries
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_OPTIONS, ConnectionSettings
 
 PLAYBOOK_PYTHON = "{{ ansible_playbook_python }}"
@@ -190,7 +189,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _discover(self, path):
         """The nodes the cluster reports (a list of plain dicts, see module_utils/cluster_nodes.py)."""
-        missing = missing_libraries(REQUIRED_LIBRARIES)
+        missing = missing_libraries(CLIENT_LIBRARIES)
         if missing:
             raise AnsibleParserError("%s: the talos inventory plugin needs the Python libraries %s on the controller."
                                      % (path, ", ".join(name for name, _traceback in missing)))

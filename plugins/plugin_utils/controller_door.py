@@ -32,11 +32,6 @@ from ansible.utils.display import Display
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, execute
 
-try:  # ansible-core 2.16 merges module_defaults into the arguments of a module, not of an action plugin
-    from ansible.executor.module_common import get_action_args_with_defaults
-except ImportError:  # later releases merge them for action plugins too
-    get_action_args_with_defaults = None
-
 display = Display()
 
 DOORS = ("controller", "module")
@@ -91,17 +86,9 @@ class TalosAction(ActionBase):
             return "module", "talos_door is module"
         if self._task.async_val:
             return "module", "the task runs async"
-        if self._task.delegate_to and not getattr(self._connection, "_remote_is_local", False):
+        if self._task.delegate_to and self._connection.transport != "local":
             return "module", "delegated to %s over %s" % (self._task.delegate_to, self._connection.transport)
         return "controller", "in-process"
-
-    def _arguments(self):
-        args = self._task.args
-        if get_action_args_with_defaults is not None:
-            args = get_action_args_with_defaults("talos_linux.talos.%s" % self.module_name, args,
-                                                 self._task.module_defaults, self._templar,
-                                                 action_groups=self._task._parent._play._action_groups)
-        return _plain(args)
 
     def _environment(self):
         """The task's ``environment:`` keyword, merged from the play down to the task, as strings."""
@@ -128,7 +115,7 @@ class TalosAction(ActionBase):
         saved = dict((name, os.environ.get(name)) for name in environment)
         os.environ.update(environment)
         try:
-            validation = ArgumentSpecValidator(spec.argument_spec, **spec.rules).validate(self._arguments())
+            validation = ArgumentSpecValidator(spec.argument_spec, **spec.rules).validate(_plain(self._task.args))
             no_log_values = set(validation._no_log_values)
             params = validation.validated_parameters
             if validation.error_messages:

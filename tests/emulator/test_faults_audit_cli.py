@@ -87,7 +87,7 @@ def test_state_files_match_the_cluster(emulator):
     with open(os.path.join(cluster.state_dir, "inventory.yml")) as inventory_file:
         inventory = yaml.safe_load(inventory_file)
     hosts = inventory["all"]["children"]["workers"]["hosts"]
-    assert hosts == {"worker-1": {"ansible_host": cluster.workers[0].address, "ansible_connection": "local"}}
+    assert hosts == {"worker-1": {"ansible_host": cluster.workers[0].address}}
     assert inventory["all"]["vars"]["talosconfig"] == cluster.talosconfig_path()
     with open(os.path.join(cluster.state_dir, "state.json")) as state_file:
         state = json.load(state_file)

@@ -369,10 +369,11 @@ class EmulatedCluster:
 
     def inventory(self):
         def hosts(nodes):
-            return {node.name: {"ansible_host": node.address, "ansible_connection": "local"} for node in nodes}
+            return {node.name: {"ansible_host": node.address} for node in nodes}
         return {"all": {
             "vars": {
-                # Modules run on the controller with the Python that runs ansible-playbook.
+                # Talos tasks run in the controller (the controller door) and need no connection; through
+                # the module door they run with the Python that runs ansible-playbook.
                 "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                 "talosconfig": self.talosconfig_path("admin"),
                 "talos_port": self.port,
