@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+"""The module door: a TaskSpec and a run() as an ordinary Ansible module (task.execute under AnsibleModule)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -12,12 +13,14 @@ import sys
 import pytest
 from ansible.module_utils import basic
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import talos_module
+from ansible_collections.talos_linux.talos.plugins.module_utils import client as client_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosApiError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import (
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module as run_as_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import (
     CONNECTION_ARGUMENT_SPEC,
     WAIT_ARGUMENT_SPEC,
-    TalosModule,
+    TaskFailed,
+    TaskSpec,
 )
 
 try:
@@ -32,13 +35,12 @@ except ImportError:  # ansible-core before 2.19
             yield
 
 
-def run_module(capsys, args, body, **module_kwargs):
-    """Build a TalosModule with ``args``, run ``body`` through module.run and return the JSON result."""
-    module_kwargs.setdefault("argument_spec", dict(name=dict(type="str")))
+def run_module(capsys, args, body, **spec_kwargs):
+    """Run ``body`` for a TaskSpec of ``spec_kwargs`` through the module door with ``args``; the JSON result."""
+    spec_kwargs.setdefault("argument_spec", dict(name=dict(type="str")))
     with patch_module_args(args):
         with pytest.raises(SystemExit):
-            module = TalosModule(**module_kwargs)
-            module.run(body)
+            run_as_module(TaskSpec(**spec_kwargs), body)
     return json.loads(capsys.readouterr().out)
 
 
@@ -48,10 +50,10 @@ INSECURE = {"endpoints": ["127.0.0.1"], "insecure": True}
 def test_connection_spec_is_merged_and_secrets_are_no_log(capsys):
     seen = {}
 
-    def body(module):
-        seen["params"] = dict(module.params)
-        seen["no_log"] = set(module.no_log_values)
-        module.exit_json(changed=False)
+    def body(task):
+        seen["params"] = dict(task.params)
+        seen["no_log"] = set(task.no_log_values)
+        return dict(changed=False)
 
     result = run_module(capsys, dict(INSECURE, name="x", key="very-secret-key-text"), body)
     assert result["changed"] is False
@@ -67,9 +69,9 @@ def test_connection_spec_is_merged_and_secrets_are_no_log(capsys):
 def test_wait_options_are_added_on_request(capsys):
     seen = {}
 
-    def body(module):
-        seen.update(module.params)
-        module.exit_json(changed=False)
+    def body(task):
+        seen.update(task.params)
+        return dict(changed=False)
 
     run_module(capsys, dict(INSECURE), body, argument_spec={}, wait=True)
     assert seen["wait"] is WAIT_ARGUMENT_SPEC["wait"]["default"]
@@ -80,17 +82,17 @@ def test_wait_options_are_added_on_request(capsys):
 def test_a_module_option_may_not_shadow_a_shared_one(name):
     with patch_module_args(dict(INSECURE)):
         with pytest.raises(ValueError, match="module options %s shadow" % name):
-            TalosModule(argument_spec={name: dict(type="str")}, wait=True)
+            TaskSpec(argument_spec={name: dict(type="str")}, wait=True)
 
 
 def test_node_and_nodes_are_mutually_exclusive(capsys):
-    result = run_module(capsys, dict(INSECURE, node="a", nodes=["b"]), lambda module: module.exit_json(changed=False))
+    result = run_module(capsys, dict(INSECURE, node="a", nodes=["b"]), lambda task: dict(changed=False))
     assert result["failed"] is True
     assert "mutually exclusive" in result["msg"] and "node" in result["msg"]
 
 
 def test_talos_error_becomes_fail_json_with_code_and_node(capsys):
-    def body(module):
+    def body(task):
         raise TalosApiError("Bootstrap failed on node 10.5.0.2 with FailedPrecondition: not yet.",
                             code="FailedPrecondition", node="10.5.0.2", server_message="not yet")
 
@@ -102,7 +104,7 @@ def test_talos_error_becomes_fail_json_with_code_and_node(capsys):
 
 
 def test_config_errors_are_reported_as_a_failure_not_a_traceback(capsys, tmp_path):
-    result = run_module(capsys, {"talosconfig": str(tmp_path / "missing")}, lambda module: module.client.nodes)
+    result = run_module(capsys, {"talosconfig": str(tmp_path / "missing")}, lambda task: task.client.nodes)
     assert result["failed"] is True
     assert result["msg"] == "The talosconfig file %s does not exist." % (tmp_path / "missing")
 
@@ -111,9 +113,9 @@ def test_talosconfig_falls_back_to_the_environment(capsys, monkeypatch, tmp_path
     monkeypatch.setenv("TALOSCONFIG", str(tmp_path / "from-env"))
     seen = {}
 
-    def body(module):
-        seen["talosconfig"] = module.params["talosconfig"]
-        module.exit_json(changed=False)
+    def body(task):
+        seen["talosconfig"] = task.params["talosconfig"]
+        return dict(changed=False)
 
     run_module(capsys, {}, body)
     assert seen["talosconfig"] == str(tmp_path / "from-env")
@@ -122,9 +124,9 @@ def test_talosconfig_falls_back_to_the_environment(capsys, monkeypatch, tmp_path
 def test_target_nodes(capsys):
     seen = {}
 
-    def body(module):
-        seen["nodes"] = module.target_nodes
-        module.exit_json(changed=False)
+    def body(task):
+        seen["nodes"] = task.target_nodes
+        return dict(changed=False)
 
     run_module(capsys, dict(INSECURE, nodes=["10.5.0.2", "10.5.0.3"]), body)
     assert seen["nodes"] == ["10.5.0.2", "10.5.0.3"]
@@ -145,11 +147,11 @@ def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
         def close(self):
             closed.append(self)
 
-    monkeypatch.setattr(talos_module, "TalosClient", RecordingClient)
+    monkeypatch.setattr(client_module, "TalosClient", RecordingClient)
 
-    def body(module):
-        seen["before"] = module._client
-        seen["client"] = module.client
+    def body(task):
+        seen["before"] = task._client
+        seen["client"] = task.client
         raise TalosApiError("failed.", code="Internal")
 
     result = run_module(capsys, dict(INSECURE), body)
@@ -169,7 +171,7 @@ def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
 def test_missing_library_ends_in_missing_required_lib(capsys, monkeypatch, library, pypi_name):
     monkeypatch.setitem(sys.modules, library, None)  # makes `import library` raise ImportError
     ran = []
-    result = run_module(capsys, dict(INSECURE), ran.append)
+    result = run_module(capsys, dict(INSECURE), lambda task: ran.append(task))
     assert ran == []
     assert result["failed"] is True
     assert "Failed to import the required Python library (%s)" % pypi_name in result["msg"]
@@ -180,9 +182,9 @@ def test_mask_only_keeps_the_secrets_of_a_structured_option_masked_and_the_rest_
     spec = dict(patches=dict(type="list", elements="raw", no_log=True))
     patches = [[{"op": "remove", "path": "/machine/network"}], {"machine": {"token": "abc.secret-token"}}]
 
-    def body(module):
-        module.mask_only("patches", {"abc.secret-token"})
-        module.fail_json(msg="patches[0] operation 1 (remove /machine/network) failed; 60 s; abc.secret-token")
+    def body(task):
+        task.mask_only("patches", {"abc.secret-token"})
+        raise TaskFailed("patches[0] operation 1 (remove /machine/network) failed; 60 s; abc.secret-token")
 
     result = run_module(capsys, dict(INSECURE, patches=patches, key="remove"), body, argument_spec=spec)
     # "remove" is also the value of the no_log key option, so it stays masked.
@@ -204,11 +206,24 @@ def test_mask_only_keeps_the_secrets_of_a_structured_option_masked_and_the_rest_
 def test_options_out_of_range_or_empty_fail_before_the_module_runs(capsys, args, message):
     spec = dict(name=dict(type="str"), count=dict(type="int"), items=dict(type="list", elements="dict", options=dict(kind=dict(type="str"))))
     ran = []
-    result = run_module(capsys, dict(INSECURE, **args), ran.append, argument_spec=spec, wait=True, ranges=dict(count=(1, 10)))
+    result = run_module(capsys, dict(INSECURE, **args), lambda task: ran.append(task), argument_spec=spec, wait=True, ranges=dict(count=(1, 10)))
     assert result["failed"] is True and result["msg"] == message and ran == []
 
 
 def test_a_numeric_option_without_a_range_is_a_programming_error():
     with patch_module_args(dict(INSECURE)):
         with pytest.raises(ValueError, match="numeric options count have no range"):
-            TalosModule(argument_spec=dict(count=dict(type="int")))
+            TaskSpec(argument_spec=dict(count=dict(type="int")))
+
+
+def test_warnings_and_partial_results_of_a_failure_reach_the_result(capsys):
+    def body(task):
+        task.warn("node 10.5.0.3 answered late")
+        raise TaskFailed("Could not read 1 of 2 nodes (10.5.0.3): refused.", nodes={"10.5.0.2": {"ok": True}})
+
+    result = run_module(capsys, dict(INSECURE), body)
+    assert result["failed"] is True and result["msg"] == "Could not read 1 of 2 nodes (10.5.0.3): refused."
+    assert result["nodes"] == {"10.5.0.2": {"ok": True}}
+    # ansible-core 2.19 reports a warning as a structure around its text.
+    assert "node 10.5.0.3 answered late" in json.dumps(result["warnings"])
+    assert result["changed"] is False
