@@ -11,13 +11,16 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_LOCAL_TEMP := $(CURDIR)/.cache/ansible-tmp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup install build demo test unit sanity integration robustness molecule conformance lint changelog generate bench clean
+.PHONY: setup install build ee-local demo demo-stop test unit sanity integration robustness molecule conformance lint changelog generate bench clean
+
+# `make unit STACK=newest` (or sanity, integration, robustness) runs the suite on one of the
+# other stacks CI tests (tests/stack: oldest, ansible-2.18, ansible-2.20, newest) instead of .venv.
+ON_STACK = $(if $(STACK),tests/stack $(STACK))
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-generate.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
 	$(VENV)/bin/pip install -q --no-deps -r requirements-generate.txt
-	$(VENV)/bin/pip install -q -r tests/sanity/requirements.txt
 	touch $@
 
 setup: $(VENV)/.installed install
@@ -33,26 +36,34 @@ build: $(VENV)/.installed
 	@mkdir -p build
 	ansible-galaxy collection build --force --output-path build .
 
+# build/execution-environment.yml: the AWX execution environment (docs/awx.md) with the
+# collection from this checkout's build instead of Galaxy.
+ee-local: build
+	python tools/local_execution_environment.py build
+
 # Start an emulated Talos cluster in maintenance mode, provision it with the
-# cluster role, print the facts, stop the emulator.
+# cluster role, print the facts; the cluster keeps running until `make demo-stop`.
 demo: setup
 	tests/run-demo
+
+demo-stop:
+	tests/run-demo stop
 
 test: setup
 	tests/run-all
 
 unit: install
-	pytest -q tests/unit
+	$(ON_STACK) pytest -q tests/unit
 
 sanity: install
-	tests/run-sanity
+	$(ON_STACK) tests/run-sanity
 
 integration: install
-	pytest -q tests/integration
+	$(ON_STACK) pytest -q tests/integration
 
 # Bad inputs and faults for every module and role at -vvv: clear messages, nothing changed, no secret in the output.
 robustness: install
-	pytest -q tests/robustness
+	$(ON_STACK) pytest -q tests/robustness
 
 molecule: install
 	cd $(CURDIR) && molecule test --all

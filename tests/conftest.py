@@ -18,7 +18,8 @@ def _collection_paths():
 
 
 _TEST_DIRS = ("emulator", "unit", "integration", "robustness")
-for _path in _collection_paths() + [os.path.join(_TESTS, name) for name in _TEST_DIRS]:
+# _TESTS itself for the test packages (image_factory).
+for _path in _collection_paths() + [_TESTS] + [os.path.join(_TESTS, name) for name in _TEST_DIRS]:
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
@@ -62,3 +63,27 @@ def module_emulator(tmp_path_factory):
     yield start
     for cluster in clusters:
         cluster.stop()
+
+
+@pytest.fixture
+def image_factory(tmp_path):
+    """Factory for local Image Factories (tests/image_factory), stopped at teardown.
+
+    ``image_factory(tls=False, versions=None)`` returns a started ``ImageFactoryServer``
+    (``.url``, ``.requests``, ``.schematics``, ``.add_schematic(document)``); with
+    ``tls=True`` it serves HTTPS and ``.ca_path`` is the CA that signed its certificate.
+    """
+    from image_factory import ImageFactoryServer, write_tls_files
+
+    servers = []
+
+    def start(tls=False, versions=None):
+        tls_files = write_tls_files(tmp_path) if tls else None
+        server = ImageFactoryServer(tls_files=tls_files[1:] if tls_files else None, versions=versions).start()
+        server.ca_path = tls_files[0] if tls_files else None
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -13,8 +13,10 @@ options:
   talosconfig:
     description:
       - Path of the talosconfig file that holds the endpoints, nodes and client credentials.
-      - When not set, the E(TALOSCONFIG) environment variable is used, then C($TALOS_HOME/config) when E(TALOS_HOME)
-        is an absolute path, else C(~/.talos/config), then C(/var/run/secrets/talos.dev/config) as C(talosctl) does.
+      - When not set, a task takes the variable C(talosconfig) of its host (from the inventory, ad-hoc commands
+        too). Otherwise the E(TALOSCONFIG) environment variable is used, then C($TALOS_HOME/config) when
+        E(TALOS_HOME) is an absolute path, else C(~/.talos/config), then C(/var/run/secrets/talos.dev/config) as
+        C(talosctl) does.
       - A file is optional when O(endpoints) and O(ca), O(crt), O(key) (or O(insecure)) are given.
     type: path
   context:

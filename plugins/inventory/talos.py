@@ -16,11 +16,15 @@ description:
     C(Members.cluster.talos.dev)), which every node derives from cluster discovery. When O(discovery=false), or when
     the cluster has discovery turned off in its machine configuration (no C(Members)), the nodes are those of
     O(nodes) (else the talosconfig context's C(nodes)) plus the control planes in the etcd member list, and each
-    node is asked for its hostname, machine type, version and addresses.
+    node is asked for its hostname, machine type, version and addresses. When that happens with O(discovery=true), a
+    warning names the nodes listed, as workers in neither list are missing.
   - Every host gets C(ansible_host), C(talos_node), C(talos_addresses), C(talos_machine_type), C(talos_os_version)
     and C(talos_hostname), and C(ansible_connection=local) with C(ansible_python_interpreter) set to the
     controller's Python, so that the collection's modules run on the controller and reach the node through
     the API with their O(talos_linux.talos.talos_facts#module:node) option set to C({{ talos_node }}).
+  - The variables are plain values (C(ansible-inventory --list) shows no C(__ansible_unsafe) wrapper, so an AWX
+    inventory sync stores them as they are); text from the cluster that looks like a template is kept as data
+    that is never rendered.
   - Never puts a key or a certificate in the inventory.
   - The configuration file name must end with C(talos.yml) or C(talos.yaml).
 author:
@@ -100,31 +104,30 @@ EXAMPLES = r"""
 # cluster.talos.yml: every node of the cluster of the default talosconfig ($TALOSCONFIG or ~/.talos/config)
 plugin: talos_linux.talos.talos
 
----
-# cluster.talos.yml: another talosconfig and context, hosts named by address, own group names
-plugin: talos_linux.talos.talos
-talosconfig: ~/clusters/prod/talosconfig
-context: prod
-inventory_hostname: address
-controlplane_group: talos_control_planes
-worker_group: talos_workers
-
----
-# cluster.talos.yml: groups by Talos version and an extra variable, cached for ten minutes
-plugin: talos_linux.talos.talos
-keyed_groups:
-  - key: talos_os_version
-    prefix: talos
-compose:
-  talos_is_control_plane: talos_machine_type == 'controlplane'
-groups:
-  upgrade_candidates: talos_os_version != 'v1.14.0'
-cache: true
-cache_plugin: ansible.builtin.jsonfile
-cache_connection: ~/.cache/talos-inventory
-cache_timeout: 600
-
----
+# Other cluster.talos.yml files (one source per file):
+#
+# another talosconfig and context, hosts named by address, own group names
+#   plugin: talos_linux.talos.talos
+#   talosconfig: ~/clusters/prod/talosconfig
+#   context: prod
+#   inventory_hostname: address
+#   controlplane_group: talos_control_planes
+#   worker_group: talos_workers
+#
+# groups by Talos version and an extra variable, cached for ten minutes
+#   plugin: talos_linux.talos.talos
+#   keyed_groups:
+#     - key: talos_os_version
+#       prefix: talos
+#   compose:
+#     talos_is_control_plane: talos_machine_type == 'controlplane'
+#   groups:
+#     upgrade_candidates: talos_os_version != 'v1.14.0'
+#   cache: true
+#   cache_plugin: ansible.builtin.jsonfile
+#   cache_connection: ~/.cache/talos-inventory
+#   cache_timeout: 600
+#
 # A playbook: the connection options once for the action group, each task aimed at its host's node.
 # ansible-playbook -i cluster.talos.yml site.yml
 # - hosts: all
@@ -159,6 +162,25 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import CLIE
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_OPTIONS, ConnectionSettings
 
 PLAYBOOK_PYTHON = "{{ ansible_playbook_python }}"
+
+# Jinja's delimiters as Ansible configures them; text without them renders as itself.
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+
+def reported(value):
+    """A value the cluster reported, as the inventory holds it.
+
+    Text without template syntax renders as itself, so it is marked as such: ``ansible-inventory --list``
+    (and so an AWX inventory sync) shows it as a plain value rather than ``{"__ansible_unsafe": ...}``.
+    Text that looks like a template stays data that is never rendered.
+    """
+    if isinstance(value, list):
+        return [reported(item) for item in value]
+    if not isinstance(value, str):
+        return value
+    if any(marker in value for marker in TEMPLATE_MARKERS):
+        return as_data(value)
+    return trust_as_template(value)
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -207,6 +229,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleParserError(
                 "%s: the cluster reports no nodes: it lists no Members (discovery is off), its etcd has no members and "
                 "neither the nodes option nor the talosconfig context lists nodes; set nodes." % path)
+        if source != "members" and self.get_option("discovery"):
+            self.display.warning(
+                "%s: the Talos cluster lists no Members (cluster discovery is off in its machine configuration, or its "
+                "nodes have not found each other yet), so the inventory holds only %s and the control planes in etcd: %s; "
+                "workers listed in neither are missing. Turn on cluster discovery (a DiscoveryServiceConfig document, or "
+                "cluster.discovery.enabled before Talos v1.14), or list every node in nodes."
+                % (path, "the nodes option" if self.get_option("nodes") or self.get_option("node") else
+                   "the nodes of the talosconfig context", ", ".join(node["hostname"] for node in nodes)))
         self.display.vvv("talos inventory %s: %d nodes from %s" % (path, len(nodes), source))
         return nodes
 
@@ -243,9 +273,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 "talos_os_version": node.get("os_version"),
                 "talos_hostname": node.get("hostname"),
             }
-            # What the cluster reports is data, never a template.
             for key, value in hostvars.items():
-                self.inventory.set_variable(name, key, as_data(value))
+                self.inventory.set_variable(name, key, reported(value))
             if connection:
                 self.inventory.set_variable(name, "ansible_connection", connection)
                 if connection in ("local", "ansible.builtin.local"):

@@ -33,15 +33,21 @@ except ImportError:  # reported by TalosModule through missing_required_lib
     yaml = None
 
 try:
-    # The services' generated modules are imported by _service_stub, when a call needs them.
+    # The services' generated modules are imported by rpc.service_stub, when a call needs them.
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 except ImportError:  # grpclib, protobuf or googleapis-common-protos missing
     HAS_TALOS_API = False
 else:
     HAS_TALOS_API = True
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import errors
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError, TalosTLSError
+from ansible_collections.talos_linux.talos.plugins.module_utils import errors, rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    TalosConnectionError,
+    TalosError,
+    TalosTLSError,
+    TalosUnreachableError,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
 
 # Talos's own limit (constants.GRPCMaxMessageSize). grpclib sets no receive
@@ -49,8 +55,15 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig impo
 # widened to this size so a large reply is not throttled by flow control.
 MAX_MESSAGE_SIZE = 32 * 1024 * 1024
 
-# Connecting to one endpoint may take this long before the next one is tried.
+# Connecting may take this long for all endpoints together (each gets an even
+# share of what is left), so that a task whose endpoints are all dead fails
+# well within 15 s, whatever the timeout option says.
 CONNECT_TIMEOUT = 10.0
+
+# After a round in which no endpoint answered, calls within this many seconds
+# get that answer instead of dialling again: the nodes of one call_many share
+# one round even when they cannot all start at once.
+REDIAL_INTERVAL = 1.0
 
 # How many calls of one call_many are in flight at once: every call is an
 # HTTP/2 stream on the endpoint's connection that the endpoint relays to its
@@ -62,33 +75,6 @@ CLOSED_AFTER_HANDSHAKE = ConnectionAbortedError("closed by the server right afte
 
 _BACKOFF_FIRST = 0.2
 _BACKOFF_MAX = 5.0
-
-# Calls that change nothing on the node: retried on Unavailable until the
-# deadline. Everything else is retried only on the codes its caller names.
-READ_METHODS = frozenset([
-    "machine.MachineService/Version",
-    "machine.MachineService/Hostname",
-    "machine.MachineService/ServiceList",
-    "machine.MachineService/EtcdMemberList",
-    "machine.MachineService/EtcdStatus",
-    "machine.MachineService/EtcdAlarmList",
-    "machine.MachineService/EtcdSnapshot",
-    "machine.MachineService/Memory",
-    "machine.MachineService/Mounts",
-    "machine.MachineService/LoadAvg",
-    "machine.MachineService/SystemStat",
-    "machine.MachineService/CPUInfo",
-    "machine.MachineService/Read",
-    "machine.MachineService/Kubeconfig",
-    "machine.MachineService/Events",
-    "machine.MachineService/Logs",
-    "machine.MachineService/Dmesg",
-    "cluster.ClusterService/HealthCheck",
-    "storage.StorageService/Disks",
-    "cosi.resource.State/Get",
-    "cosi.resource.State/List",
-    "cosi.resource.State/Watch",
-])
 
 # Per-node stream frames with these codes end the stream rather than fail it,
 # as the Go client's ReadStream does.
@@ -105,54 +91,22 @@ class _Method:
         self.reply_type = reply_type
 
 
-def _service_stub(service):
-    """The generated stub class of ``package.Service``, imported on first use; None for an unknown service.
-
-    A task imports the generated code of the services it calls only (the
-    imports stay literal so that Ansible packs these modules with the task).
-    """
-    if service == "machine.MachineService":
-        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_grpc
-        return machine_grpc.MachineServiceStub
-    if service == "cosi.resource.State":
-        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_grpc
-        return state_grpc.StateStub
-    if service == "storage.StorageService":
-        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_grpc
-        return storage_grpc.StorageServiceStub
-    if service == "machine.LifecycleService":
-        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import lifecycle_grpc
-        return lifecycle_grpc.LifecycleServiceStub
-    if service == "machine.ImageService":
-        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc
-        return image_grpc.ImageServiceStub
-    if service == "cluster.ClusterService":
-        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc
-        return cluster_grpc.ClusterServiceStub
-    return None
-
-
 class _MethodTable:
-    """Every RPC of the generated stubs, keyed by ``package.Service/Method``; a service is read on first use."""
+    """Every RPC of the catalogue (rpc.py) with its generated message types; a service is read on first use."""
 
     def __init__(self):
         self._services = {}
 
     def _service(self, service):
         if service not in self._services:
-            cardinalities = {
-                grpclib.client.UnaryUnaryMethod: Cardinality.UNARY_UNARY,
-                grpclib.client.UnaryStreamMethod: Cardinality.UNARY_STREAM,
-                grpclib.client.StreamUnaryMethod: Cardinality.STREAM_UNARY,
-                grpclib.client.StreamStreamMethod: Cardinality.STREAM_STREAM,
-            }
-            stub_class = _service_stub(service) if HAS_GRPCLIB and HAS_TALOS_API else None
+            stub_class = rpc.service_stub(service) if HAS_GRPCLIB and HAS_TALOS_API else None
             methods = {}
             # A stub only records its channel; the methods' types are what we want.
             for method in vars(stub_class(None)).values() if stub_class else ():
-                if type(method) in cardinalities:
-                    methods[method.name.lstrip("/")] = _Method(method.name, cardinalities[type(method)],
-                                                               method.request_type, method.reply_type)
+                path = getattr(method, "name", "").lstrip("/")
+                if path in rpc.RPCS:
+                    methods[path] = _Method(method.name, Cardinality[rpc.cardinality(path)],
+                                            method.request_type, method.reply_type)
             self._services[service] = methods
         return self._services[service]
 
@@ -291,6 +245,8 @@ class TalosClient:
         self._channels = {}
         self._active = 0
         self._connect_lock = None
+        # (loop time, TalosUnreachableError) of the last round in which no endpoint answered.
+        self._connect_failure = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -310,6 +266,7 @@ class TalosClient:
             channel.close()
         self._channels = {}
         self._connect_lock = None
+        self._connect_failure = None
         if closing:
             # TLS shutdown takes a few turns of the loop; do not leave sockets behind.
             self._loop.run_until_complete(asyncio.wait(closing, timeout=1))
@@ -332,35 +289,51 @@ class TalosClient:
 
     # -- public calls ------------------------------------------------------
 
-    def call(self, method, request=None, node=None, retry_codes=None, deadline=None):
-        """Unary call to one node; returns the reply envelope's ``messages`` items."""
-        spec = self._method(method, Cardinality.UNARY_UNARY)
-        return self._run(self._call(spec, request, node, retry_codes, deadline))
+    def call(self, method, request=None, node=None, retry_codes=None, deadline=None, retry_unreachable=False):
+        """Unary call to one node; returns the reply envelope's ``messages`` items.
 
-    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
+        An endpoint or node that cannot be reached (refused, no route, timed
+        out connecting) fails the call at once; a wait for a node to come back
+        passes ``retry_unreachable=True`` to keep trying until ``deadline``.
+        """
+        spec = self._method(method, Cardinality.UNARY_UNARY)
+        return self._run(self._call(spec, request, node, retry_codes, deadline, retry_unreachable))
+
+    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None,
+                  retry_unreachable=False):
         """The same unary call to several nodes at once: ``{node: items or TalosError}``.
 
         At most ``max_concurrency`` calls (default DEFAULT_MAX_CONCURRENCY) are
         in flight at a time; a node's ``deadline`` starts when its call does.
         """
         spec = self._method(method, Cardinality.UNARY_UNARY)
-        return self._many(lambda node: self._call(spec, request, node, retry_codes, deadline), nodes, max_concurrency)
+        return self._many(lambda node: self._call(spec, request, node, retry_codes, deadline, retry_unreachable),
+                          nodes, max_concurrency)
 
-    def stream_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
+    def stream_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None,
+                    on_message=None, retry_unreachable=False):
         """The same server-streaming call to several nodes at once: ``{node: messages or TalosError}``.
 
         Each value is what ``stream`` returns for that node (bytes for
         ``common.Data`` streams); concurrency is bounded as in ``call_many``.
+        With ``on_message(node, message)`` every message goes to the callback
+        as in ``stream`` and a node's value is None unless its call failed.
         """
         spec = self._method(method, Cardinality.UNARY_STREAM)
 
         async def read(node):
-            messages = await self._stream(spec, request, node, None, retry_codes, deadline)
+            callback = None if on_message is None else (lambda message: on_message(node, message))
+            messages = await self._stream(spec, request, node, callback, retry_codes, deadline, retry_unreachable)
+            if callback is not None:
+                return None
             if spec.reply_type is common_pb2.Data:
                 return b"".join(message.bytes for message in messages)
             return messages
 
-        return self._many(read, nodes, max_concurrency)
+        try:
+            return self._many(read, nodes, max_concurrency)
+        except _CallbackError as failure:
+            raise failure.original
 
     def _many(self, call, nodes, max_concurrency):
         """``call(node)`` for every node, at most ``max_concurrency`` at a time: ``{node: result or TalosError}``."""
@@ -384,7 +357,8 @@ class TalosClient:
 
         return self._run(gather())
 
-    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None):
+    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None,
+               retry_unreachable=False):
         """Server-streaming call.
 
         Returns the list of reply messages, or for ``common.Data`` streams the
@@ -392,10 +366,11 @@ class TalosClient:
         the callback as it arrives and nothing is kept (a snapshot may be
         large); returning True from it stops reading (for Watch and Events),
         and an exception it raises (a full disk) ends the call unchanged.
+        ``retry_unreachable`` as in ``call``.
         """
         spec = self._method(method, Cardinality.UNARY_STREAM)
         try:
-            messages = self._run(self._stream(spec, request, node, on_message, retry_codes, deadline))
+            messages = self._run(self._stream(spec, request, node, on_message, retry_codes, deadline, retry_unreachable))
         except _CallbackError as failure:
             raise failure.original
         if on_message is not None:
@@ -404,12 +379,12 @@ class TalosClient:
             return b"".join(message.bytes for message in messages)
         return messages
 
-    def read_bytes(self, method, request=None, node=None, deadline=None):
+    def read_bytes(self, method, request=None, node=None, deadline=None, retry_unreachable=False):
         """A ``common.Data`` stream (Read, Kubeconfig, EtcdSnapshot) as bytes."""
         spec = self._method(method, Cardinality.UNARY_STREAM)
         if spec.reply_type is not common_pb2.Data:
             raise ValueError("%s does not stream common.Data" % method)
-        return self.stream(method, request, node=node, deadline=deadline)
+        return self.stream(method, request, node=node, deadline=deadline, retry_unreachable=retry_unreachable)
 
     def upload(self, method, chunks, node=None, deadline=None):
         """Client-streaming call of ``common.Data`` chunks (bytes or Data messages); returns the reply items."""
@@ -417,20 +392,23 @@ class TalosClient:
         messages = (chunk if isinstance(chunk, common_pb2.Data) else common_pb2.Data(bytes=chunk) for chunk in chunks)
         return self._run(self._upload(spec, messages, node, deadline))
 
-    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
+    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None, retry_unreachable=False):
         """One COSI resource as a dict; a missing one raises TalosApiError with code NotFound."""
         request = self._method("cosi.resource.State/Get", Cardinality.UNARY_UNARY).request_type(
             namespace=namespace, type=resource_type, id=resource_id)
-        items = self.call("cosi.resource.State/Get", request, node=node, deadline=deadline)
+        items = self.call("cosi.resource.State/Get", request, node=node, deadline=deadline,
+                          retry_unreachable=retry_unreachable)
         return resource_to_dict(items[0].resource)
 
-    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
+    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None,
+                       retry_unreachable=False):
         """Every COSI resource of a type in a namespace (matching ``label_query``, a LabelQuery), as dicts."""
         request = self._method("cosi.resource.State/List", Cardinality.UNARY_STREAM).request_type(
             namespace=namespace, type=resource_type)
         if label_query is not None and label_query.terms:
             request.options.label_query.add().CopyFrom(label_query)
-        replies = self.stream("cosi.resource.State/List", request, node=node, deadline=deadline)
+        replies = self.stream("cosi.resource.State/List", request, node=node, deadline=deadline,
+                              retry_unreachable=retry_unreachable)
         return [resource_to_dict(reply.resource) for reply in replies]
 
     # -- machinery ---------------------------------------------------------
@@ -472,11 +450,20 @@ class TalosClient:
         return _Channel(host, port, ssl=self._ssl_context, config=config)
 
     async def _channel(self, remaining):
-        """The channel of the first reachable endpoint, starting with the one that worked last."""
+        """The channel of the first reachable endpoint, starting with the one that worked last.
+
+        Connecting to all endpoints takes at most CONNECT_TIMEOUT (or
+        ``remaining``, if shorter); a round that failed is reused for
+        REDIAL_INTERVAL.
+        """
+        loop = asyncio.get_running_loop()
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
+            if self._connect_failure is not None and loop.time() - self._connect_failure[0] < REDIAL_INTERVAL:
+                raise self._connect_failure[1]
             endpoints = self.settings.endpoints
+            budget_end = loop.time() + min(remaining, CONNECT_TIMEOUT)
             failures = []
             for offset in range(len(endpoints)):
                 index = (self._active + offset) % len(endpoints)
@@ -484,8 +471,9 @@ class TalosClient:
                 channel = self._channels.get(endpoint)
                 if channel is None:
                     channel = self._channels[endpoint] = self._new_channel(endpoint)
+                share = (budget_end - loop.time()) / (len(endpoints) - offset)
                 try:
-                    await asyncio.wait_for(channel.__connect__(), timeout=max(0.01, min(remaining, CONNECT_TIMEOUT)))
+                    await asyncio.wait_for(channel.__connect__(), timeout=max(0.01, share))
                 except ssl.SSLError as err:
                     channel.close()
                     raise errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], self.settings.ca_source)
@@ -494,8 +482,11 @@ class TalosClient:
                     failures.append((endpoint, err))
                     continue
                 self._active = index
+                self._connect_failure = None
                 return channel, endpoint
-            raise errors.unreachable_error(failures)
+            error = errors.unreachable_error(failures)
+            self._connect_failure = (loop.time(), error)
+            raise error
 
     def _translate(self, err, spec, node, channel, endpoint):
         method = spec.path.lstrip("/")
@@ -509,7 +500,7 @@ class TalosClient:
             err = channel.lost_reason
         if isinstance(err, ssl.SSLError):
             return errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], self.settings.ca_source)
-        target = "node %s" % node if node else "the endpoint"
+        target = label(node)
         if isinstance(err, StreamTerminatedError):
             return TalosConnectionError("%s on %s was interrupted through endpoint %s (%s)."
                                         % (method, target, endpoint, str(err).lower() or "stream terminated"),
@@ -525,7 +516,7 @@ class TalosClient:
         """
         try:
             channel, endpoint = await self._channel(remaining)
-        except TalosConnectionError as error:  # no endpoint reachable: nothing was sent
+        except TalosUnreachableError as error:  # nothing was sent
             raise _Retryable(error)
         progress = {"committed": False}
         try:
@@ -540,10 +531,17 @@ class TalosClient:
                 raise error
             raise _Retryable(error)
 
-    async def _with_retries(self, spec, node, retry_codes, deadline, exchange):
+    async def _with_retries(self, spec, node, retry_codes, deadline, retry_unreachable, exchange):
+        """Run ``exchange`` until it succeeds, fails for good or the deadline passes.
+
+        A read is repeated on Unavailable (a mutation on the codes its caller
+        names), but not when the endpoints or the node cannot be reached at all
+        (refused, no route, timed out connecting): that fails at once, unless
+        the caller waits for a node and asks for ``retry_unreachable``.
+        """
         method = spec.path.lstrip("/")
         if retry_codes is None:
-            retry_codes = ("Unavailable",) if method in READ_METHODS else ()
+            retry_codes = ("Unavailable",) if rpc.is_read(method) else ()
         seconds = float(deadline if deadline is not None else self.settings.timeout)
         option = "the timeout option" if deadline is None else None
         loop = asyncio.get_running_loop()
@@ -559,16 +557,20 @@ class TalosClient:
             except asyncio.TimeoutError:
                 raise errors.timeout_error(method, node, seconds, last_error, option)
             except _Retryable as retryable:
-                if retryable.error.code not in retry_codes:
-                    raise retryable.error
-                last_error = retryable.error
+                error = retryable.error
+                if isinstance(error, TalosUnreachableError):
+                    if not retry_unreachable:
+                        raise error
+                elif error.code not in retry_codes:
+                    raise error
+                last_error = error
             delay = _backoff(attempt)
             attempt += 1
             if loop.time() + delay >= end:
                 raise errors.timeout_error(method, node, seconds, last_error, option)
             await asyncio.sleep(delay)
 
-    async def _call(self, spec, request, node, retry_codes, deadline):
+    async def _call(self, spec, request, node, retry_codes, deadline, retry_unreachable=False):
         request = self._request(spec, request)
 
         async def exchange(stream, progress):
@@ -577,10 +579,10 @@ class TalosClient:
             progress["committed"] = True
             return reply
 
-        reply = await self._with_retries(spec, node, retry_codes, deadline, exchange)
+        reply = await self._with_retries(spec, node, retry_codes, deadline, retry_unreachable, exchange)
         return _unpack(reply, node)
 
-    async def _stream(self, spec, request, node, on_message, retry_codes, deadline):
+    async def _stream(self, spec, request, node, on_message, retry_codes, deadline, retry_unreachable=False):
         request = self._request(spec, request)
 
         async def exchange(stream, progress):
@@ -606,7 +608,7 @@ class TalosClient:
                     break
             return messages
 
-        return await self._with_retries(spec, node, retry_codes, deadline, exchange)
+        return await self._with_retries(spec, node, retry_codes, deadline, retry_unreachable, exchange)
 
     async def _upload(self, spec, messages, node, deadline):
         async def exchange(stream, progress):
@@ -619,7 +621,7 @@ class TalosClient:
             await stream.end()
             return await stream.recv_message()
 
-        reply = await self._with_retries(spec, node, (), deadline, exchange)
+        reply = await self._with_retries(spec, node, (), deadline, False, exchange)
         return _unpack(reply, node)
 
 

@@ -20,7 +20,7 @@ try:
 except ImportError:  # reported by the module through missing_required_lib
     yaml = None
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, redaction, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
 ROLES = ("os:admin", "os:operator", "os:reader", "os:etcd:backup")
@@ -52,22 +52,6 @@ def validate_roles(roles):
     if unknown:
         raise TalosConfigError("roles %s are not Talos client roles: choose from %s." % (", ".join(unknown), ", ".join(ROLES)))
     return sorted(set(roles), key=roles.index)
-
-
-def read_talosconfig(path):
-    """The parsed talosconfig at ``path``, or None when there is no file."""
-    try:
-        with open(path) as handle:
-            data = yaml.safe_load(handle)
-    except (IOError, OSError):
-        return None
-    except yaml.YAMLError:
-        raise TalosConfigError("The talosconfig %s exists but is not valid YAML: move it away or fix it." % path)
-    if data is None:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("contexts") or {}, dict):
-        raise TalosConfigError("The talosconfig %s exists but is not a talosconfig (context, contexts): move it away." % path)
-    return data
 
 
 def reusable_certificate(context, ca, roles, now, renew_before):
@@ -113,7 +97,7 @@ def render_talosconfig(bundle, context_name, endpoints=(), nodes=(), roles=DEFAU
                        renew_before=DEFAULT_RENEW_BEFORE, existing=None, now=None):
     """The talosconfig text with the context ``context_name`` for ``bundle``, and whether a certificate was issued.
 
-    ``existing`` is a parsed talosconfig (read_talosconfig) whose other
+    ``existing`` is a parsed talosconfig (talosconfig.read_talosconfig) whose other
     contexts are kept and whose context of that name keeps its certificate
     when reusable_certificate allows. Returns ``(text, issued, certificate_b64)``.
     """
@@ -144,3 +128,10 @@ def certificate_facts(crt_b64):
     facts = talos_pki.certificate_facts(certificate)
     facts["roles"] = talos_pki.organizations(certificate)
     return facts
+
+
+def file_diff(existing, text, path):
+    """--diff of the talosconfig at ``path`` from the parsed ``existing`` (None: no file) to ``text``, keys redacted."""
+    def redacted(document):
+        return go_yaml.dump(redaction.redact(document)) if document else ""
+    return {"before": redacted(existing), "after": redacted(yaml.safe_load(text)), "before_header": path, "after_header": path}

@@ -20,30 +20,20 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
-import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.facts import CONTROL_PLANE_TYPES, FactGatherer, node_is_down
+from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, node_is_down
 
 MEMBERS_NAMESPACE = "cluster"
 MEMBERS_TYPE = "Members.cluster.talos.dev"
 NODE_SUBSETS = ("version", "hostname", "machine", "network")
 
-# Members say "Talos (v1.14.0)"; the version is the part in parentheses.
-_OS_VERSION = re.compile(r"\((v?\d[^)]*)\)")
-
-
-def os_version(operating_system):
-    """``"Talos (v1.14.0)"`` -> ``"v1.14.0"``; other text is kept as it is, empty text is None."""
-    if not operating_system:
-        return None
-    found = _OS_VERSION.search(operating_system)
-    return found.group(1) if found else operating_system
-
 
 def is_control_plane(node):
-    return node.get("machine_type") in CONTROL_PLANE_TYPES
+    """Whether the cluster node (a dict of this module) is a control plane."""
+    return talos_node.is_control_plane_type(node.get("machine_type"))
 
 
 def preferred_address(addresses, family="ipv4"):
@@ -70,7 +60,7 @@ def member_node(resource):
         "hostname": spec.get("hostname") or resource["metadata"]["id"],
         "addresses": [_address(address) for address in spec.get("addresses") or []],
         "machine_type": spec.get("machineType") or None,
-        "os_version": os_version(spec.get("operatingSystem")),
+        "os_version": talos_node.os_version(spec.get("operatingSystem")),
         "node_id": spec.get("nodeId") or None,
         "source": "members",
     }
@@ -121,7 +111,7 @@ def ask_nodes(client, candidates, warn):
             node,
             hostname=node_facts.get("hostname") or node["hostname"] or address,
             addresses=[address] + [a for a in reported if a != address],
-            machine_type=machine_type if machine_type not in (None, "unknown") else node["machine_type"],
+            machine_type=machine_type if talos_node.is_configured_type(machine_type) else node["machine_type"],
             os_version=(node_facts.get("version") or {}).get("tag") or None,
         ))
     return nodes

@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import images
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
 SUPPORTED_CONTRACTS = ((1, 9), (1, 10), (1, 11), (1, 12), (1, 13), (1, 14))
@@ -31,9 +32,9 @@ DEFAULT_KUBERNETES_VERSIONS = {
     (1, 14): "1.37.0",
 }
 
-INSTALLER_IMAGE = "ghcr.io/siderolabs/installer"
+INSTALLER_IMAGE = images.LEGACY_INSTALLER_REPOSITORY
 # Talos v1.14 publishes no installer under ghcr.io: talosctl points at the Image Factory (empty schematic).
-FACTORY_INSTALLER_IMAGE = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+FACTORY_INSTALLER_IMAGE = "%s/metal-installer/%s" % (images.registry_host(images.FACTORY_URL), images.EMPTY_SCHEMATIC_ID)
 
 # vMAJOR.MINOR[.PATCH[-pre]] with an optional leading v, as Talos parses contracts.
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+)(?:-[0-9A-Za-z.-]+)?)?$")
@@ -72,7 +73,7 @@ def release_tag(talos_version):
 def default_installer_image(talos_version):
     """The installer image talosctl of that release puts into ``machine.install.image``."""
     contract = parse_contract(talos_version)
-    repository = FACTORY_INSTALLER_IMAGE if contract >= (1, 14) else INSTALLER_IMAGE
+    repository = FACTORY_INSTALLER_IMAGE if contract >= images.FACTORY_INSTALLER_SINCE else INSTALLER_IMAGE
     return "%s:%s" % (repository, release_tag(talos_version))
 
 

@@ -15,6 +15,9 @@ import asyncio
 import re
 import ssl
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
+
 try:
     from grpclib.const import Status
 except ImportError:  # reported by TalosModule through missing_required_lib
@@ -56,7 +59,14 @@ class TalosConfigError(TalosError):
 
 
 class TalosConnectionError(TalosError):
-    """No endpoint (or, through an endpoint, no node) could be reached."""
+    """No endpoint (or, through an endpoint, no node) could be reached, or the connection broke."""
+
+
+class TalosUnreachableError(TalosConnectionError):
+    """Nothing answers: every endpoint, or the node behind one, refused the connection, has no route or timed out.
+
+    Not retried: a task fails at once, unless it waits for a node to come back.
+    """
 
 
 class TalosTLSError(TalosError):
@@ -87,85 +97,34 @@ class TalosApiError(TalosError):
     """Any other gRPC error, with its code and the server's message."""
 
 
-# Roles that may call each RPC (any one suffices), from the machined rules
-# table of Talos v1.14. Methods not listed need os:admin, as on the server.
-_ADMIN = "os:admin"
-_OPERATOR = "os:operator"
-_READER = "os:reader"
-_ETCD_BACKUP = "os:etcd:backup"
-
-METHOD_ROLES = {
-    "machine.MachineService/ApplyConfiguration": (_ADMIN,),
-    "machine.MachineService/Bootstrap": (_ADMIN,),
-    "machine.MachineService/Upgrade": (_ADMIN,),
-    "machine.MachineService/Reboot": (_ADMIN, _OPERATOR),
-    "machine.MachineService/Reset": (_ADMIN,),
-    "machine.MachineService/Shutdown": (_ADMIN, _OPERATOR),
-    "machine.MachineService/Version": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/Hostname": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/Kubeconfig": (_ADMIN,),
-    "machine.MachineService/ServiceList": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/ServiceStart": (_ADMIN, _OPERATOR),
-    "machine.MachineService/ServiceStop": (_ADMIN, _OPERATOR),
-    "machine.MachineService/ServiceRestart": (_ADMIN, _OPERATOR),
-    "machine.MachineService/EtcdMemberList": (_ADMIN, _OPERATOR, _READER, _ETCD_BACKUP),
-    "machine.MachineService/EtcdRemoveMemberByID": (_ADMIN,),
-    "machine.MachineService/EtcdLeaveCluster": (_ADMIN,),
-    "machine.MachineService/EtcdForfeitLeadership": (_ADMIN,),
-    "machine.MachineService/EtcdStatus": (_ADMIN, _OPERATOR, _READER, _ETCD_BACKUP),
-    "machine.MachineService/EtcdSnapshot": (_ADMIN, _OPERATOR, _ETCD_BACKUP),
-    "machine.MachineService/EtcdRecover": (_ADMIN,),
-    "machine.MachineService/EtcdAlarmList": (_ADMIN, _OPERATOR, _READER, _ETCD_BACKUP),
-    "machine.MachineService/EtcdAlarmDisarm": (_ADMIN, _OPERATOR),
-    "machine.MachineService/EtcdDefragment": (_ADMIN, _OPERATOR),
-    "machine.MachineService/Memory": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/Mounts": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/LoadAvg": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/SystemStat": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/CPUInfo": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/Read": (_ADMIN,),
-    "machine.MachineService/Events": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/Logs": (_ADMIN, _OPERATOR, _READER),
-    "machine.MachineService/Dmesg": (_ADMIN, _OPERATOR, _READER),
-    "cluster.ClusterService/HealthCheck": (_ADMIN, _OPERATOR, _READER),
-    "storage.StorageService/Disks": (_ADMIN, _OPERATOR, _READER),
-    "machine.LifecycleService/Upgrade": (_ADMIN,),
-    "machine.ImageService/Pull": (_ADMIN, _OPERATOR),
-    "cosi.resource.State/Get": (_ADMIN, _OPERATOR, _READER),
-    "cosi.resource.State/List": (_ADMIN, _OPERATOR, _READER),
-    "cosi.resource.State/Watch": (_ADMIN, _OPERATOR, _READER),
-}
-
-# First Talos release that serves an API, for APIs newer than Talos v1.0.
-# A method entry wins over its service's entry.
-API_INTRODUCED_IN = {
-    "machine.LifecycleService": "v1.13",
-    "machine.ImageService": "v1.13",
-    "cosi.resource.State": "v1.2",
-    "machine.MachineService/EtcdRemoveMemberByID": "v1.3",
-    "machine.MachineService/EtcdStatus": "v1.4",
-    "machine.MachineService/EtcdAlarmList": "v1.4",
-    "machine.MachineService/EtcdAlarmDisarm": "v1.4",
-    "machine.MachineService/EtcdDefragment": "v1.4",
-}
-
 # How servers say that a service or method does not exist (Go gRPC, grpclib,
 # the maintenance server of Talos v1.12 and earlier).
 _MISSING_API = re.compile(r"unknown (service|method)|method not found|not implemented", re.I)
 
 _CONNECTION_REFUSED_HINT = "endpoints must be control-plane nodes whose Talos API is reachable on port 50000"
 
-
-def role_requirement(method):
-    """The roles that may call ``method``; os:admin for methods the table does not list."""
-    return METHOD_ROLES.get(method, (_ADMIN,))
-
-
-def introduced_in(method):
-    """The Talos version that introduced ``method`` (or its service), or None when older than v1.0."""
-    if method in API_INTRODUCED_IN:
-        return API_INTRODUCED_IN[method]
-    return API_INTRODUCED_IN.get(method.split("/")[0])
+# How an endpoint relays that it could not connect to the node (Go's dialer in
+# apid), e.g. 'connection error: desc = "transport: Error while dialing: dial
+# tcp 10.5.0.3:50000: connect: connection refused"': the text, and the cause
+# as messages name it.
+_DIAL_FAILURES = (
+    ("connection refused", "connection refused"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "network is unreachable"),
+    ("i/o timeout", "timed out connecting"),
+    ("connection timed out", "timed out connecting"),
+    ("no such host", "no such host"),
+)
+_UNREACHABLE_NODE_HINTS = {
+    "connection refused": "nothing answers on its Talos API port 50000; the node may be powered off or rebooting.",
+    "no route to host": "the endpoint has no route to it; the node may be powered off or on a network the "
+                        "control plane cannot reach.",
+    "network is unreachable": "the endpoint has no route to its network; target the node by an address the "
+                              "control plane can reach.",
+    "timed out connecting": "it did not answer on its Talos API port 50000; the node may be powered off, or a "
+                            "firewall drops the port.",
+    "no such host": "the endpoint cannot resolve that name; target nodes by IP address.",
+}
 
 
 def status_name(status):
@@ -176,10 +135,6 @@ def status_name(status):
         except ValueError:
             return "Unknown"
     return "".join(part.capitalize() for part in status.name.split("_"))
-
-
-def _target(node):
-    return "node %s" % node if node else "the endpoint"
 
 
 def _join(items):
@@ -204,16 +159,23 @@ def from_status(code, server_message, method, node, endpoint=None, client_roles=
                 "Endpoint %s refused to forward %s to node %s (%s): endpoints must be control-plane nodes, "
                 "a worker endpoint only answers for itself." % (endpoint or "in use", method, node, server_message),
                 code=code, node=node, server_message=server_message)
-        if client_roles and set(client_roles) & set(role_requirement(method)):
+        if client_roles and set(client_roles) & set(rpc.configured_node_roles(method)):
+            older_rule = _older_rule_refusing(method, client_roles)
+            if older_rule:
+                release, roles = older_rule
+                return TalosPermissionError(
+                    "Permission denied for %s on %s (%s): role %s may call it from Talos %s on; an older node needs role %s."
+                    % (method, label(node), detail, ", ".join(client_roles), release, _join(roles)),
+                    code=code, node=node, server_message=server_message)
             # The method-level rule passed: the refusal is about what was asked for.
             if method.startswith("cosi.resource.State/"):
                 return TalosPermissionError(
                     "Permission denied for %s on %s (%s): role %s may read resources, but not this type or namespace; "
-                    "sensitive resource types need os:admin." % (method, _target(node), detail, ", ".join(client_roles)),
+                    "sensitive resource types need os:admin." % (method, label(node), detail, ", ".join(client_roles)),
                     code=code, node=node, server_message=server_message)
             return TalosPermissionError(
                 "Permission denied for %s on %s (%s) although the client certificate carries role %s, which this method accepts."
-                % (method, _target(node), detail, ", ".join(client_roles)),
+                % (method, label(node), detail, ", ".join(client_roles)),
                 code=code, node=node, server_message=server_message)
         if client_roles is None:
             carried = "an insecure connection sends no client certificate (only os:reader in maintenance mode)"
@@ -223,31 +185,55 @@ def from_status(code, server_message, method, node, endpoint=None, client_roles=
             carried = "the client certificate carries no role"
         return TalosPermissionError(
             "Permission denied for %s on %s (%s): it needs role %s and %s."
-            % (method, _target(node), detail, _join(role_requirement(method)), carried),
+            % (method, label(node), detail, _join(rpc.configured_node_roles(method)), carried),
             code=code, node=node, server_message=server_message)
     if code == "Unimplemented":
-        version = introduced_in(method)
+        version = rpc.first_version(method)
         missing_api = not server_message or (_MISSING_API.search(server_message) and "maintenance" not in server_message)
         if version and missing_api:
             message = ("%s does not implement %s (%s): this API appeared in Talos %s, the node must run %s or newer."
-                       % (_target(node).capitalize(), method, detail, version, version))
+                       % (label(node, start=True), method, detail, version, version))
         else:
-            message = "%s does not support %s: %s" % (_target(node).capitalize(), method, _sentence(detail))
+            message = "%s does not support %s: %s" % (label(node, start=True), method, _sentence(detail))
         return TalosUnimplementedError(message, code=code, node=node, server_message=server_message)
     if code == "InvalidArgument":
-        return TalosApiError("%s rejected %s as invalid: %s" % (_target(node).capitalize(), method, _sentence(detail)),
+        return TalosApiError("%s rejected %s as invalid: %s" % (label(node, start=True), method, _sentence(detail)),
                              code=code, node=node, server_message=server_message)
     if code == "DeadlineExceeded":
         return TalosTimeoutError("%s on %s did not finish before its deadline: %s"
-                                 % (method, _target(node), _sentence(detail)),
+                                 % (method, label(node), _sentence(detail)),
                                  code=code, node=node, server_message=server_message)
     if code == "Unavailable":
+        cause = _dial_failure(server_message) if node else None
+        if cause:
+            return TalosUnreachableError(
+                "%s is unreachable through endpoint %s (%s): %s"
+                % (label(node, start=True), endpoint or "in use", cause, _UNREACHABLE_NODE_HINTS[cause]),
+                code=code, node=node, server_message=server_message)
         through = " through endpoint %s" % endpoint if endpoint and node else ""
         return TalosConnectionError("%s is unavailable%s for %s: %s"
-                                    % (_target(node).capitalize(), through, method, _sentence(detail)),
+                                    % (label(node, start=True), through, method, _sentence(detail)),
                                     code=code, node=node, server_message=server_message)
-    return TalosApiError("%s failed on %s with %s: %s" % (method, _target(node), code, _sentence(detail)),
+    return TalosApiError("%s failed on %s with %s: %s" % (method, label(node), code, _sentence(detail)),
                          code=code, node=node, server_message=server_message)
+
+
+def _older_rule_refusing(method, client_roles):
+    """``(release, roles)`` of the newest older rule that none of ``client_roles`` passes, or None."""
+    for release, roles in reversed(rpc.role_history(method)):
+        if not set(client_roles) & set(roles):
+            return release, roles
+    return None
+
+
+def _dial_failure(server_message):
+    """The cause when an endpoint relays that it could not connect to the node, else None."""
+    if "dial" not in server_message:
+        return None
+    for text, cause in _DIAL_FAILURES:
+        if text in server_message:
+            return cause
+    return None
 
 
 def from_grpc_error(err, method, node, endpoint=None, client_roles=None):
@@ -297,7 +283,7 @@ def unreachable_error(failures):
         text = "Talos endpoint %s is unreachable" % parts[0]
     else:
         text = "None of the Talos endpoints is reachable: %s" % "; ".join(parts)
-    return TalosConnectionError("%s; %s." % (text, _CONNECTION_REFUSED_HINT), code="Unavailable")
+    return TalosUnreachableError("%s; %s." % (text, _CONNECTION_REFUSED_HINT), code="Unavailable")
 
 
 def describe_os_error(err):
@@ -317,12 +303,13 @@ def timeout_error(method, node, seconds, last_error=None, option=None):
     if last_error is not None:
         tail += "; the last answer was: %s" % (last_error.message if isinstance(last_error, TalosError) else describe_os_error(last_error))
     return TalosTimeoutError(
-        _sentence("%s on %s did not complete within %s seconds%s" % (method, _target(node), _format_seconds(seconds), tail)),
+        _sentence("%s on %s did not complete within %s seconds%s" % (method, label(node), format_seconds(seconds), tail)),
         code=getattr(last_error, "code", None) or "DeadlineExceeded", node=node,
         server_message=getattr(last_error, "server_message", None))
 
 
-def _format_seconds(seconds):
+def format_seconds(seconds):
+    """Seconds as messages write them: ``10``, ``2.5``, ``0.1`` (one decimal at most)."""
     return ("%.1f" % seconds).rstrip("0").rstrip(".")
 
 

@@ -1,10 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""etcd helpers shared by the bootstrap and etcd member modules.
+"""etcd on Talos: members, quorum, the quorum guard, membership changes, bootstrap and snapshots.
 
-Member lookup, quorum arithmetic, leader detection and snapshot files, on top
-of the Talos etcd RPCs (EtcdMemberList, EtcdStatus, EtcdSnapshot).
+Member lookup, quorum arithmetic, leader detection, the one etcd quorum guard
+every module passes before a control plane goes down or leaves etcd, member
+removal and leadership moves, bootstrap and recovery, and snapshot files, on
+top of the Talos etcd RPCs (EtcdMemberList, EtcdStatus, EtcdLeaveCluster,
+EtcdRemoveMemberByID, EtcdForfeitLeadership, Bootstrap, EtcdRecover,
+EtcdSnapshot).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -13,10 +17,11 @@ __metaclass__ = type
 import hashlib
 import os
 import re
-import tempfile
 from urllib.parse import urlparse
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, waits
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile, check_destination, ensure_mode
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -26,6 +31,21 @@ except ImportError:  # reported by TalosModule through missing_required_lib
 MEMBER_LIST = "machine.MachineService/EtcdMemberList"
 STATUS = "machine.MachineService/EtcdStatus"
 SNAPSHOT = "machine.MachineService/EtcdSnapshot"
+LEAVE = "machine.MachineService/EtcdLeaveCluster"
+REMOVE = "machine.MachineService/EtcdRemoveMemberByID"
+FORFEIT = "machine.MachineService/EtcdForfeitLeadership"
+BOOTSTRAP = "machine.MachineService/Bootstrap"
+RECOVER = "machine.MachineService/EtcdRecover"
+
+# A member whose node does not answer EtcdStatus within this many seconds
+# (or the task's timeout, when shorter) counts as unhealthy.
+HEALTH_PROBE_SECONDS = 10
+
+# Answers of a node that is not ready for bootstrap yet, as talosctl's cluster helper retries them.
+BOOTSTRAP_RETRY_CODES = ("FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled")
+
+# EtcdRecover takes the snapshot as a stream of common.Data messages.
+UPLOAD_CHUNK_SIZE = 1024 * 1024
 
 _MEMBER_ID = re.compile(r"^[0-9a-fA-F]{1,16}$")
 
@@ -197,57 +217,423 @@ def _quorum_check(voters_after, statuses, member):
     }
 
 
+# -- the quorum guard ----------------------------------------------------------
+
+class QuorumLossRefused(TalosError):
+    """The quorum guard refused to let a member go; ``findings`` are the guard's result keys."""
+
+    def __init__(self, message, findings):
+        super(QuorumLossRefused, self).__init__(message)
+        self.findings = findings
+
+    def to_result(self):
+        result = dict(self.findings)
+        result.update(super(QuorumLossRefused, self).to_result())
+        return result
+
+
+class QuorumGuard:
+    """The one etcd quorum guard: a control plane's member goes only when etcd keeps its quorum.
+
+    Two situations, one rule each:
+
+    - an outage - the member stays in etcd while its node is down (reboot,
+      shutdown, rollback, upgrade, reset without leaving etcd): ``outage_check``;
+    - a removal - the member leaves etcd (graceful reset, member removal):
+      ``removal_check``. The last voting member can never leave: etcd keeps no
+      cluster without one.
+
+    ``force_quorum_loss`` lets the member go although etcd loses its quorum,
+    except the last member's removal, which cannot be done. The findings are
+    result keys: ``controlplane``, ``etcd_gate_open`` (False when the guard
+    refused or, forced, would have) and ``quorum`` (the check made, or None).
+    A refusal raises QuorumLossRefused carrying them, before anything changed.
+    """
+
+    def __init__(self, client, force_quorum_loss=False, probe_seconds=HEALTH_PROBE_SECONDS):
+        self.client = client
+        self.force_quorum_loss = force_quorum_loss
+        self.probe_seconds = probe_seconds
+
+    def let_node_go(self, node, what, removal=False):
+        """The findings on the member of ``node`` before ``what`` (``"reboot control-plane node 10.5.0.2"``) happens."""
+        try:
+            members = list_members(self.client, node)
+        except TalosUnimplementedError:
+            # Workers (and nodes without a machine type) run no etcd: nothing to guard.
+            return {"controlplane": False, "etcd_gate_open": True, "quorum": None}
+        except TalosError as err:
+            # EtcdMemberList needs a raft leader: an unreadable list is itself a closed guard.
+            return self._decide(what, {"controlplane": True, "quorum": None},
+                                "its etcd member list cannot be read (%s), so etcd may have lost quorum already"
+                                % err.message.rstrip("."))
+        member = find_member(members, own_member_name(self.client, node))
+        if member is None:
+            return {"controlplane": True, "etcd_gate_open": True, "quorum": None}
+        statuses = member_statuses(self.client, members, deadline=self.probe_seconds)
+        return self.let_member_go(members, statuses, member, what, removal, {"controlplane": True})
+
+    def let_member_go(self, members, statuses, member, what, removal=False, findings=None):
+        """The findings on ``member`` of ``members`` (with their ``statuses``) before ``what`` happens."""
+        check = (removal_check if removal else outage_check)(members, statuses, member)
+        findings = dict(findings or {}, quorum=check)
+        name = member["hostname"] or member["id"]
+        if removal and not member["is_learner"] and check["voters_after"] == 0:
+            findings["etcd_gate_open"] = False
+            raise QuorumLossRefused(
+                "Refusing to %s: %s is the last voting etcd member, and etcd cannot lose its last member whatever "
+                "force_quorum_loss says; to wipe the cluster's last control plane, reset it with graceful: false and "
+                "force_quorum_loss: true, which destroys the cluster's etcd data." % (what, name), findings)
+        problem = None
+        if not check["safe"]:
+            unhealthy = _health_problems(members, statuses, check["unhealthy"])
+            problem = ("etcd would keep %d voting member(s) and need %d of them healthy for quorum, but only %d other "
+                       "than %s are healthy%s" % (check["voters_after"], check["quorum_after"], check["healthy_after"],
+                                                  name, unhealthy))
+        return self._decide(what, findings, problem)
+
+    def _decide(self, what, findings, problem):
+        findings["etcd_gate_open"] = problem is None
+        if problem is None or self.force_quorum_loss:
+            return findings
+        raise QuorumLossRefused("Refusing to %s: %s; fix the unhealthy members first, or set force_quorum_loss: true "
+                                "to go ahead anyway." % (what, problem), findings)
+
+
+def _health_problems(members, statuses, names):
+    """`` (not healthy: cp-2 - memberID:2 alarm:NOSPACE; cp-3 - <why its node did not answer>)``, or ``""``."""
+    problems = []
+    for name in names:
+        status = statuses.get(find_member(members, name)["id"])
+        if isinstance(status, dict):
+            reason = "; ".join(status["errors"])
+        else:
+            reason = getattr(status, "message", None) or "no status"
+        problems.append("%s - %s" % (name, reason.rstrip(".")))
+    return " (not healthy: %s)" % "; ".join(problems) if problems else ""
+
+
 def own_member_name(client, node):
     """The etcd member name of ``node``: Talos names members after the node's hostname."""
     return client.call("machine.MachineService/Hostname", node=node)[0].hostname
 
 
+def _still_starting(error):
+    """True for the answers of a node whose etcd is starting, joining or electing a leader: worth waiting out."""
+    return waits.is_transient(error) or error.code in ("FailedPrecondition", "Unknown")
+
+
+# -- membership (talos_etcd_member) ----------------------------------------------
+
+class ClusterView:
+    """The members as one control plane lists them, with each member's EtcdStatus."""
+
+    def __init__(self, members, statuses):
+        self.members = members
+        self.statuses = statuses
+
+    @classmethod
+    def read(cls, client, node, probe_seconds):
+        members = list_members(client, node)
+        return cls(members, member_statuses(client, members, deadline=probe_seconds))
+
+    def healthy(self, member):
+        return is_healthy(self.statuses.get(member["id"]))
+
+    def answers(self, member):
+        return isinstance(self.statuses.get(member["id"]), dict)
+
+    def is_voter(self, ref):
+        member = find_member(self.members, ref)
+        return member is not None and not member["is_learner"]
+
+    def with_health(self):
+        return [dict(member, healthy=self.healthy(member)) for member in self.members]
+
+    def leader(self):
+        leader = leader_id(self.statuses)
+        if leader is None:
+            return None
+        member = find_member(self.members, leader)
+        return {"id": leader, "hostname": member["hostname"] if member else None}
+
+    def surviving_node(self, removed, fallback):
+        """A healthy member's node other than ``removed``: the one to ask about the cluster after the removal."""
+        for member in self.members:
+            if member["id"] != removed["id"] and self.healthy(member):
+                return member_address(member)
+        return fallback
+
+
+def manage_member(client, node, ref, state="present", method="auto", forfeit=False, force_quorum_loss=False,
+                  probe_seconds=HEALTH_PROBE_SECONDS, wait_timeout=None, check_mode=False, warn=None, progress=None):
+    """Make member ``ref`` (name or hex ID) as asked, asking the cluster through ``node``; returns the task's result.
+
+    ``state`` present waits (up to ``wait_timeout``; None checks once) until
+    ``ref`` is a voting member; absent removes it (``method``), behind the
+    quorum guard. ``forfeit`` first moves leadership away from it. In check
+    mode nothing changes and a missing member only calls ``warn``.
+    """
+    if state == "present":
+        try:
+            view = ClusterView.read(client, node, probe_seconds)
+        except TalosError as err:
+            if not _still_starting(err):
+                raise
+            view = ClusterView([], {})
+        before = view.with_health()
+        if not view.is_voter(ref) and _await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
+            view = ClusterView.read(client, node, probe_seconds)
+    else:
+        view = ClusterView.read(client, node, probe_seconds)
+        before = view.with_health()
+    member = find_member(view.members, ref)
+    result = {"changed": False, "member": member, "members_before": before}
+    if member is not None and forfeit:
+        result["changed"] = _forfeit(client, view, member, check_mode, result)
+    if member is not None and state == "absent":
+        _remove(client, view, member, method, force_quorum_loss, check_mode, result)
+        result["changed"] = True
+
+    if result["changed"] and check_mode:
+        after = [m for m in before if state == "present" or m["id"] != member["id"]]
+        result.update(members_after=after, leader=view.leader())
+    else:
+        if result["changed"]:
+            view = ClusterView.read(client, view.surviving_node(member, node) if state == "absent" else node, probe_seconds)
+        result.update(members_after=view.with_health(), leader=view.leader())
+    result["diff"] = {"before": {"members": _names(before)}, "after": {"members": _names(result["members_after"])}}
+    return result
+
+
+def _names(members):
+    return sorted(m["hostname"] or m["id"] for m in members)
+
+
+def _forfeit(client, view, member, check_mode, result):
+    """Move leadership away from ``member`` when it leads; True when it did (or would)."""
+    leader = view.leader()
+    if leader is None or leader["id"] != member["id"]:
+        return False
+    if len([m for m in view.members if not m["is_learner"]]) < 2:
+        raise TalosError("etcd member %s cannot forfeit leadership: it is the only voting member, so there is no "
+                         "member to hand leadership to." % member["hostname"])
+    if not check_mode:
+        items = client.call(FORFEIT, machine_pb2.EtcdForfeitLeadershipRequest(), node=member_address(member))
+        result["new_leader"] = items[0].member if items else None
+    return True
+
+
+def _remove(client, view, member, method, force_quorum_loss, check_mode, result):
+    """Remove ``member`` (``method`` auto, leave or remove) once the quorum guard lets it go."""
+    name = member["hostname"] or member["id"]
+    result.update(QuorumGuard(client, force_quorum_loss).let_member_go(
+        view.members, view.statuses, member, "remove etcd member %s" % name, removal=True))
+    if method == "auto":
+        method = "leave" if view.answers(member) else "remove"
+    if method == "leave" and not view.answers(member):
+        raise TalosError("Cannot make etcd member %s leave: its node %s does not answer (%s); use method=remove to "
+                         "remove it through another control plane." % (
+                             name, member_address(member), str(view.statuses[member["id"]]).rstrip(".")))
+    result["method"] = method
+    if check_mode:
+        return
+    if method == "leave":
+        client.call(LEAVE, machine_pb2.EtcdLeaveClusterRequest(), node=member_address(member))
+        return
+    through = view.surviving_node(member, None)
+    if through is None:
+        raise TalosError("Cannot remove etcd member %s: no other member is healthy to remove it through." % name)
+    try:
+        client.call(REMOVE, machine_pb2.EtcdRemoveMemberByIDRequest(member_id=int(member["id"], 16)), node=through)
+    except TalosError as err:
+        if err.code != "NotFound":  # removed meanwhile
+            raise
+
+
+def _await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
+    """Wait up to ``wait_timeout`` until ``ref`` is a voting member; True once it is.
+
+    Without a wait it checks once and fails when ``ref`` is not a voting
+    member. In check mode it checks once and only warns, since the steps
+    that would make the node join did not run.
+    """
+    def poll():
+        try:
+            members = list_members(client, node)
+        except TalosError as err:
+            if not _still_starting(err):
+                raise
+            return waits.Seen("no member list yet", detail=err.message)
+        member = find_member(members, ref)
+        if member is None:
+            return waits.Seen("not a member", detail="%s is not a member (members: %s)"
+                              % (ref, ", ".join(m["hostname"] or m["id"] for m in members) or "none"))
+        if member["is_learner"]:
+            return waits.Seen("learner", detail="%s is still a learner" % ref)
+        return waits.Seen("voting member", done=True, value=True, detail="%s is a voting member" % ref)
+
+    if wait_timeout is not None and not check_mode:
+        return waits.Waiter(wait_timeout, progress=progress).until(poll, "%s to be a voting etcd member" % ref, ref)
+    seen = poll()
+    if seen.done:
+        return True
+    if check_mode:
+        if warn:
+            warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (ref, seen.detail))
+        return False
+    raise TalosError("etcd member check failed: %s." % seen.detail)
+
+
+# -- bootstrap (talos_bootstrap) -------------------------------------------------
+
+def etcd_service(client, node):
+    """The node's etcd ``ServiceInfo``, or None when the node runs no etcd service."""
+    return talos_node.list_services(client, node).get("etcd")
+
+
+def machine_type(client, node):
+    """The node's machine type (controlplane, init, worker), or None when it has none yet or cannot say."""
+    namespace, resource_type, resource_id = talos_node.MACHINE_TYPE
+    try:
+        resource = client.get_resource(namespace, resource_type, resource_id, node=node)
+    except TalosError as err:
+        if err.code in ("NotFound", "Unimplemented"):
+            return None
+        raise
+    return talos_node.machine_type_of(resource["spec"])
+
+
+def current_members(client, node):
+    """The members ``node`` reports (None: the endpoint), or [] while it cannot answer (etcd not running, no leader)."""
+    try:
+        return list_members(client, node)
+    except TalosError as err:
+        if err.code == "PermissionDenied":
+            raise
+        return []
+
+
+def bootstrap(client, node, recover_from=None, skip_hash_check=False, wait_timeout=None, check_mode=False,
+              progress=None):
+    """Bootstrap the cluster's etcd on control plane ``node`` unless it already was; returns the task's result.
+
+    Already bootstrapped: etcd runs on the node, or (for a node still joining)
+    the endpoint's etcd has members - bootstrapping then would start a second,
+    separate etcd cluster. ``recover_from`` (a snapshot file) is uploaded first
+    and etcd starts from it. With ``wait_timeout`` the node's etcd must then run
+    as a healthy voting member.
+    """
+    if machine_type(client, node) == "worker":
+        # Checked first: the cluster being bootstrapped already says nothing about a worker.
+        raise TalosError("Cannot bootstrap %s: it is a worker node, and only a control-plane node can bootstrap etcd; "
+                         "target one of the cluster's control planes." % talos_node.label(node), node=node)
+    service = etcd_service(client, node)
+    bootstrapped = service is not None and service.state == "Running"
+    if not bootstrapped and node is not None:
+        # The endpoint (a control plane) knows whether etcd already has members.
+        bootstrapped = bool(current_members(client, None))
+    if service is None and not bootstrapped and check_mode:
+        # Without calling Bootstrap only the missing etcd service tells why it would fail.
+        raise TalosError("Cannot bootstrap %s: it runs no etcd service, so it is not a control-plane node with etcd "
+                         "configured; target one of the cluster's control planes." % talos_node.label(node), node=node)
+    result = {"changed": not bootstrapped, "node": node, "bootstrapped": bootstrapped, "recovered": False}
+    if result["changed"] and not check_mode:
+        result["changed"] = _call_bootstrap(client, node, recover_from, skip_hash_check)
+        result.update(bootstrapped=True, recovered=result["changed"] and bool(recover_from))
+        if wait_timeout is not None:
+            _wait_for_healthy_member(client, node, waits.Waiter(wait_timeout, progress=progress))
+        service = etcd_service(client, node)
+    result["etcd_state"] = service.state if service else None
+    result["members"] = current_members(client, node) if result["bootstrapped"] else []
+    return result
+
+
+def _snapshot_chunks(path):
+    with open(path, "rb") as f:
+        yield from iter(lambda: f.read(UPLOAD_CHUNK_SIZE), b"")
+
+
+def _call_bootstrap(client, node, recover_from, skip_hash_check):
+    """Upload the recovery snapshot if any, then call Bootstrap; False when the node answers AlreadyExists."""
+    request = machine_pb2.BootstrapRequest()
+    if recover_from:
+        client.upload(RECOVER, _snapshot_chunks(recover_from), node=node)
+        request = machine_pb2.BootstrapRequest(recover_etcd=True, recover_skip_hash_check=skip_hash_check)
+    try:
+        client.call(BOOTSTRAP, request, node=node, retry_codes=BOOTSTRAP_RETRY_CODES)
+    except TalosError as err:
+        if err.code == "AlreadyExists":
+            return False
+        # Talos v1.12 and older answer a worker with FailedPrecondition, which is retried until the timeout.
+        if err.code == "Unimplemented" or "only be performed on a control plane" in (err.server_message or ""):
+            raise TalosError("Cannot bootstrap %s: %s; Bootstrap works only on a configured control-plane node, so "
+                             "target one of the cluster's control planes."
+                             % (talos_node.label(node), err.server_message or "not a control plane"),
+                             code=err.code, node=node, server_message=err.server_message)
+        if err.code == "InvalidArgument" and "etcd is not configured" in (err.server_message or ""):
+            raise TalosError("Cannot bootstrap %s: its machine config has no etcd CA (cluster.etcd.ca), so it runs no "
+                             "etcd; apply a control-plane config generated with the cluster's secrets." % talos_node.label(node),
+                             code=err.code, node=node, server_message=err.server_message)
+        raise
+    return True
+
+
+def _wait_for_healthy_member(client, node, waiter):
+    """Wait until etcd on ``node`` runs, is healthy and the node is a voting member."""
+    def poll():
+        info = etcd_service(client, node)
+        if info is None:
+            return waits.Seen("no etcd service")
+        if not talos_node.is_healthy(info):
+            return waits.Seen("etcd %s" % talos_node.service_state(info), detail="etcd service %s (%s)"
+                              % (info.state, talos_node.last_event_message(info) or "no events"))
+        status = member_status(client, node)
+        member = find_member(list_members(client, node), status["member_id"])
+        if member is None or member["is_learner"]:
+            return waits.Seen("joining", detail="etcd running, the node is not a voting member yet")
+        return waits.Seen("etcd member", done=True, detail="etcd running and healthy, the node is a member")
+
+    waiter.until(poll, "etcd on %s to run as a healthy member" % talos_node.label(node), talos_node.short_label(node),
+                 tolerate=_still_starting)
+
+
 def save_snapshot(client, node, path, check_mode=False):
     """Stream an etcd snapshot of ``node`` to ``path``.
 
-    The bytes go to a temporary file next to ``path`` (mode 0600) that replaces
-    ``path`` only once the stream is complete, so an interrupted transfer never
-    leaves a truncated snapshot behind. When ``path`` already holds the same
-    bytes it is left alone. In check mode the snapshot is read and compared but
-    not kept. Returns ``{path, size, sha256, changed}``.
+    The bytes go to a private file next to ``path`` (files.PrivateFile) that
+    replaces ``path`` only once the stream is complete, so an interrupted
+    transfer never leaves a truncated snapshot behind. When ``path`` already
+    holds the same bytes it is left alone (its mode made private). In check
+    mode the snapshot is read and compared but not kept. Returns
+    ``{path, size, sha256, changed}``.
     """
     path = os.path.abspath(os.path.expanduser(path))
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise TalosError("Cannot save the etcd snapshot to %s: directory %s does not exist." % (path, directory))
+    check_destination(path, "the etcd snapshot", "snapshot")
     try:
-        return _save_snapshot(client, node, path, directory, check_mode)
-    except (IOError, OSError) as err:
-        raise TalosError("Cannot save the etcd snapshot to %s: %s." % (path, err.strerror or err))
+        return _save_snapshot(client, node, path, check_mode)
+    except (IOError, OSError) as err:  # the existing file could not be read to compare
+        raise TalosError("Cannot write the etcd snapshot to %s: %s." % (path, err.strerror or err))
 
 
-def _save_snapshot(client, node, path, directory, check_mode):
+def _save_snapshot(client, node, path, check_mode):
     digest = hashlib.sha256()
     progress = {"size": 0}
-    fd, temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".part", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as temp:
-            def write_chunk(message):
-                temp.write(message.bytes)
-                digest.update(message.bytes)
-                progress["size"] += len(message.bytes)
-                return False
+    with PrivateFile(path, "the etcd snapshot") as staged:
+        def write_chunk(message):
+            staged.write(message.bytes)
+            digest.update(message.bytes)
+            progress["size"] += len(message.bytes)
+            return False
 
-            client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=node, on_message=write_chunk)
-            temp.flush()
-            os.fsync(temp.fileno())
+        client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=node, on_message=write_chunk)
         sha256 = digest.hexdigest()
-        changed = file_sha256(path) != sha256
-        if changed and not check_mode:
-            os.chmod(temp_path, 0o600)
-            os.rename(temp_path, path)
-        elif not changed and os.stat(path).st_mode & 0o777 != 0o600:
+        if file_sha256(path) != sha256:
             changed = True
             if not check_mode:
-                os.chmod(path, 0o600)
-    finally:
-        if os.path.exists(temp_path):
-            os.unlink(temp_path)
+                staged.commit()
+        else:
+            changed = ensure_mode(path, staged.what, check_mode)
     return {"path": path, "size": progress["size"], "sha256": sha256, "changed": changed}
 
 

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, resources
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConfigError,
@@ -29,7 +30,6 @@ MINIMAL_SUBSETS = ("version", "hostname", "machine")
 
 COSI_GET = "cosi.resource.State/Get"
 COSI_LIST = "cosi.resource.State/List"
-CONTROL_PLANE_TYPES = ("controlplane", "init")
 
 
 def resolve_subsets(gather_subset):
@@ -90,14 +90,13 @@ def disk_facts(disk):
 
 
 def machine_facts(status, machine_type):
-    status = status or {}
-    conditions = (status.get("status") or {}).get("unmetConditions") or []
+    """The ``machine`` facts from a node.MachineStatus and the machine type."""
     return {
         "type": machine_type,
-        "configured": machine_type not in (None, "unknown"),
-        "stage": status.get("stage"),
-        "ready": bool((status.get("status") or {}).get("ready")),
-        "unmet_conditions": [{"name": c.get("name"), "reason": c.get("reason")} for c in conditions],
+        "configured": talos_node.is_configured_type(machine_type),
+        "stage": status.stage,
+        "ready": status.ready,
+        "unmet_conditions": status.unmet_conditions,
     }
 
 
@@ -193,28 +192,26 @@ class FactGatherer:
 
     def gather(self, subsets, resources):
         # Machine status and type decide `maintenance` and whether etcd applies: always read.
-        statuses = self.get_resources("machine", "runtime", "MachineStatuses.runtime.talos.dev", "machine")
-        types = self.get_resources("machine", "config", "MachineTypes.config.talos.dev", "machine-type",
-                                   quiet_codes=("NotFound",))
+        statuses = self.get_resources("machine", *talos_node.MACHINE_STATUS)
+        types = self.get_resources("machine", *talos_node.MACHINE_TYPE, quiet_codes=("NotFound",))
         machine_types = {}
         for node in self.alive():
-            status = _resource_spec(statuses.get(node)) or {}
-            machine_type = _resource_spec(types.get(node))
-            machine_types[node] = machine_type if isinstance(machine_type, str) else None
-            stage = status.get("stage")
-            self.facts[node]["maintenance"] = stage == "maintenance" if stage else self.insecure
+            status = talos_node.MachineStatus(_resource_spec(statuses.get(node)))
+            machine_types[node] = talos_node.machine_type_of(_resource_spec(types.get(node)))
+            # Without a status (refused), only the connection tells: maintenance mode is reached insecurely.
+            self.facts[node]["maintenance"] = status.in_maintenance if status.stage else self.insecure
             if "machine" in subsets:
                 self.facts[node]["machine"] = machine_facts(status, machine_types[node])
 
         if "version" in subsets:
-            for node, items in self.call("version", "machine.MachineService/Version").items():
+            for node, items in self.call("version", talos_node.VERSION).items():
                 self.facts[node]["version"] = version_facts(items[0])
         if "hostname" in subsets:
             for node, items in self.call("hostname", "machine.MachineService/Hostname").items():
                 self.facts[node]["hostname"] = items[0].hostname
         if "services" in subsets:
-            for node, items in self.call("services", "machine.MachineService/ServiceList").items():
-                self.facts[node]["services"] = [service_facts(info) for item in items for info in item.services]
+            for node, items in self.call("services", talos_node.SERVICE_LIST).items():
+                self.facts[node]["services"] = [service_facts(info) for info in talos_node.services_by_id(items).values()]
         if "etcd" in subsets:
             self._gather_etcd(machine_types)
         if "disks" in subsets:
@@ -257,7 +254,8 @@ class FactGatherer:
 
     def _gather_etcd(self, machine_types):
         # Workers have no etcd; nodes of unknown type are asked, and a worker's Unimplemented answer is not a refusal.
-        candidates = [node for node in self.alive() if machine_types.get(node) in CONTROL_PLANE_TYPES + (None,)]
+        candidates = [node for node in self.alive()
+                      if machine_types.get(node) is None or talos_node.is_control_plane_type(machine_types[node])]
         quiet = ("Unimplemented",)
         members = self.call("etcd", "machine.MachineService/EtcdMemberList", machine_pb2.EtcdMemberListRequest(query_local=False),
                             nodes=candidates, quiet_codes=quiet)

@@ -1,34 +1,146 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Private files on the controller: kubeconfigs, talosconfigs, machine configs, secrets bundles."""
+"""Files on the controller, and the one writer of private ones.
+
+Kubeconfigs, talosconfigs, machine configs, secrets bundles, etcd snapshots and
+the client key handed to ssl all hold secrets. Every one of them is written
+here: checked destination, a temporary file in the same directory that is
+private from its creation and replaces the destination atomically once
+complete, and the mode set (``PRIVATE_MODE`` unless the caller asks for
+another). Failures are one sentence naming what was written and where.
+"""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import contextlib
 import os
 import stat
 import tempfile
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 
 PRIVATE_MODE = 0o600
 
 
-def write_private(path, text, mode=PRIVATE_MODE):
-    """Write ``text`` to ``path`` with ``mode`` through a temporary file in the same directory.
+def _write_error(what, path, error):
+    return TalosError("Cannot write %s to %s: %s." % (what, path, error.strerror or error))
 
-    The file never exists with wider permissions or half written.
+
+def destination_problem(path, what, parameter):
+    """Why ``what`` (the machine config, ...) cannot be written at ``path`` given by ``parameter``, or None."""
+    if os.path.isdir(path):
+        return "Cannot write %s to %s: it is a directory; set %s to a file path." % (what, path, parameter)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        return "Cannot write %s to %s: directory %s does not exist." % (what, path, directory)
+    return None
+
+
+def check_destination(path, what, parameter):
+    """Raise TalosConfigError when ``what`` cannot be written at ``path`` (see destination_problem)."""
+    problem = destination_problem(path, what, parameter)
+    if problem:
+        raise TalosConfigError(problem)
+
+
+class PrivateFile:
+    """The next content of ``path``, written to a private temporary file next to it.
+
+    ``write`` adds bytes; ``commit`` sets ``mode`` and moves the file into place
+    in one rename, so ``path`` never exists half written or with wider
+    permissions. Leaving the ``with`` block without ``commit`` (a failure, check
+    mode, nothing changed) removes the temporary file.
     """
-    fd, temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path) or ".")
+
+    def __init__(self, path, what, mode=PRIVATE_MODE):
+        self.path = path
+        self.what = what
+        self.mode = mode
+        try:
+            # mkstemp creates the file with mode 0600.
+            fd, self._temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".part",
+                                                   dir=os.path.dirname(path) or ".")
+            self._handle = os.fdopen(fd, "wb")
+        except (IOError, OSError) as error:
+            raise _write_error(what, path, error)
+
+    def write(self, data):
+        try:
+            self._handle.write(data)
+        except (IOError, OSError) as error:
+            raise _write_error(self.what, self.path, error)
+
+    def commit(self):
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            os.chmod(self._temp_path, self.mode)
+            os.rename(self._temp_path, self.path)
+        except (IOError, OSError) as error:
+            raise _write_error(self.what, self.path, error)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self._handle.close()
+        if os.path.exists(self._temp_path):
+            os.unlink(self._temp_path)
+        return False
+
+
+def write_private(path, data, what, mode=PRIVATE_MODE):
+    """Write ``data`` (text or bytes) to ``path`` with ``mode``, atomically (see PrivateFile)."""
+    with PrivateFile(path, what, mode) as staged:
+        staged.write(data.encode("utf-8") if isinstance(data, str) else data)
+        staged.commit()
+
+
+def ensure_mode(path, what, check_mode=False, mode=PRIVATE_MODE):
+    """Give the existing file ``path`` the mode ``mode``; whether it had another (check mode: it stays)."""
+    if file_mode(path) == mode:
+        return False
+    if not check_mode:
+        try:
+            os.chmod(path, mode)
+        except (IOError, OSError) as error:
+            raise _write_error(what, path, error)
+    return True
+
+
+def update_private(path, text, what, check_mode=False, keep=None, mode=PRIVATE_MODE):
+    """Make ``path`` hold ``text`` with ``mode``; whether it changed (or would, in check mode).
+
+    The file is rewritten when its content differs from ``text``; ``keep``
+    overrides that comparison (True: the current content may stay, as when
+    only regenerated credentials differ). A file whose content stays but whose
+    mode differs only gets its mode set.
+    """
+    if keep is None:
+        keep = read_text(path) == text
+    if keep and os.path.isfile(path):
+        return ensure_mode(path, what, check_mode, mode)
+    if not check_mode:
+        write_private(path, text, what, mode)
+    return True
+
+
+@contextlib.contextmanager
+def private_temp_file(data):
+    """The path of a private temporary file holding ``data`` (text), removed when the block ends.
+
+    For libraries that read secrets only from a file (ssl's client key pair).
+    """
+    fd, path = tempfile.mkstemp(prefix="talos-", suffix=".pem")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(temp_path, mode)
-        os.rename(temp_path, path)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8"))
+        yield path
     finally:
-        if os.path.exists(temp_path):
-            os.unlink(temp_path)
+        os.unlink(path)
 
 
 def read_text(path):
@@ -56,13 +168,3 @@ def read_text_file(path, label):
 def file_mode(path):
     """The permission bits of ``path``."""
     return stat.S_IMODE(os.stat(path).st_mode)
-
-
-def destination_problem(path, parameter):
-    """Why a file cannot be written at ``path`` (one sentence naming ``parameter``), or None."""
-    if os.path.isdir(path):
-        return "%s %s is a directory; give a file path." % (parameter, path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        return "%s %s cannot be written: directory %s does not exist." % (parameter, path, directory)
-    return None

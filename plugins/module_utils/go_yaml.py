@@ -90,7 +90,7 @@ def _value(head, value, child_indent, lines, path=None, comments=None):
     elif isinstance(value, list) and value:
         lines.append(head)
         _sequence(value, child_indent, lines)
-    elif isinstance(value, str) and "\n" in value:
+    elif isinstance(value, str) and _fits_literal(value):
         _literal(head, value, child_indent, lines)
     else:
         lines.append(head + " " + _scalar(value))
@@ -107,10 +107,28 @@ def _sequence(items, dash_indent, lines):
             _sequence(item, dash_indent + 2, inner)
             lines.append(prefix + inner[0].lstrip(" "))
             lines.extend(inner[1:])
-        elif isinstance(item, str) and "\n" in item:
+        elif isinstance(item, str) and _fits_literal(item):
             _literal(prefix.rstrip(), item, dash_indent + 2, lines)
         else:
             lines.append(prefix + _scalar(item))
+
+
+def _fits_literal(text):
+    """Whether the multi-line ``text`` reads back the same from a literal block (``|``) without an indentation hint.
+
+    A reader finds the block's indentation from its first non-blank line, so
+    that line must not start with a space, nor a blank line before it hold
+    spaces, and there must be one; control characters need the escapes of a
+    double-quoted string.
+    """
+    if "\n" not in text or not all(char in "\n\t" or char.isprintable() for char in text):
+        return False
+    for line in text.split("\n"):
+        if line.strip(" "):
+            return not line.startswith(" ")
+        if line:
+            return False
+    return False  # only line breaks: a block would read back empty
 
 
 def _literal(head, text, indent, lines):
@@ -138,7 +156,8 @@ def _scalar(value):
 def _string(text):
     # A string that would read back as another type is double-quoted (Go does the same);
     # one the plain style cannot carry is single-quoted, or double-quoted when it must be.
-    if Resolver().resolve(ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
+    # A multi-line string here did not fit a literal block: only escapes keep its line breaks.
+    if "\n" in text or Resolver().resolve(ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
         return json.dumps(text, ensure_ascii=False)
     analysis = Emitter(io.StringIO()).analyze_scalar(text)
     if analysis.allow_block_plain and not analysis.empty:

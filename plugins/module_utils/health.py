@@ -7,18 +7,20 @@
 of every node, in talosctl's order (pkg/cluster/check/default.go); the
 Kubernetes checks are left to the server-side ``cluster.ClusterService/HealthCheck``,
 whose progress stream ``server_health_check`` follows. ``nodes_to_check`` finds
-the node lists (options, else COSI cluster Members).
+the node lists (options, else COSI cluster Members). Both wait through
+waits.Waiter, which shows the checks' progress.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import time
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import cluster_nodes as members_source, etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, format_seconds
+from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen, Waiter, WaitTimedOut
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
@@ -49,6 +51,9 @@ CALL_TIMEOUT = 10.0
 
 _PROGRESS = re.compile(r"^waiting for (.+?): (.*)$", re.S)
 
+# What the progress lines of a health wait are about.
+SUBJECT = "cluster"
+
 
 class ClusterNodes:
     """The control-plane and worker nodes to check, and where the lists came from."""
@@ -77,8 +82,9 @@ def nodes_to_check(client, control_planes, workers, node):
         if address:
             discovered[members_source.is_control_plane(member)].append(address)
     if not discovered[True]:
-        raise TalosConfigError("Node %s discovered no control-plane members (COSI %s is empty: cluster discovery may be "
-                               "disabled); set control_plane_nodes and worker_nodes." % (node or "(the endpoint)", members_source.MEMBERS_TYPE))
+        raise TalosConfigError("%s discovered no control-plane members (COSI %s is empty: cluster discovery may be "
+                               "disabled); set control_plane_nodes and worker_nodes."
+                               % (talos_node.label(node, start=True), members_source.MEMBERS_TYPE))
     return ClusterNodes(sorted(discovered[True]), sorted(discovered[False]), "discovery")
 
 
@@ -97,16 +103,14 @@ def _problems_of(answers, check):
 
 def _service_check(service_id):
     def check(items):
-        for item in items:
-            for service in item.services:
-                if service.id != service_id:
-                    continue
-                if service.state == "Running" and service.health.healthy:
-                    return None
-                detail = service.health.last_message or (service.events.events[-1].msg if service.events.events else "")
-                return 'service "%s" is %s%s%s' % (service_id, service.state, ", not healthy" if service.state == "Running" else "",
-                                                   ": %s" % detail if detail else "")
-        return 'service "%s" is not running on this node' % service_id
+        info = talos_node.services_by_id(items).get(service_id)
+        if info is None:
+            return 'service "%s" is not running on this node' % service_id
+        if talos_node.is_healthy(info):
+            return None
+        detail = info.health.last_message or talos_node.last_event_message(info)
+        return 'service "%s" is %s%s%s' % (service_id, info.state, ", not healthy" if info.state == talos_node.RUNNING else "",
+                                           ": %s" % detail if detail else "")
     return check
 
 
@@ -201,17 +205,29 @@ class TalosChecks:
         return _problems_of(answers, _service_check("kubelet"))
 
     def boot_sequence_done(self):
-        request = state_pb2.GetRequest(namespace="runtime", type="MachineStatuses.runtime.talos.dev", id="machine")
+        namespace, resource_type, resource_id = talos_node.MACHINE_STATUS
+        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
 
         def check(items):
-            spec = resource_to_dict(items[0].resource)["spec"] or {}
-            stage = spec.get("stage")
-            ready = bool((spec.get("status") or {}).get("ready"))
-            if stage == "running" and ready:
-                return None
-            unmet = ", ".join("%s: %s" % (c.get("name"), c.get("reason")) for c in (spec.get("status") or {}).get("unmetConditions") or [])
-            return "the node is in stage %s, ready %s%s" % (stage, str(ready).lower(), " (%s)" % unmet if unmet else "")
+            status = talos_node.MachineStatus(resource_to_dict(items[0].resource)["spec"])
+            return None if status.running_and_ready else "the node is in %s" % status
         return _problems_of(self._call_many("cosi.resource.State/Get", request, nodes=self.nodes.all), check)
+
+    def round(self):
+        """Every check in order, the first failing one leaving the later ones pending: ``(results, failed)``."""
+        results = []
+        failed = None
+        for name, description in TALOS_CHECKS:
+            if failed is not None:
+                results.append(_check_result(name, description, "pending"))
+                continue
+            problems = self.run(name)
+            if problems:
+                failed = _check_result(name, description, "failed", problems)
+                results.append(failed)
+            else:
+                results.append(_check_result(name, description, "passed"))
+        return results, failed
 
 
 def _check_result(name, description, state, problems=None):
@@ -237,40 +253,36 @@ class HealthFailure(TalosError):
 def _failure_message(check, elapsed, timeout):
     where = " on node %s" % ", ".join(check["nodes"]) if check["nodes"] else ""
     return ("Cluster health check %s (%s) still failed%s after %s seconds (wait_timeout %s): %s"
-            % (check["name"], check["description"], where, _seconds(elapsed), timeout, (check["message"] or "no detail").rstrip(".")) + ".")
+            % (check["name"], check["description"], where, format_seconds(elapsed), timeout,
+               (check["message"] or "no detail").rstrip(".")) + ".")
 
 
-def _seconds(value):
-    return ("%.1f" % value).rstrip("0").rstrip(".")
+def _failing_state(check):
+    """A failing check as a progress line shows it: ``waiting for etcd_healthy on 10.5.0.3``."""
+    return "waiting for %s%s" % (check["name"], " on %s" % ", ".join(check["nodes"]) if check["nodes"] else "")
 
 
-def run_talos_checks(client, nodes, timeout, interval=2.0):
-    """Run the Talos checks in order until all pass or ``timeout`` seconds pass.
+def run_talos_checks(client, nodes, timeout, interval=2.0, progress=None):
+    """Run the Talos checks in rounds until all pass or ``timeout`` seconds pass.
 
     Every round runs the checks from the first; a failing check leaves the
     later ones pending. Returns ``(checks, elapsed)``; raises HealthFailure.
     """
     checks = TalosChecks(client, nodes)
-    start = time.monotonic()
-    while True:
-        results = []
-        failed = None
-        for name, description in TALOS_CHECKS:
-            if failed is not None:
-                results.append(_check_result(name, description, "pending"))
-                continue
-            problems = checks.run(name)
-            if problems:
-                failed = _check_result(name, description, "failed", problems)
-                results.append(failed)
-            else:
-                results.append(_check_result(name, description, "passed"))
-        elapsed = time.monotonic() - start
+    waiter = Waiter(timeout, interval, progress)
+
+    def poll():
+        results, failed = checks.round()
         if failed is None:
-            return results, round(elapsed, 1)
-        if elapsed + interval > timeout:
-            raise HealthFailure(_failure_message(failed, elapsed, timeout), results, round(elapsed, 1))
-        time.sleep(interval)
+            return Seen("all checks passed", done=True, value=results)
+        return Seen(_failing_state(failed), value=(results, failed))
+
+    try:
+        results = waiter.until(poll, "the cluster to be healthy", SUBJECT, tolerate=lambda error: False)
+    except WaitTimedOut as timed_out:
+        results, failed = timed_out.seen.value
+        raise HealthFailure(_failure_message(failed, waiter.elapsed, timeout), results, waiter.elapsed)
+    return results, waiter.elapsed
 
 
 def check_name(description):
@@ -278,20 +290,21 @@ def check_name(description):
     return _NAMES.get(description) or re.sub(r"[^a-z0-9]+", "_", description.lower()).strip("_")
 
 
-def server_health_check(client, nodes, node, timeout):
+def server_health_check(client, nodes, node, timeout, progress=None):
     """``cluster.ClusterService/HealthCheck`` on ``node`` (a control plane): Talos and Kubernetes checks.
 
     Returns ``(checks, elapsed)`` from the progress stream; raises HealthFailure
     naming the check that had not passed when the server gave up.
     """
+    waiter = Waiter(timeout, progress=progress)
     request = cluster_pb2.HealthCheckRequest(cluster_info=cluster_pb2.ClusterInfo(
         control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers))
     request.wait_timeout.FromSeconds(int(timeout))
     checks = []
     by_description = {}
 
-    def on_progress(progress):
-        match = _PROGRESS.match(progress.message.strip())
+    def on_progress(reply):
+        match = _PROGRESS.match(reply.message.strip())
         if not match:
             return False
         description, state = match.group(1), match.group(2).strip()
@@ -301,28 +314,32 @@ def server_health_check(client, nodes, node, timeout):
             checks.append(check)
         if state == "OK":
             check.update(state="passed", message=None)
-        elif state != "...":
-            check.update(state="running", message=" ".join(state.replace("\t*", "").split()))
+        else:
+            if state != "...":
+                check.update(state="running", message=" ".join(state.replace("\t*", "").split()))
+            waiter.see(SUBJECT, "waiting for %s" % check["name"])
         return False
 
-    start = time.monotonic()
     try:
-        # The server stops at wait_timeout; the call may take a little longer to say so.
-        client.stream(HEALTH_CHECK, request, node=node, on_message=on_progress, deadline=timeout + 30)
+        # The server stops at wait_timeout; the call may take a little longer to say so. It is a wait, so an
+        # endpoint that is still coming up is retried rather than failed at once.
+        client.stream(HEALTH_CHECK, request, node=node, on_message=on_progress, deadline=timeout + 30,
+                      retry_unreachable=True)
     except TalosError as error:
-        elapsed = time.monotonic() - start
+        elapsed = waiter.elapsed
         pending = [check for check in checks if check["state"] != "passed"]
         if not pending:
             raise
         failed = pending[-1]
         failed["state"] = "failed"
         failed["message"] = failed["message"] or error.message
-        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, round(elapsed, 1))
-    elapsed = time.monotonic() - start
+        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, elapsed)
+    elapsed = waiter.elapsed
     unfinished = [check for check in checks if check["state"] != "passed"]
     if unfinished or not checks:
         failed = unfinished[-1] if unfinished else _check_result("health_check", "the server-side health check", "failed")
         failed["state"] = "failed"
         failed["message"] = failed["message"] or "the server ended the health check without reporting success"
-        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, round(elapsed, 1))
-    return checks, round(elapsed, 1)
+        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, elapsed)
+    waiter.see(SUBJECT, "all checks passed")
+    return checks, elapsed

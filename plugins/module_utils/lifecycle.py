@@ -1,110 +1,166 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Shared by talos_reboot, talos_shutdown, talos_reset and talos_rollback.
+"""Node lifecycle: reboot, shutdown, reset, rollback and upgrade of one node, from start to end.
 
-The etcd quorum guard a control plane passes before it goes down, the reset
-plan (what a Reset request wipes and where the node ends), maintenance-mode
-detection and the wait after a reset. The waits themselves are in waiters.py.
+Each action takes a client, the node and plain values, passes the etcd quorum
+guard (etcd.QuorumGuard) before the node goes down, sends its request unless in
+check mode, waits when given a ``wait_timeout`` (None: no wait; the wait's
+progress goes to ``progress``) and returns the task's result. What went wrong
+after the request was sent raises ActionFailed, which carries the result so
+far. The waits are in waits.py, what a node reports in node.py, installer
+images and the upgrade API choice in upgrade.py.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import time
+from contextlib import contextmanager
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, waiters
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
+    VERSION,
+    label,
+    read_machine_status,
+    read_version_tag,
+    runs_at_least,
+    short_label,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
+from ansible_collections.talos_linux.talos.plugins.module_utils.upgrade import has_lifecycle_api
 
 try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
-    machine_pb2 = None
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
+except ImportError:  # reported by the task doors through missing_required_lib
+    common_pb2 = image_pb2 = lifecycle_pb2 = machine_pb2 = None
 
-VERSION = "machine.MachineService/Version"
-
-# A member whose node does not answer EtcdStatus within this many seconds counts as unhealthy.
-HEALTH_PROBE_SECONDS = 10
+REBOOT = "machine.MachineService/Reboot"
+SHUTDOWN = "machine.MachineService/Shutdown"
+RESET = "machine.MachineService/Reset"
+ROLLBACK = "machine.MachineService/Rollback"
+LEGACY_UPGRADE = "machine.MachineService/Upgrade"
+IMAGE_PULL = "machine.ImageService/Pull"
+LIFECYCLE_UPGRADE = "machine.LifecycleService/Upgrade"
 
 # The system volumes a Reset may name (talosctl reset --system-labels-to-wipe).
 SYSTEM_LABELS = ("BOOT", "EFI", "EPHEMERAL", "META", "STATE")
 
 WIPE_MODES = {"all": "ALL", "system_disk": "SYSTEM_DISK", "user_disks": "USER_DISKS"}
 
+# How long the maintenance-mode probe of a node that does not answer may take.
+MAINTENANCE_PROBE_SECONDS = 10
 
-def describe(node, start=False):
-    """``node 10.5.0.2`` or ``the endpoint node``; capitalised to ``start`` a sentence."""
-    text = "node %s" % node if node else "the endpoint node"
-    return text[0].upper() + text[1:] if start else text
+# Seconds between two looks at a rebooting node, and at a node going away (which answers until it is
+# gone: looked at often, so that the wait ends promptly).
+REBOOT_POLL_SECONDS = 2.0
+GONE_POLL_SECONDS = 1.0
+
+# Installer lines kept in a failure message: enough to show the cause.
+FAILURE_CONTEXT_LINES = 5
 
 
-# -- the etcd quorum guard ---------------------------------------------------
+class ActionFailed(TalosError):
+    """An action was refused or did not end as expected; ``result`` is the task's result so far.
 
-def etcd_guard(client, node, leaves_etcd=False, probe_seconds=HEALTH_PROBE_SECONDS):
-    """What taking ``node`` down (``leaves_etcd``: out of etcd for good) does to etcd quorum.
-
-    Returns ``{"controlplane", "member", "safe", "problem", "quorum"}``:
-    ``controlplane`` is False for a worker or a node without a machine type
-    (they answer EtcdMemberList with Unimplemented; nothing to guard);
-    ``member`` is the node's etcd member name, or None when it is no member;
-    ``quorum`` is the etcd.outage_check / etcd.removal_check result;
-    ``problem`` says why going ahead would cost etcd its quorum, or is None.
-    An unreadable member list (no raft leader) is itself a problem.
+    ``cause`` (a TalosError) gives the code, node and server message.
     """
-    guard = {"controlplane": False, "member": None, "safe": True, "problem": None, "quorum": None, "last_member": False}
+
+    def __init__(self, message, result, cause=None):
+        super(ActionFailed, self).__init__(message, code=getattr(cause, "code", None), node=getattr(cause, "node", None),
+                                           server_message=getattr(cause, "server_message", None))
+        self.result = result
+
+    def to_result(self):
+        result = dict(self.result)
+        result.update(super(ActionFailed, self).to_result())
+        return result
+
+
+@contextmanager
+def _failing_as(what, result):
+    """Turn a TalosError inside into ActionFailed("``what``: <its message>") with ``result``."""
     try:
-        members = etcd.list_members(client, node)
-    except TalosUnimplementedError:
-        return guard
+        yield
     except TalosError as err:
-        guard.update(controlplane=True, safe=False,
-                     problem="its etcd member list cannot be read (%s), so etcd may have lost quorum already"
-                     % err.message.rstrip("."))
-        return guard
-    guard["controlplane"] = True
-    member = etcd.find_member(members, etcd.own_member_name(client, node))
-    if member is None:
-        return guard
-    guard["member"] = member["hostname"]
-    voters = [m for m in members if not m["is_learner"]]
-    if leaves_etcd and not member["is_learner"] and len(voters) == 1:
-        guard.update(safe=False, last_member=True,
-                     problem="it is the last etcd member, and Talos cannot make the last member leave etcd")
-        return guard
-    statuses = etcd.member_statuses(client, members, deadline=probe_seconds)
-    check = (etcd.removal_check if leaves_etcd else etcd.outage_check)(members, statuses, member)
-    guard.update(quorum=check, safe=check["safe"])
-    if not check["safe"]:
-        unhealthy = " (not healthy: %s)" % ", ".join(check["unhealthy"]) if check["unhealthy"] else ""
-        guard["problem"] = ("etcd would keep %d voting member(s) and need %d of them healthy for quorum, but only %d "
-                            "other than this node are healthy%s" % (check["voters_after"], check["quorum_after"],
-                                                                    check["healthy_after"], unhealthy))
-    return guard
+        raise ActionFailed("%s: %s" % (what, err.message), dict(result), err)
 
 
-def refuse_unless_forced(module, guard, action, node, **result):
-    """fail_json before any change when the guard is closed and force_quorum_loss is not set."""
-    if guard["safe"] or (module.params["force_quorum_loss"] and not guard.get("last_member")):
-        return
-    if guard.get("last_member"):
-        hint = ("a graceful reset cannot remove it; use graceful: false with force_quorum_loss: true to wipe the "
-                "cluster's last control plane, which destroys the cluster's etcd data")
-    else:
-        hint = "fix the unhealthy members first, or set force_quorum_loss: true to go ahead anyway"
-    module.fail_json(msg="Refusing to %s control-plane %s: %s; %s." % (action, describe(node), guard["problem"], hint),
-                     **result)
+def guard(client, node, action, force_quorum_loss=False, removal=False):
+    """The etcd quorum guard's findings before ``action`` (``"reboot"``) takes ``node`` down; raises when it refuses."""
+    return etcd.QuorumGuard(client, force_quorum_loss).let_node_go(
+        node, "%s control-plane %s" % (action, label(node)), removal=removal)
 
 
-# -- reset plans -------------------------------------------------------------
+def _actor_id(items):
+    return items[0].actor_id if items and items[0].actor_id else None
 
-def reset_plan(wipe_mode, labels, user_disks, reboot):
+
+def _waiter(wait_timeout, progress, interval=None):
+    """The Waiter of an action's wait, started before the request so that it counts from it; None without a wait."""
+    if wait_timeout is None:
+        return None
+    return waits.Waiter(wait_timeout, interval or REBOOT_POLL_SECONDS, progress=progress)
+
+
+# -- reboot and shutdown -------------------------------------------------------
+
+def reboot(client, node, mode="default", services=(), force_quorum_loss=False, wait_timeout=None, check_mode=False,
+           progress=None):
+    """Reboot ``node`` (RebootRequest ``mode``) and wait until it is back with a new boot and runs ``services``."""
+    if mode == "force":
+        tag = read_version_tag(client, node)
+        if runs_at_least(tag, (1, 12)) is False:
+            raise TalosError("mode: force needs Talos v1.12 or newer, but %s runs %s; use mode: default or powercycle."
+                             % (label(node), tag))
+    result = dict(changed=True, mode=mode, boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
+    result.update(guard(client, node, "reboot", force_quorum_loss))
+    result["boot_id_before"] = waits.read_boot_marker(client, node)
+    if check_mode:
+        return result
+
+    waiter = _waiter(wait_timeout, progress)
+    request = machine_pb2.RebootRequest(mode=machine_pb2.RebootRequest.Mode.Value(mode.upper()))
+    result["actor_id"] = _actor_id(client.call(REBOOT, request, node=node))
+    if waiter is None:
+        return result
+    with _failing_as("The reboot of %s was requested but the node is not back as expected" % label(node), result):
+        result["boot_id_after"] = waits.wait_for_reboot(client, node, result["boot_id_before"], waiter)
+        if services:
+            result["services"] = waits.wait_for_services(client, node, services, waiter)
+    result["elapsed"] = waiter.elapsed
+    return result
+
+
+def shutdown(client, node, force=False, force_quorum_loss=False, wait_timeout=None, check_mode=False, progress=None):
+    """Power ``node`` off (``force``: without cordon and drain) and wait until it stops answering."""
+    result = dict(changed=True, actor_id=None, elapsed=None)
+    result.update(guard(client, node, "shut down", force_quorum_loss))
+    if check_mode:
+        read_version_tag(client, node)  # the node must answer now to be shut down
+        return result
+
+    waiter = _waiter(wait_timeout, progress, interval=GONE_POLL_SECONDS)
+    result["actor_id"] = _actor_id(client.call(SHUTDOWN, machine_pb2.ShutdownRequest(force=force), node=node))
+    if waiter is not None:
+        with _failing_as("The shutdown of %s was requested but the node still answers" % label(node), result):
+            waits.wait_until_unreachable(client, node, waiter)
+        result["elapsed"] = waiter.elapsed
+    return result
+
+
+# -- reset ---------------------------------------------------------------------
+
+def reset_plan(wipe_mode, labels, user_disks, then_reboot):
     """What a reset wipes and how the node ends, from the module options; raises ValueError on bad input.
 
-    Returns ``{"system_disk", "labels", "user_disks", "ends"}``: ``system_disk``
-    is True when the whole system disk is wiped, ``labels`` the system volumes
-    wiped, ``ends`` one of ``maintenance`` (rebooted without its configuration:
-    STATE wiped), ``configured`` (rebooted with its configuration) or ``off``.
+    Returns ``{"system_disk", "labels", "user_disks", "partitions", "ends"}``:
+    ``system_disk`` is True when the whole system disk is wiped, ``labels`` the
+    system volumes wiped, ``partitions`` the volumes the request names (in the
+    given order; none wipes the whole system disk), ``ends`` one of
+    ``maintenance`` (rebooted without its configuration: STATE wiped),
+    ``configured`` (rebooted with its configuration) or ``off``.
     """
     labels = [str(label).upper() for label in labels or []]
     unknown = sorted(set(labels) - set(SYSTEM_LABELS))
@@ -123,7 +179,7 @@ def reset_plan(wipe_mode, labels, user_disks, reboot):
         wiped_labels = []
     else:
         wiped_labels = sorted(set(labels)) if labels else list(SYSTEM_LABELS)
-    if not reboot:
+    if not then_reboot:
         ends = "off"
     else:
         ends = "maintenance" if "STATE" in wiped_labels else "configured"
@@ -131,17 +187,62 @@ def reset_plan(wipe_mode, labels, user_disks, reboot):
         "system_disk": wipe_mode != "user_disks" and not labels,
         "labels": wiped_labels,
         "user_disks": list(user_disks or []) if wipe_mode != "system_disk" else [],
+        "partitions": labels,
         "ends": ends,
     }
 
 
-def reset_request(graceful, reboot, wipe_mode, labels, user_disks):
-    """The ResetRequest talosctl sends for these options (labels are wiped, none means the whole system disk)."""
+def reset_request(plan, wipe_mode, graceful):
+    """The ResetRequest talosctl sends for ``plan`` (reset_plan)."""
     return machine_pb2.ResetRequest(
-        graceful=graceful, reboot=reboot, mode=machine_pb2.ResetRequest.WipeMode.Value(WIPE_MODES[wipe_mode]),
-        system_partitions_to_wipe=[machine_pb2.ResetPartitionSpec(label=label.upper(), wipe=True) for label in labels or []],
-        user_disks_to_wipe=list(user_disks or []),
+        graceful=graceful, reboot=plan["ends"] != "off", mode=machine_pb2.ResetRequest.WipeMode.Value(WIPE_MODES[wipe_mode]),
+        system_partitions_to_wipe=[machine_pb2.ResetPartitionSpec(label=volume, wipe=True) for volume in plan["partitions"]],
+        user_disks_to_wipe=list(plan["user_disks"]),
     )
+
+
+def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=False,
+          probe_seconds=MAINTENANCE_PROBE_SECONDS, wait_timeout=None, check_mode=False, progress=None):
+    """Wipe ``node`` as ``plan`` (reset_plan) says, then wait until it is off, in maintenance mode or back.
+
+    A node already in maintenance mode has no configuration to reset: done
+    when ``plan`` wipes STATE, refused otherwise (Talos refuses Reset there).
+    A graceful reset makes a control plane leave etcd, so its guard is the
+    removal's.
+    """
+    expected = plan["ends"]
+    result = dict(changed=False, wiped=dict((key, plan[key]) for key in ("system_disk", "labels", "user_disks")),
+                  expected_state=expected, state=None, graceful=graceful, controlplane=None, quorum=None,
+                  etcd_gate_open=None, actor_id=None)
+    if found_in_maintenance(client, node, probe_seconds):
+        if "STATE" not in plan["labels"]:
+            raise ActionFailed("%s is in maintenance mode, where Talos refuses Reset; it has no configuration, and only "
+                               "wiping STATE would count as done - install it with talos_apply_config first to wipe "
+                               "anything else." % label(node, start=True), result)
+        result["state"] = "maintenance"
+        return result
+
+    result.update(guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful))
+    result["changed"] = True
+    if check_mode:
+        return result
+
+    rebooting = expected != "off"
+    marker = waits.read_boot_marker(client, node) if rebooting and wait_timeout is not None else None
+    waiter = _waiter(wait_timeout, progress, interval=REBOOT_POLL_SECONDS if rebooting else GONE_POLL_SECONDS)
+    result["actor_id"] = _actor_id(client.call(RESET, reset_request(plan, wipe_mode, graceful), node=node))
+    if waiter is None:
+        return result
+    with _failing_as("The reset of %s was requested but did not complete as expected" % label(node), result):
+        if rebooting:
+            result["state"] = wait_for_reset_reboot(client, node, marker, waiter)[0]
+        else:
+            waits.wait_until_unreachable(client, node, waiter)
+            result["state"] = "off"
+    if result["state"] != expected:
+        raise ActionFailed("%s came back %s after the reset, not %s as expected: check that the wipe happened."
+                           % (label(node, start=True), result["state"], expected), result)
+    return result
 
 
 # -- maintenance mode ----------------------------------------------------------
@@ -174,33 +275,239 @@ def in_maintenance(client, node, deadline):
     return True
 
 
-def wait_for_reset_reboot(client, node, previous_marker, timeout, interval=2.0):
+def found_in_maintenance(client, node, probe_seconds):
+    """True when ``node`` is in maintenance mode; raises the secure client's error when it simply does not answer."""
+    if client.settings.insecure:
+        return in_maintenance(client, node, probe_seconds)
+    try:
+        client.call(VERSION, node=node, retry_codes=(), deadline=probe_seconds)
+    except TalosError:
+        if in_maintenance(client, node, probe_seconds):
+            return True
+        read_version_tag(client, node)  # a node that is only slow to answer gets the whole timeout
+    return False
+
+
+def wait_for_reset_reboot(client, node, previous_marker, waiter):
     """Wait until a node reset with ``reboot`` is back: in maintenance mode, or running with a new boot.
 
     Returns ``("maintenance", None)`` or ``("configured", new boot marker)``.
     """
-    end = time.monotonic() + timeout
-    outcome = {}
-
-    def back():
-        poll = max(0.5, min(waiters.POLL_CALL_TIMEOUT, end - time.monotonic()))
+    def poll():
+        deadline = waiter.call_deadline()
         try:
-            status = waiters.machine_status(client, node, deadline=poll)
-            ready = bool((status.get("status") or {}).get("ready"))
-            if status.get("stage") == "running" and ready:
-                marker = waiters.read_boot_marker(client, node, deadline=poll)
+            status = read_machine_status(client, node, deadline=deadline)
+            if status.running_and_ready:
+                marker = waits.read_boot_marker(client, node, deadline=deadline)
                 if marker != previous_marker:
-                    outcome.update(state="configured", marker=marker)
-                    return True, "running with a new boot"
-                return False, "still running on the same boot"
-            observed = "stage %s, ready %s" % (status.get("stage", "unknown"), str(ready).lower())
+                    return waits.Seen("running", done=True, value=("configured", marker), detail="running with a new boot")
+                return waits.Seen("running, not rebooted yet", detail="still running on the same boot")
+            seen = waits.Seen(status.state, detail=str(status))
         except TalosError as err:
-            observed = err.message
-        if in_maintenance(client, node, poll):
-            outcome.update(state="maintenance", marker=None)
-            return True, "in maintenance mode"
-        return False, observed
+            # A node that rebooted into maintenance mode refuses the cluster's certificates.
+            seen = waits.Seen("not answering with the cluster certificates", detail=err.message)
+        if in_maintenance(client, node, deadline):
+            return waits.Seen("maintenance", done=True, value=("maintenance", None), detail="in maintenance mode")
+        return seen
 
-    waiters.wait_until(back, timeout, interval, "%s to come back from the reset, in maintenance mode or with a new boot"
-                       % describe(node))
-    return outcome["state"], outcome["marker"]
+    return waiter.until(poll, "%s to come back from the reset, in maintenance mode or with a new boot" % label(node),
+                        short_label(node), tolerate=lambda error: False)
+
+
+# -- rollback ------------------------------------------------------------------
+
+def rollback(client, node, force_quorum_loss=False, wait_timeout=None, check_mode=False, diff=False, progress=None):
+    """Make ``node`` boot its previous installation, then wait until it runs a version other than before."""
+    previous = read_version_tag(client, node)
+    result = dict(changed=True, previous_version=previous, current_version=None, boot_id_before=None, boot_id_after=None)
+    result.update(guard(client, node, "roll back", force_quorum_loss))
+    result["boot_id_before"] = waits.read_boot_id(client, node)
+    if diff:
+        result["diff"] = dict(before={"version": previous}, after={"version": "(the previous installation)"})
+    if check_mode:
+        return result
+
+    waiter = _waiter(wait_timeout, progress)
+    try:
+        client.call(ROLLBACK, node=node)
+    except TalosError as err:
+        raise ActionFailed("%s cannot roll back from %s: %s It has no previous installation to return to (it was not "
+                           "upgraded since its installation), or its boot loader refused; the node was not changed."
+                           % (label(node, start=True), previous, err.message), dict(result, changed=False), err)
+    if waiter is None:
+        return result
+    with _failing_as("The rollback of %s from %s was requested but the node is not back as expected"
+                     % (label(node), previous), result):
+        result["boot_id_after"] = waits.wait_for_reboot(client, node, result["boot_id_before"], waiter)
+        result["current_version"] = read_version_tag(client, node)
+    if diff:
+        result["diff"]["after"] = {"version": result["current_version"]}
+    if result["current_version"] == previous:
+        raise ActionFailed("%s rebooted but still runs %s: the rollback did not change its version (its previous "
+                           "installation holds the same version, or the boot loader did not switch)."
+                           % (label(node, start=True), previous), result)
+    return result
+
+
+# -- upgrade -------------------------------------------------------------------
+
+def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="default", preserve=False, stage=False,
+            force_quorum_loss=False, wait_timeout=None, check_mode=False, diff=False, progress=None):
+    """Upgrade ``node`` to Talos ``target`` with installer ``image``, unless it runs ``target`` already.
+
+    ``api`` is the first upgrade API to try (upgrade.choose_api); with
+    ``fall_back`` a node without the lifecycle API is upgraded with the legacy
+    one. ``preserve`` and ``stage`` are the legacy API's; ``force_quorum_loss``
+    also skips the legacy API's own etcd check on the node.
+    """
+    previous = read_version_tag(client, node)
+    result = dict(changed=False, previous_version=previous, current_version=previous, target_version=target,
+                  image=image, rebooted=False, api_used=None, controlplane=None, etcd_gate_open=None, quorum=None,
+                  progress=[])
+    if previous == target:
+        return result
+    result.update(guard(client, node, "upgrade", force_quorum_loss))
+    result["changed"] = True
+    if diff:
+        result["diff"] = dict(before={"version": previous}, after={"version": target})
+    if check_mode:
+        # The real run learns this from the node's answer; predict it from the version.
+        result["api_used"] = "legacy" if fall_back and has_lifecycle_api(previous) is False else api
+        return result
+    steps = NodeUpgrade(client, node, image, target, result, fall_back=fall_back, reboot_mode=reboot_mode,
+                        preserve=preserve, stage=stage, force=force_quorum_loss, progress=progress)
+    return steps.run(api, wait_timeout)
+
+
+class NodeUpgrade:
+    """The steps of one node's upgrade that change it; ``result`` (the task's result) records what happened.
+
+    A failed step raises ActionFailed whose result names the ``step`` (pull,
+    install, reboot, upgrade for the legacy API, wait) and whose message says
+    in which state the node was left.
+    """
+
+    def __init__(self, client, node, image, target, result, fall_back=True, reboot_mode="default", preserve=False,
+                 stage=False, force=False, progress=None):
+        self.client = client
+        self.node = node
+        self.image = image
+        self.target = target
+        self.result = result
+        self.previous = result["previous_version"]
+        self.fall_back = fall_back
+        self.powercycle = reboot_mode == "powercycle"
+        self.preserve = preserve
+        self.stage = stage
+        self.force = force
+        self.label = label(node)
+        self.progress = progress
+
+    def run(self, api, wait_timeout=None):
+        """Upgrade with ``api`` (``lifecycle`` may turn into ``legacy``), then wait unless ``wait_timeout`` is None."""
+        boot_id = waits.read_boot_id(self.client, self.node) if wait_timeout is not None else None
+        if api == "lifecycle" and not self._pull():
+            api = "legacy"
+        self.result["api_used"] = api
+        if api == "lifecycle":
+            self._install()
+            self._reboot()
+        else:
+            self._legacy_upgrade()
+        if wait_timeout is not None:
+            self.result["current_version"] = self._wait(boot_id, wait_timeout)
+        return self.result
+
+    def _note(self, line):
+        self.result["progress"].append(line)
+        if self.progress is not None:
+            self.progress("%s: %s" % (short_label(self.node), line))
+
+    def _fail(self, step, message, cause=None):
+        raise ActionFailed(message, dict(self.result, step=step), cause)
+
+    def _containerd(self):
+        return common_pb2.ContainerdInstance(driver=common_pb2.CRI, namespace=common_pb2.NS_SYSTEM)
+
+    def _pull(self):
+        """Pull the installer image; False when the node has no ImageService and the legacy API may be used."""
+        request = image_pb2.ImageServicePullRequest(containerd=self._containerd(), image_ref=self.image)
+        try:
+            frames = self.client.stream(IMAGE_PULL, request, node=self.node)
+        except TalosUnimplementedError as err:
+            if self.fall_back:
+                self._note("node has no lifecycle API; using the legacy upgrade API")
+                return False
+            self._fail("pull", "Pulling installer image %s on %s failed: %s The node was not changed and still runs %s; "
+                       "use api: legacy for Talos older than v1.13." % (self.image, self.label, err.message, self.previous), err)
+        except TalosError as err:
+            self._fail("pull", "Pulling installer image %s on %s failed: %s The node was not changed and still runs %s."
+                       % (self.image, self.label, err.message, self.previous), err)
+        names = [frame.name for frame in frames if frame.WhichOneof("response") == "name"]
+        self._note("pulled %s" % (names[-1] if names else self.image))
+        return True
+
+    def _install(self):
+        request = lifecycle_pb2.LifecycleServiceUpgradeRequest(
+            containerd=self._containerd(), source=lifecycle_pb2.InstallArtifactsSource(image_name=self.image))
+        exit_codes = []
+
+        def record(frame):
+            kind = frame.progress.WhichOneof("response")
+            if kind == "message":
+                self._note(frame.progress.message)
+            elif kind == "exit_code":
+                exit_codes.append(frame.progress.exit_code)
+                self._note("installer exited with code %d" % frame.progress.exit_code)
+
+        try:
+            self.client.stream(LIFECYCLE_UPGRADE, request, node=self.node, on_message=record)
+        except TalosError as err:
+            self._fail("install", "Installing %s on %s failed: %s The node still runs %s and was not rebooted."
+                       % (self.image, self.label, err.message, self.previous), err)
+        if not exit_codes or exit_codes[-1] != 0:
+            outcome = "exited with code %d" % exit_codes[-1] if exit_codes else "ended without an exit code"
+            lines = [line for line in self.result["progress"] if not line.startswith("installer exited")]
+            self._fail("install", "The installer for %s on %s %s (last messages: %s); the node still runs %s and was not "
+                       "rebooted." % (self.image, self.label, outcome,
+                                      " | ".join(lines[-FAILURE_CONTEXT_LINES:]) or "none", self.previous))
+
+    def _reboot(self):
+        mode = machine_pb2.RebootRequest.POWERCYCLE if self.powercycle else machine_pb2.RebootRequest.DEFAULT
+        try:
+            self.client.call(REBOOT, machine_pb2.RebootRequest(mode=mode), node=self.node)
+        except TalosError as err:
+            self._fail("reboot", "Rebooting %s into %s failed: %s Talos %s is installed but the node still runs %s until "
+                       "its next reboot." % (self.label, self.target, err.message, self.target, self.previous), err)
+        self.result["rebooted"] = True
+        self._note("reboot requested")
+
+    def _legacy_upgrade(self):
+        reboot_mode = machine_pb2.UpgradeRequest.POWERCYCLE if self.powercycle else machine_pb2.UpgradeRequest.DEFAULT
+        request = machine_pb2.UpgradeRequest(image=self.image, preserve=self.preserve, stage=self.stage,
+                                             force=self.force, reboot_mode=reboot_mode)
+        try:
+            items = self.client.call(LEGACY_UPGRADE, request, node=self.node)
+        except TalosError as err:
+            self._fail("upgrade", "%s refused the upgrade to %s: %s The node was not changed and still runs %s."
+                       % (label(self.node, start=True), self.image, err.message, self.previous), err)
+        self.result["rebooted"] = True
+        self._note(items[0].ack if items and items[0].ack else "upgrade requested")
+
+    def _wait(self, boot_id, timeout):
+        try:
+            waits.wait_for_reboot(self.client, self.node, boot_id, _waiter(timeout, self.progress))
+            current = read_version_tag(self.client, self.node)
+        except TalosError as err:
+            self._fail("wait", "%s did not come back from the upgrade to %s: %s It was rebooting from %s into %s; check "
+                       "its console." % (label(self.node, start=True), self.target, err.message, self.previous,
+                                         self.target), err)
+        if current == self.target:
+            self._note("node is running %s" % current)
+            return current
+        if current == self.previous:
+            self._fail("wait", "%s rebooted but came back on %s instead of %s: Talos rolled the upgrade back because the "
+                       "new version failed to boot; read the node's console or dmesg before trying again."
+                       % (label(self.node, start=True), current, self.target))
+        self._fail("wait", "%s rebooted into %s, not the target %s: the installer image %s does not hold that version."
+                   % (label(self.node, start=True), current, self.target, self.image))

@@ -1,13 +1,19 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Talos machine configuration on the controller: loading, patching, redaction, diffs.
+"""Talos machine configuration: loading, patching, redaction, diffs, and applying it to nodes.
 
 A machine config is a YAML stream: one v1alpha1 document (``version: v1alpha1``
 with ``machine`` and ``cluster``) and any number of documents identified by
-``kind`` (and ``name`` where the kind is named). Patches are JSON merge patches
-(RFC 7386) given as mappings, or JSON patches (RFC 6902) given as lists of
-operations; both are applied in order before anything is sent to a node.
+``kind`` (and ``name`` where the kind is named). Patches are strategic merge
+patches given as mappings (a JSON merge patch, RFC 7386, of the document they
+name), or JSON patches (RFC 6902) given as lists of operations, which only a
+single-document config takes, as in Talos; both are applied in order before
+anything is sent to a node.
+
+``ConfigApplier`` applies a config the way ``talosctl apply-config`` does:
+a dry run first, so that an identical config changes nothing and check mode
+and diffs come from the node's own comparison.
 
 Secrets never leave this module unredacted unless the caller asks: redaction
 (redaction.py, re-exported here) replaces every secret-bearing field with
@@ -21,7 +27,6 @@ __metaclass__ = type
 import copy
 import hashlib
 import json
-import traceback
 
 try:
     import yaml
@@ -33,37 +38,36 @@ try:
     import jsonpatch
     import jsonpointer
     HAS_JSONPATCH = True
-    JSONPATCH_IMPORT_ERROR = None
-except ImportError:  # modules that take patches report it with missing_required_lib
+except ImportError:  # only JSON patches need it: applying one says so
     HAS_JSONPATCH = False
-    JSONPATCH_IMPORT_ERROR = traceback.format_exc()
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text_file
+from ansible_collections.talos_linux.talos.plugins.module_utils.go_yaml import dump_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact, redact_text, secret_values
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
 NO_CHANGES = "No changes."
+
+APPLY = "machine.MachineService/ApplyConfiguration"
+REBOOT = "machine.MachineService/Reboot"
+
+# The only FailedPrecondition ApplyConfiguration answers: "another apply configuration is already in progress".
+APPLY_RETRY_CODES = ("FailedPrecondition",)
+
+# Talos v1.14 refuses the REBOOT apply mode outside maintenance mode.
+REBOOT_MODE_REFUSED_SINCE = (1, 14)
 
 
 class _Loader(yaml.SafeLoader if HAS_YAML else object):
     """SafeLoader that keeps timestamps as strings, as Talos's YAML decoder does."""
 
 
-class _Dumper(yaml.SafeDumper if HAS_YAML else object):
-    """SafeDumper writing multi-line strings as literal blocks, so diffs stay readable."""
-
-
 if HAS_YAML:
     _Loader.yaml_implicit_resolvers = dict(
         (first, [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"])
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items())
-
-    def _represent_str(dumper, value):
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    _Dumper.add_representer(str, _represent_str)
 
 
 def _yaml_problem(exc):
@@ -81,12 +85,6 @@ def parse_yaml_stream(text, parameter):
         return [document for document in yaml.load_all(text, Loader=_Loader) if document is not None]
     except yaml.YAMLError as exc:
         raise TalosConfigError("%s is not valid YAML: %s." % (parameter, _yaml_problem(exc)))
-
-
-def dump_documents(documents):
-    """A YAML stream of ``documents``, keys in their given order."""
-    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                         allow_unicode=True, width=1 << 30, explicit_start=len(documents) > 1)
 
 
 def is_v1alpha1(document):
@@ -217,13 +215,20 @@ def apply_patches(documents, config_patches):
     A mapping with ``kind`` is merged into the document of that kind (and
     ``name``), added when there is none, and removed by ``$patch: delete``;
     any other mapping is merged into the v1alpha1 document. A list of
-    operations is a JSON patch of the v1alpha1 document.
+    operations is a JSON patch of the v1alpha1 document, refused when the
+    config has other documents (at that point of the patching), as Talos
+    refuses it.
     """
     documents = copy.deepcopy(documents)
     for index, item in enumerate(config_patches):
         parameter = "config_patches[%d]" % index
         for patch in parse_patch(item, parameter):
             if isinstance(patch, list):
+                if len(documents) > 1:
+                    raise TalosConfigError(
+                        "%s is a JSON patch (RFC 6902), which cannot be applied to a multi-document machine config "
+                        "(%s): use a strategic merge patch instead, a mapping (with kind to patch a document other "
+                        "than v1alpha1)." % (parameter, ", ".join(_document_label(document) for document in documents)))
                 _json_patch_v1alpha1(documents, patch, parameter)
             elif "kind" in patch:
                 documents = _merge_document(documents, patch)
@@ -266,6 +271,9 @@ def _json_patch_failure(exc):
 
 
 def _json_patch_v1alpha1(documents, operations, parameter):
+    if not HAS_JSONPATCH:
+        raise TalosConfigError("%s is a JSON patch (RFC 6902), which needs the Python library jsonpatch: install it "
+                               "where the module runs (pip install jsonpatch)." % parameter)
     target = _find_v1alpha1(documents, parameter)
     for number, operation in enumerate(operations, start=1):
         _check_json_patch_operation(operation, "%s operation %d" % (parameter, number))
@@ -374,3 +382,151 @@ def config_summary(text):
         "machine_type": config.machine_type,
         "documents": [_document_label(document) for document in documents],
     }
+
+
+def _machine_pb2():
+    # Imported on first use: rendering and patching configs on the controller needs no protobuf.
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+    return machine_pb2
+
+
+def request_mode(mode, maintenance, tag):
+    """The ApplyConfiguration mode to send for the module's ``mode`` to a node running Talos ``tag``.
+
+    ``reboot`` is sent as REBOOT where Talos still accepts it (maintenance
+    mode, where Talos turns it into no_reboot itself, and versions before
+    v1.14); elsewhere, and on a tag that is no version (a development build),
+    the config is applied with no_reboot and the node rebooted afterwards.
+    """
+    if mode != "reboot" or maintenance:
+        return mode
+    return "reboot" if talos_node.runs_at_least(tag, REBOOT_MODE_REFUSED_SINCE) is False else "no_reboot"
+
+
+def mode_name(value):
+    """``ApplyConfigurationRequest.Mode`` number -> the module's spelling (``NO_REBOOT`` -> ``no_reboot``)."""
+    return _machine_pb2().ApplyConfigurationRequest.Mode.Name(value).lower()
+
+
+def apply_request(data, mode, try_timeout, dry_run):
+    """The ApplyConfigurationRequest sending ``data`` in ``mode`` (``try`` rolls back after ``try_timeout`` seconds)."""
+    from google.protobuf.duration_pb2 import Duration
+    messages = _machine_pb2()
+    request = messages.ApplyConfigurationRequest(
+        data=data, mode=messages.ApplyConfigurationRequest.Mode.Value(mode.upper()), dry_run=dry_run)
+    if mode == "try":
+        request.try_mode_timeout.CopyFrom(Duration(seconds=try_timeout))
+    return request
+
+
+def apply_diff(node, mode_details, config, known_secrets, show_secrets):
+    """Before/after texts for --diff from a dry run's config diff (the whole config when there is nothing to compare)."""
+    text = dry_run_diff(mode_details)
+    if text and not show_secrets:
+        text = redact_text(text, known_secrets, diff=True)
+    sides = split_unified_diff(text) if text else None
+    if sides is None:
+        whole = config.data.decode("utf-8")
+        sides = ("", whole if show_secrets else redact_text(whole, known_secrets))
+    label = talos_node.label(node)
+    return {
+        "before": sides[0],
+        "after": sides[1],
+        "before_header": "%s: active machine configuration" % label,
+        "after_header": "%s: machine configuration to apply" % label,
+    }
+
+
+class ConfigApplier:
+    """Applies one MachineConfig to nodes as ``talosctl apply-config`` does: dry run, decision, apply, reboot or wait.
+
+    ``mode`` is one of auto, no_reboot, reboot, staged, try. ``maintenance``
+    means the nodes are in maintenance mode (reached without a client
+    certificate): they have no config to compare with and install the new one
+    by restarting. ``wait_timeout`` (seconds; None for no wait) bounds the wait
+    for a reboot or for the secure API. ``check_mode`` stops after the dry run.
+    ``progress`` (a callable taking a line) hears how a node's state changes during a long wait.
+    """
+
+    def __init__(self, client, config, mode="auto", try_timeout=60, maintenance=False, wait_timeout=None,
+                 show_secrets=False, check_mode=False, progress=None):
+        self.client = client
+        self.config = config
+        self.mode = mode
+        self.try_timeout = try_timeout
+        self.maintenance = maintenance
+        self.wait_timeout = wait_timeout
+        self.show_secrets = show_secrets
+        self.check_mode = check_mode
+        self.progress = progress
+        self.known_secrets = config.secret_values()
+
+    def _call_apply(self, node, mode, dry_run):
+        request = apply_request(self.config.data, mode, self.try_timeout, dry_run)
+        return self.client.call(APPLY, request, node=node, retry_codes=APPLY_RETRY_CODES)[0]
+
+    def apply(self, node):
+        """Apply the config to ``node``: ``(result, diff)``, diff None when the node already runs it.
+
+        ``result`` holds node, changed, mode, mode_details, warnings and
+        rebooted, with every secret of the config redacted.
+        """
+        from ansible_collections.talos_linux.talos.plugins.module_utils import waits
+        reboot_mode = _machine_pb2().ApplyConfigurationRequest.REBOOT
+        tag = talos_node.read_version_tag(self.client, node) if self.mode == "reboot" and not self.maintenance else None
+        mode = request_mode(self.mode, self.maintenance, tag)
+
+        dry_run = self._call_apply(node, mode, dry_run=True)
+        result = {
+            "node": node,
+            "changed": False,
+            "mode": mode_name(dry_run.mode),
+            "mode_details": redact_mode_details(dry_run.mode_details, self.known_secrets),
+            "warnings": [],
+            "rebooted": False,
+        }
+        # A node in maintenance mode has no configuration: applying is always a change.
+        if not self.maintenance and dry_run_has_no_changes(dry_run.mode_details):
+            return result, None
+        result["changed"] = True
+        diff = apply_diff(node, dry_run.mode_details, self.config, self.known_secrets, self.show_secrets)
+        if self.check_mode:
+            return result, diff
+
+        # Talos reboots by itself in REBOOT mode: sent before v1.14, or chosen there by AUTO for some changes.
+        rebooting = self.mode == "reboot" or dry_run.mode == reboot_mode
+        boot_id = waits.read_boot_id(self.client, node) if rebooting and not self.maintenance else None
+
+        applied = self._call_apply(node, mode, dry_run=False)
+        result.update(mode=mode_name(applied.mode), mode_details=redact_mode_details(applied.mode_details, self.known_secrets),
+                      warnings=[redact_text(warning, self.known_secrets) for warning in applied.warnings])
+
+        if self.maintenance:
+            # The node installs the configuration and restarts into it by itself.
+            result["rebooted"] = True
+            if self.wait_timeout:
+                with self.client.with_settings(insecure=False) as secure_client:
+                    waits.wait_for_secure_api(secure_client, node, waits.Waiter(self.wait_timeout, progress=self.progress))
+        elif self.mode == "reboot" or applied.mode == reboot_mode:
+            if applied.mode != reboot_mode:
+                self.client.call(REBOOT, _machine_pb2().RebootRequest(), node=node)
+            result["rebooted"] = True
+            if self.wait_timeout:
+                waits.wait_for_reboot(self.client, node, boot_id, waits.Waiter(self.wait_timeout, progress=self.progress))
+        return result, diff
+
+
+def file_diff(before, after, known_secrets, path):
+    """--diff of a config file at ``path`` from text ``before`` (None: no file) to ``after``, every secret redacted.
+
+    ``known_secrets`` are those of ``after``; the old text's own are found by
+    reading it, so that a rotated secret is redacted on both sides.
+    """
+    secrets = set(known_secrets)
+    if before:
+        try:
+            secrets |= secret_values(parse_yaml_stream(before, path))
+        except TalosConfigError:
+            pass  # not YAML: its lines are still redacted by field name and shape
+    return {"before": redact_text(before, secrets) if before else "", "after": redact_text(after, secrets) if after else "",
+            "before_header": path, "after_header": path}

@@ -12,11 +12,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import time
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact
+from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
@@ -228,40 +229,38 @@ def condition_met(resources, condition):
     return met, "; ".join(observed)
 
 
-def wait_for_condition(client, kind, namespace, resource_id, selectors, condition, node, timeout, use_watch=True):
-    """Wait until ``condition`` holds for the resources on ``node``; returns the redacted resources then.
+def _worth_waiting_out(error):
+    """Errors a wait for a condition keeps going through: all but a refused or a malformed request."""
+    return error.code not in ("PermissionDenied", "InvalidArgument")
+
+
+def wait_for_condition(client, kind, namespace, resource_id, selectors, condition, node, waiter, use_watch=True):
+    """Wait through ``waiter`` (a waits.Waiter) until ``condition`` holds for the resources on ``node``;
+    returns the redacted resources then.
 
     COSI Watch delivers every change as it happens; a node that cannot watch
     (the call is refused or breaks) is polled instead.
     """
-    end = time.monotonic() + timeout
-    observed = {"text": "nothing observed yet"}
+    subject = talos_node.short_label(node)
     if use_watch:
         try:
-            found = _watch(client, kind, namespace, resource_id, selectors, condition, node, end, observed)
+            found = _watch(client, kind, namespace, resource_id, selectors, condition, node, waiter)
             if found is not None:
                 return found
         except TalosTimeoutError:
             pass
         except TalosError as error:
-            if error.code in ("PermissionDenied", "InvalidArgument"):
+            if not _worth_waiting_out(error):
                 raise
-    while True:
-        try:
-            resources = read_resources(client, kind, namespace, resource_id, selectors, node=node)
-            met, observed["text"] = condition_met(resources, condition)
-            if met:
-                return resources
-        except TalosError as error:
-            if error.code in ("PermissionDenied", "InvalidArgument"):
-                raise
-            observed["text"] = error.message
-        remaining = end - time.monotonic()
-        if remaining <= 0:
-            raise TalosTimeoutError("Timed out after %ss waiting for %s on node %s to be %s; last observed: %s."
-                                    % (timeout, _describe(kind, resource_id, selectors), node or "(the endpoint)",
-                                       describe_condition(condition), observed["text"].rstrip(".")), node=node)
-        time.sleep(min(1.0, remaining))
+
+    def poll():
+        resources = read_resources(client, kind, namespace, resource_id, selectors, node=node)
+        met, observed = condition_met(resources, condition)
+        return Seen(observed, done=met, value=resources)
+
+    return waiter.until(poll, "%s on %s to be %s" % (_describe(kind, resource_id, selectors), talos_node.label(node),
+                                                     describe_condition(condition)),
+                        subject, tolerate=_worth_waiting_out)
 
 
 def describe_condition(condition):
@@ -279,7 +278,7 @@ def _describe(kind, resource_id, selectors):
     return text
 
 
-def _watch(client, kind, namespace, resource_id, selectors, condition, node, end, observed):
+def _watch(client, kind, namespace, resource_id, selectors, condition, node, waiter):
     """Follow COSI Watch until the condition holds (returns the resources) or the time is up (None)."""
     query = label_query(selectors)
     request = state_pb2.WatchRequest(namespace=namespace, type=kind.type, api_version=1)
@@ -300,7 +299,7 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, end
             if event.event_type == state_pb2.BOOTSTRAPPED:
                 state["bootstrapped"] = True
             elif event.event_type == state_pb2.ERRORED:
-                raise TalosError("Watching %s on node %s failed: %s." % (kind.type, node or "(the endpoint)", event.error))
+                raise TalosError("Watching %s on %s failed: %s." % (kind.type, talos_node.label(node), event.error))
             elif event.event_type == state_pb2.DESTROYED:
                 current.pop(event.resource.metadata.id, None)
             elif event.event_type in (state_pb2.CREATED, state_pb2.UPDATED):
@@ -312,13 +311,13 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, end
         if not state["bootstrapped"]:
             return False
         resources = [redact_resource(current[key]) for key in sorted(current)]
-        met, observed["text"] = condition_met(resources, condition)
+        met, observed = condition_met(resources, condition)
+        waiter.see(talos_node.short_label(node), observed)
         if met:
             state["result"] = resources
         return met
 
-    remaining = end - time.monotonic()
-    if remaining <= 0:
+    if waiter.remaining <= 0:
         return None
-    client.stream(WATCH, request, node=node, on_message=on_event, deadline=remaining)
+    client.stream(WATCH, request, node=node, on_message=on_event, deadline=waiter.remaining)
     return state["result"]

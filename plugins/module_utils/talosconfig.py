@@ -15,7 +15,6 @@ import binascii
 import os
 import re
 import ssl
-import tempfile
 
 try:
     import yaml
@@ -23,6 +22,7 @@ except ImportError:  # reported by TalosModule through missing_required_lib
     yaml = None
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import private_temp_file
 
 DEFAULT_PORT = 50000
 DEFAULT_TIMEOUT = 60
@@ -32,7 +32,7 @@ IN_POD_TALOSCONFIG = "/var/run/secrets/talos.dev/config"
 # cryptography refuse; the bytes inside are standard PKCS#8.
 _TALOS_KEY_LABEL = re.compile(r"-----(BEGIN|END) ED25519 PRIVATE KEY-----")
 
-# The connection options a module accepts (see talos_module.CONNECTION_ARGUMENT_SPEC).
+# The connection options a module accepts (see task.CONNECTION_ARGUMENT_SPEC).
 CONNECTION_OPTIONS = ("talosconfig", "context", "endpoints", "node", "nodes", "ca", "crt", "key", "insecure", "timeout")
 
 
@@ -188,6 +188,11 @@ class ConnectionSettings:
         endpoints = params["endpoints"] or context_data.get("endpoints") or []
         if not endpoints and context_data.get("target"):
             endpoints = [context_data["target"]]
+        if not endpoints and not path:
+            raise TalosConfigError(
+                "No Talos endpoint is configured and no talosconfig file was found: the talosconfig option and "
+                "TALOSCONFIG are unset and neither %s exists. Point one of them at a talosconfig file, or give the "
+                "endpoints, ca, crt and key options." % " nor ".join(default_talosconfig_paths(environ)))
         endpoints_source = "the endpoints option" if params["endpoints"] else file_source
         if params["nodes"]:
             nodes = params["nodes"]
@@ -262,21 +267,19 @@ def _load_client_certificate(context, crt, key, source):
     ssl only loads a key pair from a file, so it goes through a private (0600)
     temporary file that is removed as soon as it is loaded.
     """
-    handle, path = tempfile.mkstemp(prefix="talos-client-", suffix=".pem")
     try:
-        with os.fdopen(handle, "w") as pem_file:
-            pem_file.write(crt)
-            pem_file.write(key)
-        context.load_cert_chain(path)
+        with private_temp_file(crt + key) as path:
+            context.load_cert_chain(path)
     except (ssl.SSLError, ValueError) as err:
         raise TalosConfigError("The client certificate and key from %s cannot be loaded (%s): they must be a PEM certificate "
                                "and its matching private key." % (source, _ssl_reason(err)))
-    finally:
-        os.unlink(path)
 
 
-def _load_context(path, context_option):
-    """Read ``path`` and return ``(context_name, context_dict)``."""
+def read_talosconfig(path):
+    """The talosconfig at ``path`` as a mapping whose ``contexts`` is a mapping, or None when the file is empty.
+
+    Raises TalosConfigError naming the file when it cannot be read or is not a talosconfig.
+    """
     try:
         with open(path, "rb") as config_file:
             data = yaml.safe_load(config_file.read().decode("utf-8"))
@@ -289,12 +292,20 @@ def _load_context(path, context_option):
         where = " at line %d" % (mark.line + 1) if mark else ""
         raise TalosConfigError("The talosconfig file %s is not valid YAML%s." % (path, where))
     if not data:
-        raise TalosConfigError("The talos config file %s is empty." % path)
+        return None
     if not isinstance(data, dict):
         raise TalosConfigError("The talosconfig file %s is not a mapping of context, contexts." % path)
-    contexts = data.get("contexts") or {}
-    if not isinstance(contexts, dict):
+    if not isinstance(data.get("contexts") or {}, dict):
         raise TalosConfigError("The contexts of talosconfig %s must be a mapping of context names to contexts." % path)
+    return data
+
+
+def _load_context(path, context_option):
+    """Read ``path`` and return ``(context_name, context_dict)``."""
+    data = read_talosconfig(path)
+    if data is None:
+        raise TalosConfigError("The talos config file %s is empty." % path)
+    contexts = data.get("contexts") or {}
     available = ", ".join(sorted(str(name) for name in contexts)) or "none"
     if context_option:
         if context_option not in contexts:

@@ -39,11 +39,13 @@ options:
   config_patches:
     description:
       - Patches applied in order to the configuration before it is sent, as mappings or YAML text.
-      - A mapping is a JSON merge patch (RFC 7386) of the v1alpha1 document (C(machine), C(cluster), ...) - nested
-        mappings merge, lists and scalars replace, C(null) deletes. A mapping with C(kind) (and C(name) for named
-        documents) patches the document of that kind instead, adds it when the configuration has none, and removes
-        it when it holds C($patch) set to C(delete).
-      - A list of operations (C(op), C(path), C(value)) is a JSON patch (RFC 6902) of the v1alpha1 document.
+      - A mapping is a strategic merge patch - a JSON merge patch (RFC 7386) of the v1alpha1 document (C(machine),
+        C(cluster), ...) where nested mappings merge, lists and scalars replace and C(null) deletes. A mapping with
+        C(kind) (and C(name) for named documents) patches the document of that kind instead, adds it when the
+        configuration has none, and removes it when it holds C($patch) set to C(delete).
+      - A list of operations (C(op), C(path), C(value)) is a JSON patch (RFC 6902) of the v1alpha1 document. As in
+        Talos, it only applies to a single-document configuration - a configuration with other documents (as Talos
+        v1.12 and later write them) makes the task fail before anything is sent; use a mapping there.
       - YAML text may hold several patch documents, applied in order.
       - Treated as secret (C(no_log)), since patches often carry keys or tokens; once the options are validated only
         the secret fields of the patches stay masked, so that messages naming an operation or a path stay readable.
@@ -128,10 +130,16 @@ EXAMPLES = r"""
         machine:
           sysctls:
             vm.max_map_count: "262144"
+  throttle: 1
+
+- name: Add a certificate SAN with a JSON patch (single-document configurations only)
+  talos_linux.talos.talos_apply_config:
+    node: 10.5.0.2
+    config_file: ./controlplane-v1.11.yaml
+    config_patches:
       - - op: add
           path: /machine/certSANs/-
           value: api.example.com
-  throttle: 1
 
 - name: Apply a configuration that needs a reboot and wait for the node
   talos_linux.talos.talos_apply_config:
@@ -209,172 +217,42 @@ results:
       sample: false
 """
 
-from ansible.module_utils.basic import missing_required_lib
-
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import (
-    HAS_JSONPATCH,
-    JSONPATCH_IMPORT_ERROR,
-    dry_run_diff,
-    dry_run_has_no_changes,
-    load_config,
-    patch_secret_values,
-    redact_mode_details,
-    redact_text,
-    split_unified_diff,
-)
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import ConfigApplier, load_config, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import maskable_literals
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import read_boot_id, wait_for_reboot, wait_for_secure_api
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
-try:
-    from google.protobuf.duration_pb2 import Duration
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
-    machine_pb2 = None
-
-APPLY = "machine.MachineService/ApplyConfiguration"
-VERSION = "machine.MachineService/Version"
-REBOOT = "machine.MachineService/Reboot"
-
-# The only FailedPrecondition ApplyConfiguration answers: "another apply configuration is already in progress".
-APPLY_RETRY_CODES = ("FailedPrecondition",)
-
-# Talos v1.14 refuses the REBOOT apply mode outside maintenance mode.
-REBOOT_MODE_REFUSED_SINCE = (1, 14)
+SPEC = TaskSpec(
+    argument_spec=dict(
+        config=dict(type="str", no_log=True),
+        config_file=dict(type="path"),
+        config_patches=dict(type="list", elements="raw", no_log=True),
+        mode=dict(type="str", default="auto", choices=["auto", "no_reboot", "reboot", "staged", "try"]),
+        try_timeout=dict(type="int", default=60),
+        show_secrets=dict(type="bool", default=False),
+    ),
+    wait=True,
+    ranges=dict(try_timeout=(1, None)),
+    mutually_exclusive=[("config", "config_file")],
+    required_one_of=[("config", "config_file")],
+)
 
 
-def parse_version(tag):
-    """``(major, minor)`` of a Talos version tag such as ``v1.14.0-rc.1``, or None."""
-    parts = (tag or "").lstrip("v").split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def request_mode(mode, maintenance, version):
-    """The ApplyConfiguration mode to send for the module's ``mode``.
-
-    ``reboot`` is sent as REBOOT where Talos still accepts it (maintenance mode,
-    where Talos turns it into no_reboot itself, and versions before v1.14);
-    elsewhere the module applies with no_reboot and reboots the node itself.
-    """
-    if mode != "reboot" or maintenance:
-        return mode
-    if version is not None and version < REBOOT_MODE_REFUSED_SINCE:
-        return "reboot"
-    return "no_reboot"
-
-
-def mode_name(value):
-    """``ApplyConfigurationRequest.Mode`` number -> the module's spelling (``NO_REBOOT`` -> ``no_reboot``)."""
-    return machine_pb2.ApplyConfigurationRequest.Mode.Name(value).lower()
-
-
-def build_request(data, mode, try_timeout, dry_run):
-    request = machine_pb2.ApplyConfigurationRequest(
-        data=data, mode=machine_pb2.ApplyConfigurationRequest.Mode.Value(mode.upper()), dry_run=dry_run)
-    if mode == "try":
-        request.try_mode_timeout.CopyFrom(Duration(seconds=try_timeout))
-    return request
-
-
-def build_diff(node, mode_details, config, known_secrets, show_secrets):
-    """Before/after texts for --diff from a dry run's config diff (the whole config when there is nothing to compare)."""
-    text = dry_run_diff(mode_details)
-    if text and not show_secrets:
-        text = redact_text(text, known_secrets, diff=True)
-    sides = split_unified_diff(text) if text else None
-    if sides is None:
-        sides = ("", config.data.decode("utf-8") if show_secrets else redact_text(config.data.decode("utf-8"), known_secrets))
-    label = "node %s" % node if node else "the endpoint"
-    return {
-        "before": sides[0],
-        "after": sides[1],
-        "before_header": "%s: active machine configuration" % label,
-        "after_header": "%s: machine configuration to apply" % label,
-    }
-
-
-class ConfigApplier:
-    """The apply flow for one task: dry run, decision, apply, reboot or wait."""
-
-    def __init__(self, module, config, known_secrets):
-        self.module = module
-        self.client = module.client
-        self.params = module.params
-        self.config = config
-        self.known_secrets = known_secrets
-        self.maintenance = module.params["insecure"]
-
-    def _call_apply(self, node, mode, dry_run):
-        request = build_request(self.config.data, mode, self.params["try_timeout"], dry_run)
-        return self.client.call(APPLY, request, node=node, retry_codes=APPLY_RETRY_CODES)[0]
-
-    def _version(self, node):
-        return parse_version(self.client.call(VERSION, node=node)[0].version.tag)
-
-    def apply(self, node):
-        """Apply the configuration to ``node``; returns ``(result, diff)``."""
-        requested = self.params["mode"]
-        version = self._version(node) if requested == "reboot" and not self.maintenance else None
-        mode = request_mode(requested, self.maintenance, version)
-
-        dry_run = self._call_apply(node, mode, dry_run=True)
-        result = {
-            "node": node,
-            "changed": False,
-            "mode": mode_name(dry_run.mode),
-            "mode_details": redact_mode_details(dry_run.mode_details, self.known_secrets),
-            "warnings": [],
-            "rebooted": False,
-        }
-        # A node in maintenance mode has no configuration: applying is always a change.
-        if not self.maintenance and dry_run_has_no_changes(dry_run.mode_details):
-            return result, None
-        result["changed"] = True
-        diff = build_diff(node, dry_run.mode_details, self.config, self.known_secrets, self.params["show_secrets"])
-        if self.module.check_mode:
-            return result, diff
-
-        # Talos reboots by itself in REBOOT mode: sent before v1.14, or chosen there by AUTO for some changes.
-        rebooting = requested == "reboot" or dry_run.mode == machine_pb2.ApplyConfigurationRequest.REBOOT
-        boot_id = read_boot_id(self.client, node) if rebooting and not self.maintenance else None
-
-        applied = self._call_apply(node, mode, dry_run=False)
-        result.update(mode=mode_name(applied.mode), mode_details=redact_mode_details(applied.mode_details, self.known_secrets),
-                      warnings=[redact_text(warning, self.known_secrets) for warning in applied.warnings])
-
-        if self.maintenance:
-            # The node installs the configuration and restarts into it by itself.
-            result["rebooted"] = True
-            if self.params["wait"]:
-                with self.client.with_settings(insecure=False) as secure_client:
-                    wait_for_secure_api(secure_client, node, self.params["wait_timeout"])
-        elif requested == "reboot" or applied.mode == machine_pb2.ApplyConfigurationRequest.REBOOT:
-            if applied.mode != machine_pb2.ApplyConfigurationRequest.REBOOT:
-                self.client.call(REBOOT, machine_pb2.RebootRequest(), node=node)
-            result["rebooted"] = True
-            if self.params["wait"]:
-                wait_for_reboot(self.client, node, boot_id, self.params["wait_timeout"])
-        return result, diff
-
-
-def run(module):
-    if module.params["config_patches"] and not HAS_JSONPATCH:
-        module.fail_json(msg=missing_required_lib("jsonpatch"), exception=JSONPATCH_IMPORT_ERROR)
-
+def run(task):
+    params = task.params
     # Masking every word of the patches would garble messages that name an operation or a path.
-    module.mask_only("config_patches", patch_secret_values(module.params["config_patches"]))
-    config = load_config(module.params["config"], module.params["config_file"], module.params["config_patches"])
-    known_secrets = config.secret_values()
-    if not module.params["show_secrets"]:
+    task.mask_only("config_patches", patch_secret_values(params["config_patches"]))
+    config = load_config(params["config"], params["config_file"], params["config_patches"])
+    applier = ConfigApplier(task.client, config, params["mode"], params["try_timeout"], maintenance=params["insecure"],
+                            wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                            show_secrets=params["show_secrets"], check_mode=task.check_mode, progress=task.progress)
+    if not params["show_secrets"]:
         # Messages and diffs hold no secret by construction; masking long literals is a second line of defence.
-        module.no_log_values.update(maskable_literals(known_secrets))
+        task.hide(maskable_literals(applier.known_secrets))
 
-    applier = ConfigApplier(module, config, known_secrets)
-    nodes = module.target_nodes
+    nodes = task.target_nodes
     results, diffs = [], []
     for node in nodes:
         try:
@@ -382,41 +260,26 @@ def run(module):
         except TalosError as error:
             if len(nodes) == 1:
                 raise
-            module.fail_from_error(error, changed=any(r["changed"] for r in results), results=results,
-                                   rebooted=any(r["rebooted"] for r in results))
+            raise TaskFailed.from_error(error, changed=any(r["changed"] for r in results), results=results,
+                                        rebooted=any(r["rebooted"] for r in results))
         results.append(result)
         if diff is not None:
             diffs.append(diff)
         for warning in result["warnings"]:
-            module.warn("%s: %s" % ("Node %s" % node if node else "The endpoint", warning))
+            task.warn("%s: %s" % (label(node, start=True), warning))
 
     output = {"changed": any(r["changed"] for r in results), "rebooted": any(r["rebooted"] for r in results)}
     if len(nodes) == 1:
         output.update((key, results[0][key]) for key in ("node", "mode", "mode_details"))
     else:
         output["results"] = results
-    if module._diff and diffs:
+    if task.diff and diffs:
         output["diff"] = diffs[0] if len(nodes) == 1 else diffs
-    module.exit_json(**output)
+    return output
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            config=dict(type="str", no_log=True),
-            config_file=dict(type="path"),
-            config_patches=dict(type="list", elements="raw", no_log=True),
-            mode=dict(type="str", default="auto", choices=["auto", "no_reboot", "reboot", "staged", "try"]),
-            try_timeout=dict(type="int", default=60),
-            show_secrets=dict(type="bool", default=False),
-        ),
-        wait=True,
-        ranges=dict(try_timeout=(1, None)),
-        mutually_exclusive=[("config", "config_file")],
-        required_one_of=[("config", "config_file")],
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

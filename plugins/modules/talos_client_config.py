@@ -152,39 +152,39 @@ certificate:
 
 import os
 
-try:
-    import yaml
-except ImportError:  # reported by ControllerModule through missing_required_lib
-    yaml = None
-
-from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, go_yaml, redaction
-from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import ControllerModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
-    PRIVATE_MODE, destination_problem, file_mode, read_text, write_private,
-)
+from ansible_collections.talos_linux.talos.plugins.module_utils import client_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import read_talosconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        dest=dict(type="path", required=True),
+        secrets=dict(type="path", required=True),
+        cluster_name=dict(type="str", required=True),
+        endpoints=dict(type="list", elements="str", default=[]),
+        nodes=dict(type="list", elements="str", default=[]),
+        roles=dict(type="list", elements="str", default=["os:admin"], choices=list(client_config.ROLES)),
+        ttl=dict(type="str", default=client_config.DEFAULT_TTL),
+        renew_before=dict(type="str", default=client_config.DEFAULT_RENEW_BEFORE),
+    ),
+    connection=False,
+)
 
 
-def redacted(document):
-    return go_yaml.dump(redaction.redact(document)) if document else ""
-
-
-def run(module):
-    params = module.params
+def run(task):
+    params = task.params
     path = os.path.abspath(params["dest"])
-    problem = destination_problem(path, "dest")
-    if problem:
-        raise TalosConfigError(problem)
+    check_destination(path, "the talosconfig", "dest")
     bundle = SecretsBundle.load(os.path.abspath(params["secrets"]))
-    existing = client_config.read_talosconfig(path)
+    existing = read_talosconfig(path) if os.path.isfile(path) else None
     text, issued, crt_b64 = client_config.render_talosconfig(
         bundle, params["cluster_name"], endpoints=params["endpoints"], nodes=params["nodes"], roles=params["roles"],
         ttl=params["ttl"], renew_before=params["renew_before"], existing=existing)
-    current = read_text(path)
-    changed = current != text or file_mode(path) != PRIVATE_MODE
     result = {
-        "changed": changed,
+        "changed": update_private(path, text, "the talosconfig", task.check_mode),
         "dest": path,
         "context": params["cluster_name"],
         "endpoints": list(params["endpoints"]),
@@ -192,33 +192,13 @@ def run(module):
         "issued": issued,
         "certificate": client_config.certificate_facts(crt_b64),
     }
-    if changed:
-        result["diff"] = {"before": redacted(existing), "after": redacted(yaml.safe_load(text)),
-                          "before_header": path, "after_header": path}
-        if not module.check_mode:
-            try:
-                write_private(path, text)
-            except (IOError, OSError) as error:
-                raise TalosConfigError("Cannot write the talosconfig to %s: %s." % (path, error.strerror or error))
-    module.exit_json(**result)
+    if result["changed"]:
+        result["diff"] = client_config.file_diff(existing, text, path)
+    return result
 
 
 def main():
-    module = ControllerModule(
-        argument_spec=dict(
-            dest=dict(type="path", required=True),
-            secrets=dict(type="path", required=True),
-            cluster_name=dict(type="str", required=True),
-            endpoints=dict(type="list", elements="str", default=[]),
-            nodes=dict(type="list", elements="str", default=[]),
-            roles=dict(type="list", elements="str", default=["os:admin"],
-                       choices=list(client_config.ROLES)),
-            ttl=dict(type="str", default=client_config.DEFAULT_TTL),
-            renew_before=dict(type="str", default=client_config.DEFAULT_RENEW_BEFORE),
-        ),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

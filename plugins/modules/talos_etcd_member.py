@@ -32,11 +32,11 @@ options:
         O(wait_timeout) seconds. With O(wait=false) it checks once and fails when the member is not there. In check
         mode it checks once and only warns, since the tasks that would make the node join did not run either.
       - V(absent) removes O(member) from etcd. A member that is not there is left alone (no change).
-        The removal is refused when it would cost the cluster its quorum, unless O(force=true) - removing a voting
-        member from a cluster of N voting members leaves N-1, and etcd then needs (N-1)//2+1 of them to be healthy;
-        the module counts the remaining voting members whose node answers EtcdStatus without errors and refuses when
-        they are fewer. Removing a learner never affects quorum; removing the last member is always refused without
-        O(force).
+        The removal passes the etcd quorum guard first - removing a voting member from a cluster of N voting members
+        leaves N-1, and etcd then needs (N-1)//2+1 of them to be healthy; the module counts the remaining voting
+        members whose node answers EtcdStatus without errors and refuses when they are fewer, unless
+        O(force_quorum_loss=true). Removing a learner never affects quorum; the last voting member is never removed,
+        whatever O(force_quorum_loss) says.
     type: str
     choices: [present, absent]
     default: present
@@ -51,9 +51,11 @@ options:
     type: str
     choices: [auto, leave, remove]
     default: auto
-  force:
+  force_quorum_loss:
     description:
       - Remove the member even when the remaining healthy members would lose quorum.
+      - The alias O(force) is deprecated and will be removed in version 3.0.0 of the collection.
+    aliases: [force]
     type: bool
     default: false
   forfeit_leadership:
@@ -177,6 +179,13 @@ method:
   returned: when a member was removed (or would be, in check mode)
   type: str
   sample: leave
+etcd_gate_open:
+  description:
+    - Whether the etcd quorum guard lets the member go - false when the remaining members would lose quorum (the
+      task then fails, unless O(force_quorum_loss=true)).
+  returned: when O(state=absent) and the member exists
+  type: bool
+  sample: true
 quorum:
   description: The quorum check made before a removal.
   returned: when O(state=absent) and the member exists
@@ -218,218 +227,43 @@ snapshot:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import is_transient, wait_until
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
-try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
-    machine_pb2 = None
-
-LEAVE = "machine.MachineService/EtcdLeaveCluster"
-REMOVE = "machine.MachineService/EtcdRemoveMemberByID"
-FORFEIT = "machine.MachineService/EtcdForfeitLeadership"
-# A member whose node does not answer EtcdStatus within this many seconds
-# (or the timeout option, when shorter) counts as unhealthy.
-HEALTH_PROBE_SECONDS = 10
-
-
-def describe(node):
-    return "node %s" % node if node else "the endpoint"
+SPEC = TaskSpec(
+    argument_spec=dict(
+        member=dict(type="str"),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+        method=dict(type="str", default="auto", choices=["auto", "leave", "remove"]),
+        force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
+            dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
+        forfeit_leadership=dict(type="bool", default=False),
+        snapshot=dict(type="path"),
+    ),
+    wait=True,
+)
 
 
-class ClusterView:
-    """The members as one control plane lists them, with each member's EtcdStatus."""
-
-    def __init__(self, members, statuses):
-        self.members = members
-        self.statuses = statuses
-
-    @classmethod
-    def read(cls, client, node, probe_seconds):
-        members = etcd.list_members(client, node)
-        return cls(members, etcd.member_statuses(client, members, deadline=probe_seconds))
-
-    def healthy(self, member):
-        return etcd.is_healthy(self.statuses.get(member["id"]))
-
-    def answers(self, member):
-        return isinstance(self.statuses.get(member["id"]), dict)
-
-    def with_health(self):
-        return [dict(member, healthy=self.healthy(member)) for member in self.members]
-
-    def leader(self):
-        leader_id = etcd.leader_id(self.statuses)
-        if leader_id is None:
-            return None
-        member = etcd.find_member(self.members, leader_id)
-        return {"id": leader_id, "hostname": member["hostname"] if member else None}
-
-
-def forfeit(module, client, view, member, result):
-    """Move leadership away from ``member`` when it leads; True when it did (or would)."""
-    leader = view.leader()
-    if leader is None or leader["id"] != member["id"]:
-        return False
-    voters = [m for m in view.members if not m["is_learner"]]
-    if len(voters) < 2:
-        raise TalosError("etcd member %s cannot forfeit leadership: it is the only voting member, so there is no "
-                         "member to hand leadership to." % member["hostname"])
-    if not module.check_mode:
-        address = etcd.member_address(member)
-        items = client.call(FORFEIT, machine_pb2.EtcdForfeitLeadershipRequest(), node=address)
-        result["new_leader"] = items[0].member if items else None
-    return True
-
-
-def remove(module, client, view, member, result):
-    """Remove ``member`` unless that breaks quorum (without force); True when it did (or would)."""
-    check = etcd.removal_check(view.members, view.statuses, member)
-    result["quorum"] = check
-    if not check["safe"] and not module.params["force"]:
-        unhealthy = (" (not healthy: %s)" % ", ".join(check["unhealthy"])) if check["unhealthy"] else ""
-        raise TalosError(
-            "Refusing to remove etcd member %s: %d voting members would remain, etcd needs %d of them healthy for "
-            "quorum, but only %d are healthy%s; fix the unhealthy members first or set force=true to remove it anyway."
-            % (member["hostname"] or member["id"], check["voters_after"], check["quorum_after"], check["healthy_after"], unhealthy))
-
-    method = module.params["method"]
-    if method == "auto":
-        method = "leave" if view.answers(member) else "remove"
-    if method == "leave" and not view.answers(member):
-        raise TalosError("Cannot make etcd member %s leave: its node %s does not answer (%s); use method=remove to "
-                         "remove it through another control plane." % (
-                             member["hostname"], etcd.member_address(member), str(view.statuses[member["id"]]).rstrip(".")))
-    result["method"] = method
-    if module.check_mode:
-        return True
-    if method == "leave":
-        client.call(LEAVE, machine_pb2.EtcdLeaveClusterRequest(), node=etcd.member_address(member))
-    else:
-        through = surviving_node(view, member, None)
-        if through is None:
-            raise TalosError("Cannot remove etcd member %s: no other member is healthy to remove it through."
-                             % member["hostname"])
-        try:
-            client.call(REMOVE, machine_pb2.EtcdRemoveMemberByIDRequest(member_id=int(member["id"], 16)), node=through)
-        except TalosError as err:
-            if err.code != "NotFound":  # removed meanwhile
-                raise
-    return True
-
-
-def wait_for_member(module, client, node, ref):
-    """Wait up to wait_timeout until ``ref`` is a voting member; True once it is.
-
-    Without wait it checks once and fails when ``ref`` is not a voting member.
-    In check mode (where the wait options do not apply) it checks once and
-    only warns, since the steps that would make the node join did not run.
-    """
-    def joined():
-        try:
-            members = etcd.list_members(client, node)
-        except TalosError as err:
-            if not is_transient(err) and err.code not in ("FailedPrecondition", "Unknown"):
-                raise
-            return False, err.message
-        member = etcd.find_member(members, ref)
-        if member is None:
-            return False, "%s is not a member (members: %s)" % (ref, ", ".join(m["hostname"] or m["id"] for m in members) or "none")
-        if member["is_learner"]:
-            return False, "%s is still a learner" % ref
-        return True, "%s is a voting member" % ref
-
-    if module.params["wait"] and not module.check_mode:
-        wait_until(joined, timeout=module.params["wait_timeout"], description="%s to be a voting etcd member" % ref)
-        return True
-    done, observed = joined()
-    if done:
-        return True
-    if module.check_mode:
-        module.warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (ref, observed))
-        return False
-    raise TalosError("etcd member check failed: %s." % observed)
-
-
-def run(module):
-    params = module.params
-    client = module.client
-    node = module.single_node("talks to one control-plane node")
+def run(task):
+    params = task.params
+    client = task.client
+    node = task.single_node("talks to one control-plane node")
     ref = params["member"] or etcd.own_member_name(client, node)
-    probe = min(HEALTH_PROBE_SECONDS, params["timeout"])
-    result = {"changed": False}
-
+    snapshot = None
     if params["snapshot"]:
-        result["snapshot"] = etcd.save_snapshot(client, node, params["snapshot"], check_mode=module.check_mode)
-        result["changed"] = result["snapshot"]["changed"]
-
-    if params["state"] == "present":
-        try:
-            view = ClusterView.read(client, node, probe)
-        except TalosError as err:
-            if not is_transient(err) and err.code not in ("FailedPrecondition", "Unknown"):
-                raise
-            view = ClusterView([], {})
-        members_before = view.with_health()
-        if not _is_voter(view.members, ref) and wait_for_member(module, client, node, ref):
-            view = ClusterView.read(client, node, probe)
-    else:
-        view = ClusterView.read(client, node, probe)
-        members_before = view.with_health()
-    member = etcd.find_member(view.members, ref)
-    result.update(member=member, members_before=members_before)
-
-    acted = False
-    if member is not None and params["forfeit_leadership"]:
-        acted = forfeit(module, client, view, member, result) or acted
-    if member is not None and params["state"] == "absent":
-        acted = remove(module, client, view, member, result) or acted
-    result["changed"] = result["changed"] or acted
-
-    if acted and module.check_mode:
-        after = [m for m in members_before if params["state"] == "present" or m["id"] != member["id"]]
-        result.update(members_after=after, leader=view.leader())
-    elif acted:
-        view_after = ClusterView.read(client, surviving_node(view, member, node) if params["state"] == "absent" else node, probe)
-        result.update(members_after=view_after.with_health(), leader=view_after.leader())
-    else:
-        result.update(members_after=view.with_health(), leader=view.leader())
-    result["diff"] = {
-        "before": {"members": sorted(m["hostname"] or m["id"] for m in members_before)},
-        "after": {"members": sorted(m["hostname"] or m["id"] for m in result["members_after"])},
-    }
-    module.exit_json(**result)
-
-
-def surviving_node(view, removed, fallback):
-    """A healthy member's node other than ``removed``: the one to ask about the cluster after the removal."""
-    for member in view.members:
-        if member["id"] != removed["id"] and view.healthy(member):
-            return etcd.member_address(member)
-    return fallback
-
-
-def _is_voter(members, ref):
-    member = etcd.find_member(members, ref)
-    return member is not None and not member["is_learner"]
+        snapshot = etcd.save_snapshot(client, node, params["snapshot"], check_mode=task.check_mode)
+    result = etcd.manage_member(client, node, ref, params["state"], params["method"],
+                                forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
+                                probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),
+                                wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                check_mode=task.check_mode, warn=task.warn, progress=task.progress)
+    if snapshot is not None:
+        result.update(snapshot=snapshot, changed=result["changed"] or snapshot["changed"])
+    return result
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            member=dict(type="str"),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            method=dict(type="str", default="auto", choices=["auto", "leave", "remove"]),
-            force=dict(type="bool", default=False),
-            forfeit_leadership=dict(type="bool", default=False),
-            snapshot=dict(type="path"),
-        ),
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

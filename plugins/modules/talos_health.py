@@ -159,40 +159,42 @@ worker_nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import health
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        checks=dict(type="str", choices=["talos", "all"], default="talos"),
+        control_plane_nodes=dict(type="list", elements="str"),
+        worker_nodes=dict(type="list", elements="str"),
+        wait_timeout=dict(type="int", default=600),
+        poll_interval=dict(type="int", default=2),
+    ),
+    ranges=dict(wait_timeout=(0, None), poll_interval=(1, None)),
+)
 
 
-def run(module):
-    params = module.params
+def run(task):
+    params = task.params
     # The talosconfig's own node list does not choose the control plane to ask: the endpoint answers then.
-    node = module.single_node("asks one control plane for the cluster's health") if module.params["nodes"] else module.params["node"]
-    nodes = health.nodes_to_check(module.client, params["control_plane_nodes"], params["worker_nodes"], node)
+    node = task.single_node("asks one control plane for the cluster's health") if params["nodes"] else params["node"]
+    nodes = health.nodes_to_check(task.client, params["control_plane_nodes"], params["worker_nodes"], node)
     result = dict(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers)
     try:
         if params["checks"] == "all":
-            checks, elapsed = health.server_health_check(module.client, nodes, node, params["wait_timeout"])
+            checks, elapsed = health.server_health_check(task.client, nodes, node, params["wait_timeout"], task.progress)
         else:
-            checks, elapsed = health.run_talos_checks(module.client, nodes, params["wait_timeout"], params["poll_interval"])
+            checks, elapsed = health.run_talos_checks(task.client, nodes, params["wait_timeout"], params["poll_interval"],
+                                                      task.progress)
     except health.HealthFailure as failure:
         failed = [check for check in failure.checks if check["state"] == "failed"][-1]
-        module.fail_json(msg=failure.message, checks=failure.checks, elapsed=failure.elapsed, failed_check=failed["name"],
+        raise TaskFailed(failure.message, checks=failure.checks, elapsed=failure.elapsed, failed_check=failed["name"],
                          failed_nodes=failed["nodes"], **result)
-    module.exit_json(checks=checks, elapsed=elapsed, **result)
+    return dict(checks=checks, elapsed=elapsed, **result)
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            checks=dict(type="str", choices=["talos", "all"], default="talos"),
-            control_plane_nodes=dict(type="list", elements="str"),
-            worker_nodes=dict(type="list", elements="str"),
-            wait_timeout=dict(type="int", default=600),
-            poll_interval=dict(type="int", default=2),
-        ),
-        ranges=dict(wait_timeout=(0, None), poll_interval=(1, None)),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ description:
     O(dest) is not set.
   - Talos issues a new admin client certificate on every call. The module therefore compares the fetched kubeconfig
     with the file at O(dest) leaving out the client credentials (C(client-certificate-data), C(client-key-data)) of
-    its users, and rewrites the file only when something else differs (cluster CA, server, names), when the file's
-    client certificate has expired or expires within a day, or when the file's mode is not C(0600). A second run
-    therefore reports no change and leaves the existing credentials in place.
+    its users, and rewrites the file only when something else differs (cluster CA, server, names) or when the file's
+    client certificate has expired or expires within a day; a file whose mode is not C(0600) gets that mode. A
+    second run therefore reports no change and leaves the existing credentials in place.
   - Optionally points the kubeconfig at another API server address (O(server)) and renames its context and cluster
     (O(context_name), O(cluster_name)), for example to merge several clusters' kubeconfigs later.
 author:
@@ -122,191 +122,48 @@ node:
   sample: 10.5.0.2
 """
 
-import base64
-import copy
-import datetime
-import gzip
-import io
 import os
-import tarfile
-import zlib
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import write_private
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils import kubeconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
-try:
-    import yaml
-except ImportError:  # reported by TalosModule through missing_required_lib
-    yaml = None
-
-try:
-    from cryptography import x509
-except ImportError:  # reported by TalosModule through missing_required_lib
-    x509 = None
-
-KUBECONFIG = "machine.MachineService/Kubeconfig"
-CREDENTIAL_KEYS = ("client-certificate-data", "client-key-data")
-# Existing credentials that expire sooner than this are replaced.
-RENEW_BEFORE = datetime.timedelta(days=1)
+SPEC = TaskSpec(
+    argument_spec=dict(
+        dest=dict(type="path"),
+        server=dict(type="str"),
+        context_name=dict(type="str"),
+        cluster_name=dict(type="str"),
+    ),
+)
 
 
-def extract_kubeconfig(blob, node):
-    """The ``kubeconfig`` file inside the gzip'd tar archive Talos streams."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob)), mode="r:") as archive:
-            for member in archive.getmembers():
-                if member.isfile() and os.path.basename(member.name) == "kubeconfig":
-                    return archive.extractfile(member).read().decode("utf-8")
-    except (OSError, EOFError, zlib.error, tarfile.TarError, UnicodeDecodeError) as err:
-        raise TalosError("The kubeconfig archive from %s could not be read (%s): expected a gzip-compressed tar "
-                         "holding a file named kubeconfig." % (describe(node), err), node=node)
-    raise TalosError("The kubeconfig archive from %s holds no file named kubeconfig." % describe(node), node=node)
-
-
-def describe(node):
-    return "node %s" % node if node else "the endpoint"
-
-
-def rewrite(config, server=None, context=None, cluster=None):
-    """Apply the server, context and cluster options to a parsed kubeconfig in place."""
-    clusters = config.get("clusters") or []
-    contexts = config.get("contexts") or []
-    if server:
-        for entry in clusters:
-            entry.setdefault("cluster", {})["server"] = server
-    if cluster:
-        if len(clusters) != 1:
-            raise TalosError("Cannot rename the cluster to %s: the kubeconfig has %d cluster entries, expected one."
-                             % (cluster, len(clusters)))
-        old = clusters[0].get("name")
-        clusters[0]["name"] = cluster
-        for entry in contexts:
-            if (entry.get("context") or {}).get("cluster") == old:
-                entry["context"]["cluster"] = cluster
-    if context:
-        if len(contexts) != 1:
-            raise TalosError("Cannot rename the context to %s: the kubeconfig has %d contexts, expected one."
-                             % (context, len(contexts)))
-        contexts[0]["name"] = context
-        config["current-context"] = context
-    return config
-
-
-def without_credentials(config):
-    """A copy of ``config`` whose users' client credentials are removed."""
-    config = copy.deepcopy(config)
-    for entry in config.get("users") or []:
-        user = entry.get("user") or {}
-        for key in CREDENTIAL_KEYS:
-            user.pop(key, None)
-    return config
-
-
-def credentials_expire_soon(config, now):
-    """True when a user's client certificate in ``config`` is unreadable or expires within RENEW_BEFORE."""
-    for entry in config.get("users") or []:
-        data = (entry.get("user") or {}).get("client-certificate-data")
-        if not data:
-            continue
-        try:
-            certificate = x509.load_pem_x509_certificate(base64.b64decode(data))
-        except (ValueError, TypeError):
-            return True
-        if certificate.not_valid_after_utc - RENEW_BEFORE <= now:
-            return True
-    return False
-
-
-def read_existing(path):
-    """The parsed kubeconfig at ``path``, or None when there is none or it is not a kubeconfig."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        try:
-            config = yaml.safe_load(f)
-        except yaml.YAMLError:
-            return None
-    return config if isinstance(config, dict) else None
-
-
-def needs_write(existing, fetched, path):
-    """Whether the file at ``path`` must be (re)written with ``fetched``."""
-    if existing is None:
-        return True
-    if without_credentials(existing) != without_credentials(fetched):
-        return True
-    if credentials_expire_soon(existing, datetime.datetime.now(datetime.timezone.utc)):
-        return True
-    return os.stat(path).st_mode & 0o777 != 0o600
-
-
-def redacted_text(config):
-    if config is None:
-        return ""
-    return yaml.safe_dump(redact(config), default_flow_style=False, sort_keys=False)
-
-
-def run(module):
-    params = module.params
-    dest = params["dest"]
-    if dest and os.path.isdir(dest):
-        module.fail_json(msg="Cannot write the kubeconfig to %s: it is a directory; set dest to a file path." % dest)
-    if dest and not os.path.isdir(os.path.dirname(os.path.abspath(dest))):
-        module.fail_json(msg="Cannot write the kubeconfig to %s: directory %s does not exist."
-                             % (dest, os.path.dirname(os.path.abspath(dest))))
-
-    client = module.client
-    node = module.single_node("fetches from one control-plane node")
-    text = extract_kubeconfig(client.read_bytes(KUBECONFIG, node=node), node)
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise TalosError("The kubeconfig from %s is not valid YAML (%s)." % (describe(node), err), node=node)
-    if not isinstance(config, dict):
-        raise TalosError("The kubeconfig from %s is not a YAML mapping." % describe(node), node=node)
+def run(task):
+    params = task.params
+    dest = os.path.abspath(params["dest"]) if params["dest"] else None
+    if dest:
+        check_destination(dest, "the kubeconfig", "dest")
+    node = task.single_node("fetches from one control-plane node")
+    text, config = kubeconfig.fetch_kubeconfig(task.client, node)
     if params["server"] or params["context_name"] or params["cluster_name"]:
-        rewrite(config, server=params["server"], context=params["context_name"], cluster=params["cluster_name"])
-        text = yaml.safe_dump(config, default_flow_style=False, sort_keys=False)
-
-    clusters = config.get("clusters") or [{}]
-    result = {
-        "changed": False,
-        "node": node,
-        "server": (clusters[0].get("cluster") or {}).get("server"),
-        "cluster": clusters[0].get("name"),
-        "context": config.get("current-context"),
-    }
+        text = kubeconfig.rewrite(config, server=params["server"], context=params["context_name"],
+                                  cluster=params["cluster_name"])
+    result = dict(kubeconfig.summary(config), changed=False, node=node)
     if not dest:
         result["kubeconfig"] = text
-        module.exit_json(**result)
+        return result
 
-    path = os.path.abspath(dest)
-    existing = read_existing(path)
-    result.update(dest=path, changed=needs_write(existing, config, path))
+    existing = kubeconfig.read_kubeconfig(dest)
+    result.update(dest=dest, changed=update_private(dest, text, "the kubeconfig", task.check_mode,
+                                                    keep=kubeconfig.may_stay(existing, config)))
     if result["changed"]:
-        result["diff"] = {"before": redacted_text(existing), "after": redacted_text(config),
-                          "before_header": path, "after_header": path}
-        if not module.check_mode:
-            try:
-                write_private(path, text)
-            except (IOError, OSError) as err:
-                module.fail_json(msg="Cannot write the kubeconfig to %s: %s." % (path, err.strerror or err))
-    module.exit_json(**result)
+        result["diff"] = kubeconfig.file_diff(existing, config, dest)
+    return result
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            dest=dict(type="path"),
-            server=dict(type="str"),
-            context_name=dict(type="str"),
-            cluster_name=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

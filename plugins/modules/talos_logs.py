@@ -123,41 +123,42 @@ logs:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import logs
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        service=dict(type="str"),
+        kernel=dict(type="bool", default=False),
+        namespace=dict(type="str", choices=["system", "k8s.io"], default="system"),
+        lines=dict(type="int", default=200),
+        since=dict(type="str"),
+    ),
+    required_if=[("kernel", False, ("service",))],
+    ranges=dict(lines=(0, None)),
+)
 
 
-def run(module):
-    params = module.params
+def run(task):
+    params = task.params
     if params["kernel"] and params["service"]:
-        module.fail_json(msg="Set either service (a service or container log) or kernel=true (the kernel log), not both.")
+        raise TaskFailed("Set either service (a service or container log) or kernel=true (the kernel log), not both.")
     since = logs.parse_since(params["since"])
     read = []
-    for node in module.target_nodes:
+    for node in task.target_nodes:
         if params["kernel"]:
-            lines = logs.read_kernel_log(module.client, node, params["lines"], since)
+            lines = logs.read_kernel_log(task.client, node, params["lines"], since)
         else:
-            lines = logs.read_logs(module.client, node, params["service"], params["namespace"], params["lines"], since)
+            lines = logs.read_logs(task.client, node, params["service"], params["namespace"], params["lines"], since)
         read.append({"node": node, "lines": lines})
     result = dict(changed=False, logs=read)
     if len(read) == 1:
         result["lines"] = read[0]["lines"]
-    module.exit_json(**result)
+    return result
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            service=dict(type="str"),
-            kernel=dict(type="bool", default=False),
-            namespace=dict(type="str", choices=["system", "k8s.io"], default="system"),
-            lines=dict(type="int", default=200),
-            since=dict(type="str"),
-        ),
-        required_if=[("kernel", False, ("service",))],
-        ranges=dict(lines=(0, None)),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -78,14 +78,14 @@ options:
   config_patches:
     description:
       - Patches applied in order after rendering, with the same forms and code as
-        O(talos_linux.talos.talos_apply_config#module:config_patches) - a mapping (JSON merge patch of the v1alpha1
-        document, or of the document whose C(kind) and C(name) it names), a list of RFC 6902 operations on the
-        v1alpha1 document, or YAML text of either.
+        O(talos_linux.talos.talos_apply_config#module:config_patches) - a mapping (strategic merge patch: a JSON merge
+        patch of the v1alpha1 document, or of the document whose C(kind) and C(name) it names), a list of RFC 6902
+        operations on the v1alpha1 document, or YAML text of either.
       - For per-node settings such as the hostname on contracts v1.12 and later, patch the C(HostnameConfig)
         document (see the examples) - C(auto) set to null removes the generated C(auto=stable).
-      - A list of RFC 6902 operations patches the v1alpha1 document on every contract, as in
-        M(talos_linux.talos.talos_apply_config). C(talosctl) refuses such patches on multi-document configs (contracts
-        v1.12 and later); use merge patches when the same patch must also work with C(talosctl).
+      - A list of RFC 6902 operations only applies to the single-document configurations of contracts V(v1.9) to
+        V(v1.11). From V(v1.12) on the configuration has other documents, and such a patch fails the task before
+        anything is written, as C(talosctl) refuses it; use a mapping there.
     type: list
     elements: raw
     default: []
@@ -210,29 +210,41 @@ sha256:
 import hashlib
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, redaction
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import contract_name
-from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import ControllerModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
-    PRIVATE_MODE, destination_problem, file_mode, read_text, write_private,
-)
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, parse_yaml_stream, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, read_text, update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, file_diff, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        secrets=dict(type="path", required=True),
+        machine_type=dict(type="str", choices=list(config_generation.MACHINE_TYPES), required=True),
+        cluster_name=dict(type="str", required=True),
+        cluster_endpoint=dict(type="str", required=True),
+        talos_version=dict(type="str", default="v1.14.1"),
+        kubernetes_version=dict(type="str"),
+        install_disk=dict(type="str", default=config_generation.DEFAULT_INSTALL_DISK),
+        install_image=dict(type="str"),
+        additional_sans=dict(type="list", elements="str", default=[]),
+        config_patches=dict(type="list", elements="raw", default=[], no_log=True),
+        with_docs=dict(type="bool", default=False),
+        with_examples=dict(type="bool", default=False),
+        dest=dict(type="path"),
+    ),
+    connection=False,
+    may_be_empty=("install_disk",),
+)
 
 
-def redacted_text(text, secrets):
-    return redaction.redact_text(text, known_secrets=secrets) if text else ""
-
-
-def run(module):
-    params = module.params
-    module.mask_only("config_patches", patch_secret_values(params["config_patches"]))
+def run(task):
+    params = task.params
+    task.mask_only("config_patches", patch_secret_values(params["config_patches"]))
     dest = os.path.abspath(params["dest"]) if params["dest"] else None
     if dest:
-        problem = destination_problem(dest, "dest")
-        if problem:
-            raise TalosConfigError(problem)
+        check_destination(dest, "the machine config", "dest")
     bundle = SecretsBundle.load(os.path.abspath(params["secrets"]))
     gen = config_generation.GenerationInput(
         bundle, params["machine_type"], params["cluster_name"], params["cluster_endpoint"],
@@ -240,8 +252,8 @@ def run(module):
         install_disk=params["install_disk"], install_image=params["install_image"],
         additional_sans=params["additional_sans"])
     if bundle.aescbc_secret and gen.contract >= (1, 14):
-        module.warn("The secrets bundle holds an aescbc encryption secret (made by talosctl before v1.3); the v1.14 "
-                    "contract moves it into KubeEtcdEncryptionConfig, so prefer talos_version v1.13 for this cluster.")
+        task.warn("The secrets bundle holds an aescbc encryption secret (made by talosctl before v1.3); the v1.14 "
+                  "contract moves it into KubeEtcdEncryptionConfig, so prefer talos_version v1.13 for this cluster.")
     text = config_generation.render(gen, params["config_patches"], with_docs=params["with_docs"],
                                     with_examples=params["with_examples"])
     result = {
@@ -253,49 +265,18 @@ def run(module):
     }
     if not dest:
         result["config"] = text
-        module.exit_json(**result)
+        return result
 
-    result["dest"] = dest
     current = read_text(dest)
-    result["changed"] = current != text or file_mode(dest) != PRIVATE_MODE
+    result.update(dest=dest, changed=update_private(dest, text, "the machine config", task.check_mode, keep=current == text))
     if result["changed"]:
         secrets = bundle.secret_values() | patch_secret_values(params["config_patches"])
-        if current:
-            try:
-                secrets |= redaction.secret_values(parse_yaml_stream(current, "dest"))
-            except TalosConfigError:
-                pass  # not YAML: its lines are still redacted by field name and shape
-        result["diff"] = {"before": redacted_text(current, secrets), "after": redacted_text(text, secrets),
-                          "before_header": dest, "after_header": dest}
-        if not module.check_mode:
-            try:
-                write_private(dest, text)
-            except (IOError, OSError) as error:
-                raise TalosConfigError("Cannot write the machine config to %s: %s." % (dest, error.strerror or error))
-    module.exit_json(**result)
+        result["diff"] = file_diff(current, text, secrets, dest)
+    return result
 
 
 def main():
-    module = ControllerModule(
-        argument_spec=dict(
-            secrets=dict(type="path", required=True),
-            machine_type=dict(type="str", choices=list(config_generation.MACHINE_TYPES), required=True),
-            cluster_name=dict(type="str", required=True),
-            cluster_endpoint=dict(type="str", required=True),
-            talos_version=dict(type="str", default="v1.14.1"),
-            kubernetes_version=dict(type="str"),
-            install_disk=dict(type="str", default=config_generation.DEFAULT_INSTALL_DISK),
-            install_image=dict(type="str"),
-            additional_sans=dict(type="list", elements="str", default=[]),
-            config_patches=dict(type="list", elements="raw", default=[], no_log=True),
-            with_docs=dict(type="bool", default=False),
-            with_examples=dict(type="bool", default=False),
-            dest=dict(type="path"),
-        ),
-        may_be_empty=("install_disk",),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -131,10 +131,26 @@ encryption:
 import os
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import contract_name, parse_contract
-from ansible_collections.talos_linux.talos.plugins.module_utils.controller_module import ControllerModule
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import destination_problem, file_mode, read_text, write_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
+    destination_problem, ensure_mode, read_text_file, write_private,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+
+BUNDLE = "the secrets bundle"
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        path=dict(type="path", required=True),
+        talos_version=dict(type="str", default="v1.14"),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        from_controlplane_config=dict(type="path"),
+        mode=dict(type="str", default="0600"),
+    ),
+    connection=False,
+)
 
 
 def parse_mode(value):
@@ -151,14 +167,12 @@ def new_bundle(params, contract):
     source = params["from_controlplane_config"]
     if not source:
         return SecretsBundle.generate(contract_name(contract))
-    text = read_text(source)
-    if text is None:
-        raise TalosConfigError("from_controlplane_config %s cannot be read as UTF-8 text." % source)
+    text = read_text_file(source, "from_controlplane_config")
     return SecretsBundle.from_controlplane_config(text, source, contract_name(contract))
 
 
-def run(module):
-    params = module.params
+def run(task):
+    params = task.params
     path = os.path.abspath(params["path"])
     contract = parse_contract(params["talos_version"])
     mode = parse_mode(params["mode"])
@@ -169,43 +183,30 @@ def run(module):
         if exists:
             result["changed"] = True
             result["diff"] = {"before": "secrets bundle present\n", "after": "", "before_header": path, "after_header": path}
-            if not module.check_mode:
+            if not task.check_mode:
                 os.unlink(path)
-        module.exit_json(**result)
+        return result
 
-    problem = destination_problem(path, "path")
+    problem = destination_problem(path, BUNDLE, "path")
     # In check mode the directory may be one an earlier task would have created.
-    if problem and (os.path.isdir(path) or not module.check_mode):
+    if problem and (os.path.isdir(path) or not task.check_mode):
         raise TalosConfigError(problem)
     if exists:
         bundle = SecretsBundle.load(path)
-        if file_mode(path) != mode:
-            result["changed"] = True
-            if not module.check_mode:
-                os.chmod(path, mode)
+        result["changed"] = ensure_mode(path, BUNDLE, task.check_mode, mode)
     else:
         bundle = new_bundle(params, contract)
         result["changed"] = True
         result["diff"] = {"before": "", "after": "secrets bundle created (contents not shown)\n",
                           "before_header": path, "after_header": path}
-        if not module.check_mode:
-            write_private(path, bundle.to_yaml(), mode)
+        if not task.check_mode:
+            write_private(path, bundle.to_yaml(), BUNDLE, mode)
     result.update(bundle.facts())
-    module.exit_json(**result)
+    return result
 
 
 def main():
-    module = ControllerModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            talos_version=dict(type="str", default="v1.14"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            from_controlplane_config=dict(type="path"),
-            mode=dict(type="str", default="0600"),
-        ),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -121,7 +121,9 @@ controlplane:
   sample: true
 etcd_gate_open:
   description:
-    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true)).
+    - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
+      nothing to guard (a worker, a node that is no etcd member).
+    - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
   returned: always
   type: bool
   sample: true
@@ -137,70 +139,31 @@ services:
   sample: {etcd: "Running, healthy", kubelet: "Running, healthy"}
 """
 
-import time
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, waiters
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.upgrade import parse_version
-
-try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
-    machine_pb2 = None
-
-REBOOT = "machine.MachineService/Reboot"
+SPEC = TaskSpec(
+    argument_spec=dict(
+        mode=dict(type="str", default="default", choices=["default", "powercycle", "force"]),
+        wait_for_services=dict(type="list", elements="str", default=[]),
+        force_quorum_loss=dict(type="bool", default=False),
+    ),
+    wait=True,
+)
 
 
-def run(module):
-    params = module.params
-    client = module.client
-    node = module.single_node("reboots one node per task")
-    if params["mode"] == "force":
-        tag = client.call(lifecycle.VERSION, node=node)[0].version.tag
-        key = parse_version(tag)
-        if key is not None and key[:2] < (1, 12):
-            module.fail_json(msg="mode: force needs Talos v1.12 or newer, but %s runs %s; use mode: default or "
-                                 "powercycle." % (lifecycle.describe(node), tag))
-
-    guard = lifecycle.etcd_guard(client, node)
-    result = dict(changed=True, mode=params["mode"], controlplane=guard["controlplane"], quorum=guard["quorum"],
-                  etcd_gate_open=guard["safe"], boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
-    lifecycle.refuse_unless_forced(module, guard, "reboot", node, **result)
-    result["boot_id_before"] = waiters.read_boot_marker(client, node)
-    if module.check_mode:
-        module.exit_json(**result)
-
-    started = time.monotonic()
-    request = machine_pb2.RebootRequest(mode=machine_pb2.RebootRequest.Mode.Value(params["mode"].upper()))
-    items = client.call(REBOOT, request, node=node)
-    result["actor_id"] = items[0].actor_id if items and items[0].actor_id else None
-    if not params["wait"]:
-        module.exit_json(**result)
-    try:
-        result["boot_id_after"] = waiters.wait_for_reboot(client, node, result["boot_id_before"], params["wait_timeout"])
-        if params["wait_for_services"]:
-            remaining = max(1.0, params["wait_timeout"] - (time.monotonic() - started))
-            result["services"] = waiters.wait_for_services(client, node, params["wait_for_services"], remaining)
-    except TalosError as err:
-        result.update(err.to_result())
-        module.fail_json(msg="The reboot of %s was requested but the node is not back as expected: %s"
-                             % (lifecycle.describe(node), err.message), **result)
-    result["elapsed"] = round(time.monotonic() - started, 1)
-    module.exit_json(**result)
+def run(task):
+    params = task.params
+    node = task.single_node("reboots one node per task")
+    return lifecycle.reboot(task.client, node, params["mode"], params["wait_for_services"],
+                            force_quorum_loss=params["force_quorum_loss"],
+                            wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                            check_mode=task.check_mode, progress=task.progress)
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            mode=dict(type="str", default="default", choices=["default", "powercycle", "force"]),
-            wait_for_services=dict(type="list", elements="str", default=[]),
-            force_quorum_loss=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -163,8 +163,10 @@ controlplane:
   sample: true
 etcd_gate_open:
   description:
-    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true));
-      null when the node was found in maintenance mode.
+    - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
+      nothing to guard (a worker, a node that is no etcd member).
+    - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
+    - Null when the node was found in maintenance mode.
   returned: always
   type: bool
   sample: true
@@ -182,96 +184,40 @@ actor_id:
   sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, waiters
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
-RESET = "machine.MachineService/Reset"
-
-# How long the maintenance-mode probe of an unanswering node may take.
-PROBE_SECONDS = 10
-
-
-def found_in_maintenance(module, node):
-    """True when ``node`` is in maintenance mode; raises the secure client's error when it simply does not answer."""
-    client = module.client
-    probe_seconds = min(PROBE_SECONDS, module.params["timeout"])
-    if client.settings.insecure:
-        return lifecycle.in_maintenance(client, node, probe_seconds)
-    try:
-        client.call(lifecycle.VERSION, node=node, retry_codes=(), deadline=probe_seconds)
-    except TalosError:
-        if lifecycle.in_maintenance(client, node, probe_seconds):
-            return True
-        client.call(lifecycle.VERSION, node=node)  # a node that is only slow to answer gets the whole timeout
-    return False
+SPEC = TaskSpec(
+    argument_spec=dict(
+        graceful=dict(type="bool", default=True),
+        reboot=dict(type="bool", default=False),
+        wipe_mode=dict(type="str", default="all", choices=["all", "system_disk", "user_disks"]),
+        system_labels_to_wipe=dict(type="list", elements="str", default=[]),
+        user_disks_to_wipe=dict(type="list", elements="str", default=[]),
+        force_quorum_loss=dict(type="bool", default=False),
+    ),
+    wait=True,
+)
 
 
-def run(module):
-    params = module.params
+def run(task):
+    params = task.params
     try:
         plan = lifecycle.reset_plan(params["wipe_mode"], params["system_labels_to_wipe"], params["user_disks_to_wipe"],
                                     params["reboot"])
     except ValueError as err:
-        module.fail_json(msg=str(err))
-    node = module.single_node("resets one node per task")
-    expected = plan.pop("ends")
-    result = dict(changed=False, wiped=plan, expected_state=expected, state=None, graceful=params["graceful"],
-                  controlplane=None, quorum=None, etcd_gate_open=None, actor_id=None)
-
-    if found_in_maintenance(module, node):
-        if "STATE" not in plan["labels"]:
-            module.fail_json(msg="%s is in maintenance mode, where Talos refuses Reset; it has no configuration, and "
-                                 "only wiping STATE would count as done - install it with talos_apply_config first to "
-                                 "wipe anything else." % lifecycle.describe(node, start=True), **result)
-        result["state"] = "maintenance"
-        module.exit_json(**result)
-
-    client = module.client
-    guard = lifecycle.etcd_guard(client, node, leaves_etcd=params["graceful"])
-    result.update(controlplane=guard["controlplane"], quorum=guard["quorum"], etcd_gate_open=guard["safe"])
-    lifecycle.refuse_unless_forced(module, guard, "gracefully reset" if params["graceful"] else "reset", node, **result)
-    result["changed"] = True
-    if module.check_mode:
-        module.exit_json(**result)
-
-    marker = waiters.read_boot_marker(client, node) if params["reboot"] and params["wait"] else None
-    request = lifecycle.reset_request(params["graceful"], params["reboot"], params["wipe_mode"],
-                                      params["system_labels_to_wipe"], params["user_disks_to_wipe"])
-    items = client.call(RESET, request, node=node)
-    result["actor_id"] = items[0].actor_id if items and items[0].actor_id else None
-    if not params["wait"]:
-        module.exit_json(**result)
-    try:
-        if params["reboot"]:
-            result["state"] = lifecycle.wait_for_reset_reboot(client, node, marker, params["wait_timeout"])[0]
-        else:
-            waiters.wait_until_unreachable(client, node, params["wait_timeout"])
-            result["state"] = "off"
-    except TalosError as err:
-        result.update(err.to_result())
-        module.fail_json(msg="The reset of %s was requested but did not complete as expected: %s"
-                             % (lifecycle.describe(node), err.message), **result)
-    if result["state"] != expected:
-        module.fail_json(msg="%s came back %s after the reset, not %s as expected: check that the wipe happened."
-                             % (lifecycle.describe(node, start=True), result["state"], expected), **result)
-    module.exit_json(**result)
+        raise TaskFailed(str(err))
+    node = task.single_node("resets one node per task")
+    return lifecycle.reset(task.client, node, plan, params["wipe_mode"], graceful=params["graceful"],
+                           force_quorum_loss=params["force_quorum_loss"],
+                           probe_seconds=min(lifecycle.MAINTENANCE_PROBE_SECONDS, params["timeout"]),
+                           wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                           check_mode=task.check_mode, progress=task.progress)
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            graceful=dict(type="bool", default=True),
-            reboot=dict(type="bool", default=False),
-            wipe_mode=dict(type="str", default="all", choices=["all", "system_disk", "user_disks"]),
-            system_labels_to_wipe=dict(type="list", elements="str", default=[]),
-            user_disks_to_wipe=dict(type="list", elements="str", default=[]),
-            force_quorum_loss=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -184,16 +184,37 @@ elapsed:
   sample: 3.2
 """
 
-import time
-
 from ansible_collections.talos_linux.talos.plugins.module_utils import resources
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        type=dict(type="str", required=True, aliases=["kind"]),
+        namespace=dict(type="str"),
+        id=dict(type="str"),
+        label_selectors=dict(type="list", elements="str", default=[]),
+        # Its own wait options: reading does not wait unless asked, and not for long.
+        wait=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=120),
+        wait_condition=dict(type="dict", default={}, options=dict(
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            field=dict(type="str"),
+            value=dict(type="raw"),
+        )),
+    ),
+    ranges=dict(wait_timeout=(0, None)),
+)
+
+# Seconds between two reads of a node that cannot watch.
+POLL_INTERVAL = 1.0
 
 
-def run(module):
-    params = module.params
-    client = module.client
-    nodes = module.target_nodes
+def run(task):
+    params = task.params
+    client = task.client
+    nodes = task.target_nodes
     kind = resources.resolve_kind(client, params["type"], node=nodes[0])
     namespace = resources.namespace_for(kind, params["namespace"])
     selectors = params["label_selectors"]
@@ -205,40 +226,22 @@ def run(module):
         condition = dict(state="present", field=None, value=None)
         condition.update((key, value) for key, value in (params["wait_condition"] or {}).items() if value is not None)
         if condition.get("field") and condition.get("value") is None:
-            module.fail_json(msg="wait_condition.field needs wait_condition.value: the value the field must have.")
-        start = time.monotonic()
-        end = start + params["wait_timeout"]
+            raise TaskFailed("wait_condition.field needs wait_condition.value: the value the field must have.")
+        # One waiter for every node: wait_timeout is for all of them together.
+        waiter = Waiter(params["wait_timeout"], POLL_INTERVAL, task.progress)
         for node in nodes:
-            remaining = max(0.0, end - time.monotonic())
-            items = resources.wait_for_condition(client, kind, namespace, params["id"], selectors, condition, node, remaining)
+            items = resources.wait_for_condition(client, kind, namespace, params["id"], selectors, condition, node, waiter)
             found.extend(dict(item, node=node) for item in items)
-        result["elapsed"] = round(time.monotonic() - start, 1)
+        result["elapsed"] = waiter.elapsed
     else:
         for node in nodes:
             items = resources.read_resources(client, kind, namespace, params["id"], selectors, node=node)
             found.extend(dict(item, node=node) for item in items)
-    module.exit_json(resources=found, **result)
+    return dict(resources=found, **result)
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            type=dict(type="str", required=True, aliases=["kind"]),
-            namespace=dict(type="str"),
-            id=dict(type="str"),
-            label_selectors=dict(type="list", elements="str", default=[]),
-            wait=dict(type="bool", default=False),
-            wait_timeout=dict(type="int", default=120),
-            wait_condition=dict(type="dict", default={}, options=dict(
-                state=dict(type="str", choices=["present", "absent"], default="present"),
-                field=dict(type="str"),
-                value=dict(type="raw"),
-            )),
-        ),
-        ranges=dict(wait_timeout=(0, None)),
-        supports_check_mode=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,9 @@ controlplane:
   sample: false
 etcd_gate_open:
   description:
-    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true)).
+    - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
+      nothing to guard (a worker, a node that is no etcd member).
+    - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
   returned: always
   type: bool
   sample: true
@@ -102,64 +104,28 @@ quorum:
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, waiters
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
-ROLLBACK = "machine.MachineService/Rollback"
+SPEC = TaskSpec(
+    argument_spec=dict(
+        force_quorum_loss=dict(type="bool", default=False),
+    ),
+    wait=True,
+)
 
 
-def run(module):
-    params = module.params
-    client = module.client
-    node = module.single_node("rolls back one node per task")
-    previous = client.call(lifecycle.VERSION, node=node)[0].version.tag
-    guard = lifecycle.etcd_guard(client, node)
-    result = dict(changed=True, previous_version=previous, current_version=None, controlplane=guard["controlplane"],
-                  quorum=guard["quorum"], etcd_gate_open=guard["safe"], boot_id_before=None, boot_id_after=None)
-    lifecycle.refuse_unless_forced(module, guard, "roll back", node, **result)
-    result["boot_id_before"] = waiters.read_boot_id(client, node)
-    if module._diff:
-        result["diff"] = dict(before={"version": previous}, after={"version": "(the previous installation)"})
-    if module.check_mode:
-        module.exit_json(**result)
-
-    try:
-        client.call(ROLLBACK, node=node)
-    except TalosError as err:
-        result.update(err.to_result())
-        result["changed"] = False
-        module.fail_json(msg="%s cannot roll back from %s: %s It has no previous installation to return to (it was "
-                             "not upgraded since its installation), or its boot loader refused; the node was not "
-                             "changed." % (lifecycle.describe(node, start=True), previous, err.message), **result)
-    if not params["wait"]:
-        module.exit_json(**result)
-    try:
-        result["boot_id_after"] = waiters.wait_for_reboot(client, node, result["boot_id_before"], params["wait_timeout"])
-        current = client.call(lifecycle.VERSION, node=node)[0].version.tag
-    except TalosError as err:
-        result.update(err.to_result())
-        module.fail_json(msg="The rollback of %s from %s was requested but the node is not back as expected: %s"
-                             % (lifecycle.describe(node), previous, err.message), **result)
-    result["current_version"] = current
-    if module._diff:
-        result["diff"]["after"] = {"version": current}
-    if current == previous:
-        module.fail_json(msg="%s rebooted but still runs %s: the rollback did not change its version (its previous "
-                             "installation holds the same version, or the boot loader did not switch)."
-                             % (lifecycle.describe(node, start=True), current), **result)
-    module.exit_json(**result)
+def run(task):
+    params = task.params
+    node = task.single_node("rolls back one node per task")
+    return lifecycle.rollback(task.client, node, force_quorum_loss=params["force_quorum_loss"],
+                              wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                              check_mode=task.check_mode, diff=task.diff, progress=task.progress)
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            force_quorum_loss=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

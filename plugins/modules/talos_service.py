@@ -135,26 +135,24 @@ response:
   sample: Service "kubelet" restarted
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils.waiters import is_transient, list_services, wait_until
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter, wait_for_service
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by the doors through missing_required_lib
     machine_pb2 = None
 
-# The operations Talos lets the API run, per service (system/system.go: only
-# services implementing the API hooks; kubelet cannot be stopped).
-ALLOWED_ACTIONS = {
-    "kubelet": ("started", "restarted"),
-}
-EXTENSION_ACTIONS = ("started", "stopped", "restarted")
+SPEC = TaskSpec(
+    argument_spec=dict(
+        name=dict(type="str", required=True),
+        state=dict(type="str", required=True, choices=["started", "stopped", "restarted"]),
+    ),
+    wait=True,
+)
 
-# States of a service that is running or on its way to running: starting it
-# again is a no-op on the server.
-STARTED_STATES = ("Preparing", "Waiting", "Starting", "Running")
-STOPPED_STATE = "Finished"
 RECENT_EVENTS = 10
 
 REQUESTS = {
@@ -162,27 +160,6 @@ REQUESTS = {
     "stopped": ("machine.MachineService/ServiceStop", "ServiceStopRequest"),
     "restarted": ("machine.MachineService/ServiceRestart", "ServiceRestartRequest"),
 }
-
-
-def allowed_actions(name):
-    """The states the API can bring service ``name`` to."""
-    if name.startswith("ext-"):
-        return EXTENSION_ACTIONS
-    return ALLOWED_ACTIONS.get(name, ())
-
-
-def refusal(name, state):
-    """Why Talos will not let the API bring ``name`` to ``state``, or None when it will."""
-    actions = allowed_actions(name)
-    if state in actions:
-        return None
-    verb = {"started": "start", "stopped": "stop", "restarted": "restart"}[state]
-    if actions:
-        return ("Talos does not let the API %s service %s: it can only be %s through the API, because Talos keeps "
-                "managing it itself." % (verb, name, " or ".join(actions)))
-    return ("Service %s cannot be controlled through the Talos API: Talos only lets the API start and restart kubelet "
-            "and start, stop and restart system extension services (ext-<name>); every other service is managed "
-            "by Talos itself." % name)
 
 
 def _timestamp(value):
@@ -206,113 +183,46 @@ def service_to_dict(info):
     }
 
 
-def last_event_time(info):
-    """Seconds since the epoch of the service's newest event (0 when it has none)."""
-    return max([event.ts.seconds + event.ts.nanos / 1e9 for event in info.events.events] or [0])
-
-
-def in_state(service, state):
-    """True when ``service`` (a dict) satisfies ``state`` without any request."""
-    if state == "started":
-        return service["state"] in STARTED_STATES
-    if state == "stopped":
-        return service["state"] not in STARTED_STATES
-    return False
-
-
-def reached(info, state, restarted_after):
-    """True when the service (a ``ServiceInfo``) has settled in the state the task asked for.
-
-    Running services with a health check must also be healthy. After a
-    restart the service must have logged an event newer than the newest one
-    seen before the request, so that its pre-restart Running state does not
-    count.
-    """
-    if state == "stopped":
-        return info.state not in STARTED_STATES and info.state != "Stopping"
-    if info.state != "Running":
-        return False
-    if not info.health.unknown and not info.health.healthy:
-        return False
-    if state == "restarted":
-        return last_event_time(info) > restarted_after
-    return True
-
-
-def run(module):
-    name = module.params["name"]
-    state = module.params["state"]
-    reason = refusal(name, state)
+def run(task):
+    name = task.params["name"]
+    state = task.params["state"]
+    reason = talos_node.control_refusal(name, state)
     if reason:
-        module.fail_json(msg=reason, name=name)
+        raise TaskFailed(reason, name=name)
 
-    client = module.client
-    node = module.single_node("manages one node per task")
-    services = list_services(client, node)
+    client = task.client
+    node = task.single_node("manages one node per task")
+    services = talos_node.list_services(client, node)
     if name not in services:
-        module.fail_json(msg="Service %s is not defined on %s (its services are: %s): extension services appear "
-                             "only when their system extension is installed." % (
-                                 name, describe(node), ", ".join(sorted(services))),
+        raise TaskFailed("Service %s is not defined on %s (its services are: %s): extension services appear only when "
+                         "their system extension is installed." % (name, talos_node.label(node), ", ".join(sorted(services))),
                          name=name, node=node)
     info = services[name]
     before = service_to_dict(info)
 
-    result = {"changed": not in_state(before, state), "name": name, "node": node, "before": before}
+    result = {"changed": talos_node.needs_control(info.state, state), "name": name, "node": node, "before": before}
     if not result["changed"]:
         after = before
-    elif module.check_mode:
-        after = dict(before, state=STOPPED_STATE if state == "stopped" else "Running")
+    elif task.check_mode:
+        after = dict(before, state=talos_node.STOPPED if state == "stopped" else talos_node.RUNNING)
     else:
         method, request_type = REQUESTS[state]
         items = client.call(method, getattr(machine_pb2, request_type)(id=name), node=node)
         result["response"] = items[0].resp if items else ""
-        if module.params["wait"]:
-            info = wait_for_state(module, client, node, name, state, last_event_time(info))
+        if task.params["wait"]:
+            waiter = Waiter(task.params["wait_timeout"], progress=task.progress)
+            info = wait_for_service(client, node, name, state, waiter, restarted_after=talos_node.last_event_time(info))
         else:
-            info = list_services(client, node)[name]
+            info = talos_node.list_services(client, node)[name]
         after = service_to_dict(info)
 
     result.update(after=after, state=after["state"], health=after["health"])
     result["diff"] = {"before": {"state": before["state"]}, "after": {"state": after["state"]}}
-    module.exit_json(**result)
-
-
-def describe(node):
-    return "node %s" % node if node else "the endpoint"
-
-
-def wait_for_state(module, client, node, name, state, restarted_after):
-    """Wait up to wait_timeout until the service settles in ``state``; returns its ``ServiceInfo``."""
-    seen = {}
-
-    def settled():
-        try:
-            seen["info"] = list_services(client, node).get(name)
-        except TalosError as err:
-            if not is_transient(err):
-                raise
-            return False, err.message
-        info = seen["info"]
-        if info is None:
-            return False, "the service is not listed"
-        health = "unknown" if info.health.unknown else ("healthy" if info.health.healthy else "unhealthy")
-        return reached(info, state, restarted_after), "state %s, health %s" % (info.state, health)
-
-    wait_until(settled, timeout=module.params["wait_timeout"],
-               description="service %s on %s to be %s" % (name, describe(node), state))
-    return seen["info"]
+    return result
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            state=dict(type="str", required=True, choices=["started", "stopped", "restarted"]),
-        ),
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ controlplane:
   sample: false
 etcd_gate_open:
   description:
-    - False when etcd would lose quorum without the node (the module refuses unless O(force_quorum_loss=true)).
+    - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
+      nothing to guard (a worker, a node that is no etcd member).
+    - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
   returned: always
   type: bool
   sample: true
@@ -95,56 +97,29 @@ elapsed:
   sample: 12.5
 """
 
-import time
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, waiters
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-
-try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
-    machine_pb2 = None
-
-SHUTDOWN = "machine.MachineService/Shutdown"
+SPEC = TaskSpec(
+    argument_spec=dict(
+        force=dict(type="bool", default=False),
+        force_quorum_loss=dict(type="bool", default=False),
+    ),
+    wait=True,
+)
 
 
-def run(module):
-    params = module.params
-    client = module.client
-    node = module.single_node("shuts down one node per task")
-    guard = lifecycle.etcd_guard(client, node)
-    result = dict(changed=True, controlplane=guard["controlplane"], quorum=guard["quorum"],
-                  etcd_gate_open=guard["safe"], actor_id=None, elapsed=None)
-    lifecycle.refuse_unless_forced(module, guard, "shut down", node, **result)
-    if module.check_mode:
-        client.call(lifecycle.VERSION, node=node)  # the node must answer now to be shut down
-        module.exit_json(**result)
-
-    started = time.monotonic()
-    items = client.call(SHUTDOWN, machine_pb2.ShutdownRequest(force=params["force"]), node=node)
-    result["actor_id"] = items[0].actor_id if items and items[0].actor_id else None
-    if params["wait"]:
-        try:
-            waiters.wait_until_unreachable(client, node, params["wait_timeout"])
-        except TalosError as err:
-            result.update(err.to_result())
-            module.fail_json(msg="The shutdown of %s was requested but the node still answers: %s"
-                                 % (lifecycle.describe(node), err.message), **result)
-        result["elapsed"] = round(time.monotonic() - started, 1)
-    module.exit_json(**result)
+def run(task):
+    params = task.params
+    node = task.single_node("shuts down one node per task")
+    return lifecycle.shutdown(task.client, node, force=params["force"], force_quorum_loss=params["force_quorum_loss"],
+                              wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                              check_mode=task.check_mode, progress=task.progress)
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            force=dict(type="bool", default=False),
-            force_quorum_loss=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

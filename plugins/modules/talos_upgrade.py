@@ -17,11 +17,12 @@ description:
     containerd namespace, installed with C(LifecycleService.Upgrade) (whose output is returned in RV(progress)),
     and the node is rebooted. Older nodes answer C(Unimplemented) to that API; the module then uses the legacy
     C(MachineService.Upgrade), which installs and reboots on the node's own.
-  - A node that already runs the target version is left alone and nothing is called that changes it.
-  - On a control-plane node the module first checks etcd and refuses to start unless every etcd member is
-    started, a voting member and healthy (its node answers C(EtcdStatus) without errors, which includes
-    active alarms such as C(NOSPACE)), and the cluster has at least three members, so that etcd keeps its
-    quorum while this node reboots. O(force=true) skips this check.
+  - A node that already runs the target version is not upgraded; only an installer reference in its machine config
+    that names another version is updated (see the notes).
+  - On a control-plane node the module first runs the etcd quorum guard and refuses to start when etcd would lose
+    its quorum while the node reboots - when fewer of the other voting members are healthy (their node answers
+    C(EtcdStatus) without errors; an active alarm such as C(NOSPACE) is an error) than quorum needs, which
+    includes every one- or two-member cluster. O(force_quorum_loss=true) upgrades anyway.
   - Upgrade one node per task. The M(talos_linux.talos.upgrade) role rolls an upgrade through a cluster.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
@@ -42,22 +43,29 @@ attributes:
 options:
   image:
     description:
-      - Installer image reference with the target version as its tag, for example
-        V(ghcr.io/siderolabs/installer:v1.14.0) or an Image Factory installer with extensions,
-        V(factory.talos.dev/installer/<schematic>:v1.14.0).
+      - Installer image reference with the target version as its tag, for example an Image Factory installer
+        V(factory.talos.dev/metal-installer/<schematic>:v1.14.0). It always wins over the default installer.
       - The tag is the version the node must report afterwards.
       - Mutually exclusive with O(version); one of them is required.
     type: str
   version:
     description:
       - Target Talos version such as V(v1.14.0) (a leading V(v) is added when missing).
-      - The installer image is O(image_repository) tagged with this version.
+      - The installer is O(image_repository) tagged with this version when it is set; otherwise the node's own
+        installer - the Image Factory installer of the node's schematic, platform and secure boot, so that its
+        system extensions survive (see RV(image_reason) and the collection's docs/images.md). A node without a
+        schematic gets the factory installer of the empty schematic for Talos v1.14 and later (Talos publishes no
+        other), and V(ghcr.io/siderolabs/installer) before.
     type: str
   image_repository:
     description:
-      - Installer image repository used with O(version).
+      - Installer image repository to tag with O(version) instead of the node's own installer.
     type: str
-    default: ghcr.io/siderolabs/installer
+  image_factory_url:
+    description:
+      - The Image Factory whose installers the default installer comes from. By default the factory that built the
+        node (its schematic says which), else V(https://factory.talos.dev); its host is the installer's registry.
+    type: str
   api:
     description:
       - Which upgrade API to use.
@@ -85,11 +93,14 @@ options:
         useful when files in use block an in-place upgrade.
     type: bool
     default: false
-  force:
+  force_quorum_loss:
     description:
-      - Skip the etcd health check on control-plane nodes, here and, with the legacy API, on the node.
-      - Needed to upgrade the control plane of a one- or two-member etcd cluster, which loses etcd
-        while the node reboots.
+      - Upgrade a control plane even when etcd loses its quorum while it reboots; with the legacy API this also
+        skips the node's own etcd checks.
+      - Needed to upgrade the control plane of a one- or two-member etcd cluster, which loses etcd while the node
+        reboots.
+      - The alias O(force) is deprecated and will be removed in version 3.0.0 of the collection.
+    aliases: [force]
     type: bool
     default: false
 notes:
@@ -99,6 +110,11 @@ notes:
   - Reading the boot ID needs the C(os:admin) role; with a lesser role the wait relies on the node's stage
     and version only.
   - The module does not drain the node's Kubernetes workloads; drain it beforehand when that matters.
+  - Once the node runs the target version, its installer reference in the machine config (C(.machine.install.image),
+    or the C(UnattendedInstallConfig) document's C(installer.image)) is pointed at the installer when it names another
+    version, without a reboot, so that a later reinstall or reset does not bring the old version back (with
+    O(wait=false) at the next run). A config that sets both is refused before anything changes. Reading the config
+    needs the C(os:admin) role.
 seealso:
   - module: talos_linux.talos.talos_facts
   - module: talos_linux.talos.talos_etcd_member
@@ -158,7 +174,24 @@ image:
   description: The installer image reference used.
   returned: always
   type: str
-  sample: ghcr.io/siderolabs/installer:v1.14.0
+  sample: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
+image_reason:
+  description: Why this installer - the option that names it, or what the node runs.
+  returned: always
+  type: str
+  sample: the node runs Image Factory schematic ce4c98... on platform nocloud, so its system extensions (qemu-guest-agent) are kept
+installer_reference:
+  description:
+    - The installer reference in the node's machine config - C(home) (V(.machine.install.image), V(UnattendedInstallConfig
+      installer.image), or null when the config names no installer), C(before) and C(after) the task, and whether it
+      C(changed).
+  returned: always
+  type: dict
+  sample:
+    home: .machine.install.image
+    before: ghcr.io/siderolabs/installer:v1.13.5
+    after: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
+    changed: true
 rebooted:
   description: Whether the node was rebooted (or, without O(wait), asked to reboot) into the new version.
   returned: always
@@ -172,17 +205,26 @@ api_used:
   type: str
   sample: lifecycle
 controlplane:
-  description: Whether the node is a control plane (it answered the etcd member list); null when not checked.
+  description:
+    - Whether the node is a control plane (it answered the etcd member list); null when nothing had to be done.
   returned: always
   type: bool
   sample: true
 etcd_gate_open:
   description:
-    - Whether the etcd health gate let the upgrade through; false when it refused (a state that may pass, worth
-      retrying), null when not checked (a worker, O(force=true), or a failure before the gate).
+    - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
+      nothing to guard (a worker, a node that is no etcd member).
+    - False when etcd would lose its quorum (a state that may pass, worth retrying); the task then fails, unless
+      O(force_quorum_loss=true).
+    - Null when nothing had to be done.
   returned: always
   type: bool
   sample: true
+quorum:
+  description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
+  returned: always
+  type: dict
+  sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 progress:
   description:
     - What happened, in order - the image pull, each line of installer output, the reboot and the wait.
@@ -203,223 +245,81 @@ step:
   sample: install
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_module import TalosModule
-from ansible_collections.talos_linux.talos.plugins.module_utils import upgrade as upgrade_utils
-from ansible_collections.talos_linux.talos.plugins.module_utils import waiters
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, lifecycle, upgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import label, normalize_version
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
-try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
-    common_pb2 = image_pb2 = lifecycle_pb2 = machine_pb2 = None
-
-VERSION = "machine.MachineService/Version"
-REBOOT = "machine.MachineService/Reboot"
-LEGACY_UPGRADE = "machine.MachineService/Upgrade"
-IMAGE_PULL = "machine.ImageService/Pull"
-LIFECYCLE_UPGRADE = "machine.LifecycleService/Upgrade"
-
-# Installer lines kept in a failure message: enough to show the cause.
-FAILURE_CONTEXT_LINES = 5
-
-
-class UpgradeStepError(Exception):
-    """A step of the upgrade failed; ``message`` also says in which state the node was left."""
-
-    def __init__(self, step, message, cause=None):
-        super(UpgradeStepError, self).__init__(message)
-        self.step = step
-        self.message = message
-        self.cause = cause
+SPEC = TaskSpec(
+    argument_spec=dict(
+        image=dict(type="str"),
+        version=dict(type="str"),
+        image_repository=dict(type="str"),
+        image_factory_url=dict(type="str"),
+        api=dict(type="str", default="auto", choices=["auto", "lifecycle", "legacy"]),
+        reboot_mode=dict(type="str", default="default", choices=["default", "powercycle"]),
+        preserve=dict(type="bool", default=False),
+        stage=dict(type="bool", default=False),
+        force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
+            dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
+    ),
+    wait=True,
+    mutually_exclusive=[("image", "version")],
+    required_one_of=[("image", "version")],
+    required_by=dict(image_repository="version", image_factory_url="version"),
+)
 
 
-class NodeUpgrade(object):
-    """The mutating part of the upgrade of one node, step by step, recording progress."""
-
-    def __init__(self, client, node, params, image, target, previous):
-        self.client = client
-        self.node = node
-        self.params = params
-        self.image = image
-        self.target = target
-        self.previous = previous
-        self.label = node or "the endpoint node"
-        self.progress = []
-        self.api_used = None
-        self.rebooted = False
-
-    def run(self, api):
-        """Upgrade with ``api`` (``lifecycle`` may turn into ``legacy``); return the final version."""
-        boot_id = waiters.read_boot_id(self.client, self.node) if self.params["wait"] else None
-        if api == "lifecycle":
-            if not self._lifecycle_pull():
-                api = "legacy"
-        if api == "lifecycle":
-            self.api_used = "lifecycle"
-            self._lifecycle_install()
-            self._reboot()
-        else:
-            self.api_used = "legacy"
-            self._legacy_upgrade()
-        if not self.params["wait"]:
-            return self.previous
-        return self._wait(boot_id)
-
-    def _containerd(self):
-        return common_pb2.ContainerdInstance(driver=common_pb2.CRI, namespace=common_pb2.NS_SYSTEM)
-
-    def _lifecycle_pull(self):
-        """Pull the installer image; False when the node has no ImageService and ``api`` allows the legacy API."""
-        request = image_pb2.ImageServicePullRequest(containerd=self._containerd(), image_ref=self.image)
-        try:
-            frames = self.client.stream(IMAGE_PULL, request, node=self.node)
-        except TalosUnimplementedError as err:
-            if self.params["api"] == "auto":
-                self.progress.append("node has no lifecycle API; using the legacy upgrade API")
-                return False
-            raise UpgradeStepError("pull", "Pulling installer image %s on node %s failed: %s The node was not changed "
-                                   "and still runs %s; use api: legacy for Talos older than v1.13."
-                                   % (self.image, self.label, err.message, self.previous), err)
-        except TalosError as err:
-            raise UpgradeStepError("pull", "Pulling installer image %s on node %s failed: %s The node was not changed "
-                                   "and still runs %s." % (self.image, self.label, err.message, self.previous), err)
-        names = [frame.name for frame in frames if frame.WhichOneof("response") == "name"]
-        self.progress.append("pulled %s" % (names[-1] if names else self.image))
-        return True
-
-    def _lifecycle_install(self):
-        request = lifecycle_pb2.LifecycleServiceUpgradeRequest(
-            containerd=self._containerd(), source=lifecycle_pb2.InstallArtifactsSource(image_name=self.image))
-        exit_codes = []
-
-        def record(frame):
-            kind = frame.progress.WhichOneof("response")
-            if kind == "message":
-                self.progress.append(frame.progress.message)
-            elif kind == "exit_code":
-                exit_codes.append(frame.progress.exit_code)
-                self.progress.append("installer exited with code %d" % frame.progress.exit_code)
-
-        try:
-            self.client.stream(LIFECYCLE_UPGRADE, request, node=self.node, on_message=record)
-        except TalosError as err:
-            raise UpgradeStepError("install", "Installing %s on node %s failed: %s The node still runs %s and was not "
-                                   "rebooted." % (self.image, self.label, err.message, self.previous), err)
-        if not exit_codes or exit_codes[-1] != 0:
-            outcome = "exited with code %d" % exit_codes[-1] if exit_codes else "ended without an exit code"
-            lines = [line for line in self.progress if not line.startswith("installer exited")][-FAILURE_CONTEXT_LINES:]
-            raise UpgradeStepError("install", "The installer for %s on node %s %s (last messages: %s); the node still runs "
-                                   "%s and was not rebooted." % (self.image, self.label, outcome,
-                                                                 " | ".join(lines) or "none", self.previous))
-
-    def _reboot(self):
-        mode = machine_pb2.RebootRequest.POWERCYCLE if self.params["reboot_mode"] == "powercycle" else machine_pb2.RebootRequest.DEFAULT
-        try:
-            self.client.call(REBOOT, machine_pb2.RebootRequest(mode=mode), node=self.node)
-        except TalosError as err:
-            raise UpgradeStepError("reboot", "Rebooting node %s into %s failed: %s Talos %s is installed but the node "
-                                   "still runs %s until its next reboot." % (self.label, self.target, err.message,
-                                                                             self.target, self.previous), err)
-        self.rebooted = True
-        self.progress.append("reboot requested")
-
-    def _legacy_upgrade(self):
-        reboot_mode = (machine_pb2.UpgradeRequest.POWERCYCLE if self.params["reboot_mode"] == "powercycle"
-                       else machine_pb2.UpgradeRequest.DEFAULT)
-        request = machine_pb2.UpgradeRequest(image=self.image, preserve=self.params["preserve"], stage=self.params["stage"],
-                                             force=self.params["force"], reboot_mode=reboot_mode)
-        try:
-            items = self.client.call(LEGACY_UPGRADE, request, node=self.node)
-        except TalosError as err:
-            raise UpgradeStepError("upgrade", "Node %s refused the upgrade to %s: %s The node was not changed and still "
-                                   "runs %s." % (self.label, self.image, err.message, self.previous), err)
-        self.rebooted = True
-        self.progress.append(items[0].ack if items and items[0].ack else "upgrade requested")
-
-    def _wait(self, boot_id):
-        try:
-            waiters.wait_for_reboot(self.client, self.node, boot_id, timeout=self.params["wait_timeout"])
-            current = self.client.call(VERSION, node=self.node)[0].version.tag
-        except TalosError as err:
-            raise UpgradeStepError("wait", "Node %s did not come back from the upgrade to %s: %s It was rebooting from "
-                                   "%s into %s; check its console." % (self.label, self.target, err.message,
-                                                                       self.previous, self.target), err)
-        if current == self.target:
-            self.progress.append("node is running %s" % current)
-            return current
-        if current == self.previous:
-            raise UpgradeStepError("wait", "Node %s rebooted but came back on %s instead of %s: Talos rolled the upgrade "
-                                   "back because the new version failed to boot; read the node's console or dmesg "
-                                   "before trying again." % (self.label, current, self.target))
-        raise UpgradeStepError("wait", "Node %s rebooted into %s, not the target %s: the installer image %s does not "
-                               "hold that version." % (self.label, current, self.target, self.image))
-
-
-def run(module):
-    params = module.params
+def run(task):
+    params = task.params
     try:
-        image, target = upgrade_utils.resolve_target(params["image"], params["version"], params["image_repository"])
-        api = upgrade_utils.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
+        image, target = upgrade.resolve_target(params["image"], params["version"])
+        api = upgrade.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
     except ValueError as err:
-        module.fail_json(msg=str(err))
+        raise TaskFailed(str(err))
+    node = task.single_node("upgrades one node per task")
+    # The node's own installer unless an option names one; its config's installer reference is read before
+    # anything changes, so that a config with two of them is refused first.
+    build = None if image or params["image_repository"] else images.read_node_build(task.client, node)
+    choice = images.choose_installer(build, target, image=image, image_repository=params["image_repository"],
+                                     factory_url=params["image_factory_url"])
+    reference = images.read_installer_reference(task.client, node)
+    result = lifecycle.upgrade(task.client, node, choice.image, target, api, fall_back=params["api"] == "auto",
+                               reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
+                               force_quorum_loss=params["force_quorum_loss"],
+                               wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                               check_mode=task.check_mode, diff=task.diff, progress=task.progress)
+    result["image_reason"] = choice.reason
+    result["installer_reference"] = _point_installer(task, node, reference, choice.image, result)
+    return result
 
-    node = module.single_node("upgrades one node per task")
-    client = module.client
-    previous = client.call(VERSION, node=node)[0].version.tag
-    result = dict(changed=False, previous_version=previous, current_version=previous, target_version=target,
-                  image=image, rebooted=False, api_used=None, controlplane=None, etcd_gate_open=None, progress=[])
-    if previous == target:
-        module.exit_json(**result)
 
-    if not params["force"]:
-        result["controlplane"], problem = upgrade_utils.etcd_gate(client, node)
-        if result["controlplane"]:
-            result["etcd_gate_open"] = not problem
-        if problem:
-            module.fail_json(msg="Refusing to upgrade control-plane node %s to %s: %s, so the cluster could lose its etcd "
-                                 "quorum while the node reboots; fix etcd first, or set force: true to upgrade anyway."
-                                 % (node or "the endpoint node", target, problem), **result)
+def _point_installer(task, node, reference, image, result):
+    """Name ``image`` in the node's config once the node runs the target, so that a reinstall does not go back.
 
+    A reference that already names the target version is left as it is.
+    """
+    target = result["target_version"]
+    outcome = dict(home=reference.home, before=reference.image, after=reference.image, changed=False)
+    if reference.home is None or normalize_version(images.image_tag(reference.image)) == target:
+        return outcome
+    if result["current_version"] != target and not (task.check_mode and result["changed"]):
+        if result["changed"]:
+            task.warn("%s still names installer %s in %s: without wait the module cannot tell when the node runs %s; "
+                      "run the task again once it does." % (label(node, start=True), reference.image, reference.home, target))
+        return outcome
+    if task.diff:
+        diff = result.setdefault("diff", dict(before={}, after={}))
+        diff["before"]["installer"], diff["after"]["installer"] = reference.image, image
+    if not task.check_mode:
+        images.point_installer_at(task.client, node, reference, image)
+    outcome.update(after=image, changed=True)
     result["changed"] = True
-    if module._diff:
-        result["diff"] = dict(before={"version": previous}, after={"version": target})
-    if module.check_mode:
-        # The real run learns this from the node's answer; predict it from the version.
-        falls_back = params["api"] == "auto" and upgrade_utils.has_lifecycle_api(previous) is False
-        result["api_used"] = "legacy" if falls_back else api
-        module.exit_json(**result)
-
-    upgrade = NodeUpgrade(client, node, params, image, target, previous)
-    try:
-        result["current_version"] = upgrade.run(api)
-    except UpgradeStepError as err:
-        result.update(api_used=upgrade.api_used, rebooted=upgrade.rebooted, progress=upgrade.progress, step=err.step)
-        if isinstance(err.cause, TalosError):
-            result.update(err.cause.to_result())
-        module.fail_json(msg=err.message, **result)
-    result.update(api_used=upgrade.api_used, rebooted=upgrade.rebooted, progress=upgrade.progress)
-    module.exit_json(**result)
+    return outcome
 
 
 def main():
-    module = TalosModule(
-        argument_spec=dict(
-            image=dict(type="str"),
-            version=dict(type="str"),
-            image_repository=dict(type="str", default=upgrade_utils.DEFAULT_IMAGE_REPOSITORY),
-            api=dict(type="str", default="auto", choices=["auto", "lifecycle", "legacy"]),
-            reboot_mode=dict(type="str", default="default", choices=["default", "powercycle"]),
-            preserve=dict(type="bool", default=False),
-            stage=dict(type="bool", default=False),
-            force=dict(type="bool", default=False),
-        ),
-        mutually_exclusive=[("image", "version")],
-        required_one_of=[("image", "version")],
-        supports_check_mode=True,
-        wait=True,
-    )
-    module.run(run)
+    run_module(SPEC, run)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,9 @@ class TalosAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(TalosAction, self).run(tmp, task_vars)
+        # An unset talosconfig option takes the inventory variable talosconfig (docs/getting-started.md), ad hoc too.
+        if "talosconfig" in self.MODULE.SPEC.argument_spec and self._task.args.get("talosconfig") is None and "talosconfig" in task_vars:
+            self._task.args = dict(self._task.args, talosconfig=self._templar.template(task_vars["talosconfig"]))
         door, reason = self._choose_door(task_vars)
         display.v("%s through the %s door (%s)" % (self.module_name, door, reason),
                   host=task_vars.get("inventory_hostname"))

@@ -191,4 +191,4 @@ def test_mixed_versions_and_v112_one_to_many_rule(emulator, api):
     # The v1.14 worker serves LifecycleService, relayed by the v1.12 endpoint.
     with pytest.raises(GRPCError) as excinfo:
         client.call("machine.LifecycleService/Upgrade", node=worker)
-    assert _code(excinfo) == (Status.INVALID_ARGUMENT, "containerd namespace is not specified")
+    assert _code(excinfo) == (Status.INVALID_ARGUMENT, "invalid containerd namespace NS_UNKNOWN")

@@ -50,7 +50,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-CREDENTIAL_TYPE_FILE = os.path.join(REPO, "docs", "awx", "credential_type.yml")
+# The credential type's two parts, each as it is pasted into AWX's form.
+CREDENTIAL_TYPE_FILES = dict((part, os.path.join(REPO, "docs", "awx", "credential_type_%s.yml" % part))
+                             for part in ("inputs", "injectors"))
 # The execution environment's programs (ansible-runner, ansible-playbook, python3): the test
 # venv's, or another one's with TALOS_AWX_EE_BIN (for example a newer ansible-core on a newer Python).
 EE_BIN = os.environ.get("TALOS_AWX_EE_BIN") or os.path.dirname(sys.executable)
@@ -66,9 +68,13 @@ class CredentialType(object):
         self.injectors = definition["injectors"]
 
     @classmethod
-    def load(cls, path=CREDENTIAL_TYPE_FILE):
-        with open(path) as definition:
-            return cls(yaml.safe_load(definition))
+    def load(cls, paths=None):
+        """The credential type from its Input configuration and Injector configuration files."""
+        definition = {}
+        for part, path in (paths or CREDENTIAL_TYPE_FILES).items():
+            with open(path) as text:
+                definition[part] = yaml.safe_load(text)
+        return cls(definition)
 
     @property
     def field_ids(self):
@@ -274,9 +280,9 @@ class Job(object):
         return self._run_pipeline(dict(ident=self.job_id, settings={"job_timeout": 600, "suppress_ansible_output": True}))
 
     def inventory_output(self):
-        """The inventory JSON an inventory update produced (what AWX imports)."""
+        """The inventory JSON text an inventory update produced (what AWX imports and stores)."""
         with open(os.path.join(self.artifact_dir, "output.json")) as output:
-            return json.load(output)
+            return output.read()
 
     # What the job left behind.
 

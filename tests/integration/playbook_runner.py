@@ -4,12 +4,24 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# A warning runs on over wrapped lines up to a blank line or the next "[WARNING]", "TASK [", "PLAY [" line.
+DEPRECATION_WARNING = re.compile(r"^\[DEPRECATION WARNING\]:.*?(?=^\s*$|^\[|^[A-Z ]+\[|\Z)", re.M | re.S)
+
+
+def deprecation_warnings(output):
+    """Every ``[DEPRECATION WARNING]`` in an Ansible command's output, each on one line.
+
+    Every run of the tests uses only the collection's own code with ansible-core's, so each warning is the
+    collection's to fix: nothing it uses may be deprecated in the ansible-core it runs on, the newest included.
+    """
+    return [" ".join(found.split()) for found in DEPRECATION_WARNING.findall(output)]
 
 
 class PlaybookRun(object):
@@ -79,11 +91,17 @@ def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, ch
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_DEPRECATION_WARNINGS": "True",
+        # ansible-core 2.21 and later add a task's invocation (its module arguments, no_log values masked) to the
+        # result only when asked; the tests compare and search it.
+        "ANSIBLE_INJECT_INVOCATION": "True",
         "ANSIBLE_LOCAL_TEMP": os.path.join(str(workdir), "ansible-local"),
         "ANSIBLE_REMOTE_TEMP": os.path.join(str(workdir), "ansible-remote"),
     })
     run_env.update(env or {})
     proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=timeout, check=False)
+    deprecated = deprecation_warnings(proc.stdout + "\n" + proc.stderr)
+    assert not deprecated, "ansible-playbook printed deprecation warnings:\n" + "\n".join(deprecated)
     results = []
     if os.path.exists(results_path):
         with open(results_path) as handle:

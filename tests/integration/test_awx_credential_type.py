@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""docs/awx/credential_type.yml rendered as AWX renders it, read by the collection, used against the emulator.
+"""The AWX credential type (docs/awx/credential_type_inputs.yml and _injectors.yml) rendered as AWX renders it,
+read by the collection, used against the emulator.
 
-Every way a user may fill in the credential (a whole talosconfig; endpoints with the
+Every way a user may fill in the credential (a whole talosconfig, with a context chosen or not; endpoints with the
 CA, certificate and key as PEM or as base64; one endpoint, several, with spaces,
 newlines or a trailing comma; text pasted with CRLF line ends) must give a file the
 collection reads and connects with.
@@ -62,6 +63,16 @@ def talosconfig_of_several_contexts(cluster):
     return {"talosconfig": yaml.safe_dump(document)}, [n.endpoint for n in cluster.controlplanes]
 
 
+def several_contexts_and_the_context_field(cluster):
+    # The Context field picks another context than the file's current one (written last, as talosctl does).
+    document = {"contexts": {
+        "prod": talosconfig_context(cluster),
+        "staging": {"endpoints": ["192.0.2.1"], "ca": "", "crt": "", "key": ""},
+    }, "context": "staging"}
+    return ({"talosconfig": yaml.safe_dump(document, sort_keys=False), "context": "prod"},
+            [n.endpoint for n in cluster.controlplanes])
+
+
 def pem_fields_one_endpoint(cluster):
     context = talosconfig_context(cluster)
     inputs = dict((name, pem(context[name])) for name in ("ca", "crt", "key"))
@@ -101,7 +112,8 @@ def pasted_with_crlf_and_wrapped_base64(cluster):
 
 
 INPUT_STYLES = [
-    whole_talosconfig, talosconfig_of_several_contexts, pem_fields_one_endpoint, base64_fields_several_endpoints,
+    whole_talosconfig, talosconfig_of_several_contexts, several_contexts_and_the_context_field, pem_fields_one_endpoint,
+    base64_fields_several_endpoints,
     endpoints_with_spaces_and_trailing_comma, endpoints_one_a_line_first_unreachable, pasted_with_crlf_and_wrapped_base64,
 ]
 
@@ -114,6 +126,8 @@ def inject(credential_type, inputs, tmp_path):
 
 
 def test_awx_accepts_the_credential_type(credential_type):
+    # Each file is what one field of AWX's form takes, pasted as it is: nothing around it.
+    assert set(credential_type.inputs) == {"fields", "required"}
     credential_type.validate()
     assert credential_type.secret_fields == ["talosconfig", "key"]
     assert set(credential_type.injectors) == {"env", "file"}

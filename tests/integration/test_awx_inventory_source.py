@@ -16,7 +16,7 @@ __metaclass__ = type
 import pytest
 
 from awx_job import CredentialType, Job, secret_values
-from test_inventory_talos import _plain as imported
+from test_inventory_talos import plain_listing
 
 FACTS_PLAYBOOK = [{
     "name": "Talos facts",
@@ -45,7 +45,7 @@ def test_inventory_update_then_a_job_on_the_imported_inventory(cluster, tmp_path
     result = update.run_inventory_update("inventories/cluster.talos.yml")
 
     assert (result.status, update.rc) == ("successful", 0), update.artifact_texts()
-    listing = imported(update.inventory_output())
+    listing = plain_listing(update.inventory_output())
     groups = dict((name, sorted(group.get("hosts", []))) for name, group in listing.items() if name not in ("_meta", "all"))
     assert groups["controlplane"] == sorted(n.hostname for n in cluster.controlplanes)
     assert groups["workers"] == sorted(n.hostname for n in cluster.workers)

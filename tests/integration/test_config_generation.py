@@ -167,6 +167,8 @@ def test_commented_config_is_written_once(run_playbook, tmp_path):
 @pytest.mark.parametrize("options,message", [
     ({"cluster_endpoint": "http://10.5.0.2:6443"}, "must use https"),
     ({"talos_version": "v1.8"}, "talos_version v1.8 is not supported"),
+    ({"config_patches": [[{"op": "add", "path": "/machine/certSANs/-", "value": "api.example.com"}]]},
+     "config_patches[0] is a JSON patch (RFC 6902), which cannot be applied to a multi-document machine config"),
 ])
 def test_bad_input_names_the_parameter(run_playbook, tmp_path, options, message):
     workdir = tmp_path / "generated"

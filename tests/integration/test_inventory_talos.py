@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import yaml
+from playbook_runner import deprecation_warnings
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -22,14 +23,35 @@ PLUGIN = "talos_linux.talos.talos"
 BIN = os.path.dirname(sys.executable)
 
 
-def _plain(value):
-    """ansible-inventory marks the data of inventory plugins as unsafe on ansible-core 2.19: the values themselves."""
+# The variables the plugin sets; compose adds others.
+PLUGIN_VARIABLES = ("ansible_host", "ansible_connection", "ansible_python_interpreter", "talos_node", "talos_addresses",
+                    "talos_machine_type", "talos_os_version", "talos_hostname")
+
+
+def plain_listing(text):
+    """The JSON of ``ansible-inventory --list``, whose values the plugin set must be plain: no
+    ``{"__ansible_unsafe": ...}`` wrapper (AWX stores what it imports as it is).
+
+    What ``compose`` makes is a template's result, which ansible-core 2.19 and later mark unsafe for every
+    constructed inventory; those values are unwrapped here.
+    """
+    listing = json.loads(text)
+    for host, variables in listing["_meta"]["hostvars"].items():
+        for name, value in variables.items():
+            if name in PLUGIN_VARIABLES:
+                assert "__ansible_unsafe" not in json.dumps(value), (host, name, value)
+            else:
+                variables[name] = _unwrapped(value)
+    return listing
+
+
+def _unwrapped(value):
     if isinstance(value, dict):
         if set(value) == {"__ansible_unsafe"}:
             return value["__ansible_unsafe"]
-        return dict((key, _plain(item)) for key, item in value.items())
+        return dict((key, _unwrapped(item)) for key, item in value.items())
     if isinstance(value, list):
-        return [_plain(item) for item in value]
+        return [_unwrapped(item) for item in value]
     return value
 
 
@@ -52,13 +74,16 @@ class Inventory(object):
 
     def run(self, source, *args, **kwargs):
         env = dict(self.env, **kwargs.pop("env", {}))
-        return subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", source] + list(args),
+        proc = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", source] + list(args),
                               capture_output=True, text=True, env=env, timeout=300, check=False)
+        deprecated = deprecation_warnings(proc.stderr)
+        assert not deprecated, "ansible-inventory printed deprecation warnings:\n" + "\n".join(deprecated)
+        return proc
 
     def list(self, source, **kwargs):
         proc = self.run(source, "--list", **kwargs)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        return _plain(json.loads(proc.stdout))
+        return plain_listing(proc.stdout)
 
 
 def groups_of(listing):
@@ -172,7 +197,7 @@ def test_cache_serves_the_last_listing_until_flushed(cluster, inventory, tmp_pat
         cluster.faults.make_reachable(endpoint)
     proc = inventory.run(source, "--list", "--flush-cache")
     assert proc.returncode == 0, proc.stderr
-    assert groups_of(_plain(json.loads(proc.stdout)))["workers"] == ["worker-1", "worker-2", "worker-3"]
+    assert groups_of(plain_listing(proc.stdout))["workers"] == ["worker-1", "worker-2", "worker-3"]
 
 
 @pytest.mark.parametrize("case", ["missing", "unreadable", "not_yaml", "no_context", "unreachable", "wrong_ca", "permission", "env",

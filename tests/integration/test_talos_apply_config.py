@@ -175,6 +175,37 @@ def test_invalid_patch_fails_before_any_call(emulator, run_playbook):
     assert cluster.audit(APPLY) == []
 
 
+def test_json_patch_on_a_multi_document_config_is_refused_and_merge_patches_apply(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    node = cluster.controlplanes[0]
+    before = node.config_bytes
+    multi_document = node.config_text() + "---\n" + yaml.safe_dump(
+        {"apiVersion": "v1alpha1", "kind": "KubeNodeConfig", "labels": {"example.com/rack": "r1"}})
+    json_patch = apply_task("json patch", node, config=multi_document, config_patches=[
+        [{"op": "replace", "path": "/machine/network/hostname", "value": "renamed"}]])
+    json_patch["ignore_errors"] = True
+    merge_patches = apply_task("merge patches", node, config=multi_document, config_patches=[
+        {"machine": {"network": {"hostname": "renamed"}}},
+        {"apiVersion": "v1alpha1", "kind": "KubeNodeConfig", "labels": {"example.com/rack": "r2"}}])
+    run = run_playbook(play([json_patch], cluster.talosconfig_path()))
+
+    refused = run.task("json patch")
+    assert refused["status"] == "failed"
+    assert refused["result"]["msg"] == (
+        "config_patches[0] is a JSON patch (RFC 6902), which cannot be applied to a multi-document machine config "
+        "(v1alpha1, KubeNodeConfig): use a strategic merge patch instead, a mapping (with kind to patch a document "
+        "other than v1alpha1).")
+    assert cluster.audit() == []
+    assert node.config_bytes == before and node.hostname == node.name
+
+    run = run_playbook(play([merge_patches], cluster.talosconfig_path()))
+    assert run.task("merge patches")["result"]["changed"] is True
+    assert node.hostname == "renamed"
+    documents = list(yaml.safe_load_all(node.config_bytes))
+    assert [document.get("kind") for document in documents] == [None, "KubeNodeConfig"]
+    assert documents[1]["labels"] == {"example.com/rack": "r2"}
+
+
 def test_concurrent_apply_is_retried_within_the_timeout(emulator, run_playbook):
     cluster = emulator(controlplanes=1)
     node = cluster.controlplanes[0]

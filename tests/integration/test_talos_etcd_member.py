@@ -9,6 +9,8 @@ __metaclass__ = type
 import hashlib
 import stat
 
+import pytest
+
 from module_plays import module_play
 
 
@@ -80,10 +82,12 @@ def test_quorum_guard_then_removal_of_the_dead_member_by_id(emulator, run_playbo
     cluster.faults.make_unreachable(third)
 
     run = run_playbook(member_play(cluster, first.address, timeout=3, member=second.hostname, state="absent"), expect_rc=2)
-    assert run.task("etcd")["result"]["msg"] == (
-        "Refusing to remove etcd member %s: 2 voting members would remain, etcd needs 2 of them healthy for quorum, "
-        "but only 1 are healthy (not healthy: %s); fix the unhealthy members first or set force=true to remove it anyway."
-        % (second.hostname, third.hostname))
+    message = run.task("etcd")["result"]["msg"]
+    assert message.startswith(
+        "Refusing to remove etcd member %s: etcd would keep 2 voting member(s) and need 2 of them healthy for quorum, "
+        "but only 1 other than %s are healthy (not healthy: %s - " % (second.hostname, second.hostname, third.hostname))
+    assert message.endswith("); fix the unhealthy members first, or set force_quorum_loss: true to go ahead anyway.")
+    assert run.task("etcd")["result"]["etcd_gate_open"] is False
     assert cluster.audit() == [] and len(cluster.etcd.members) == 3
 
     member_id = "%016x" % cluster.etcd.member_of(third).id
@@ -95,6 +99,22 @@ def test_quorum_guard_then_removal_of_the_dead_member_by_id(emulator, run_playbo
         ("machine.MachineService/EtcdRemoveMemberByID", "OK", int(member_id, 16))]
     assert cluster.audit()[0]["node"] in (first.name, second.name)
     assert names(result["members_after"]) == sorted([first.hostname, second.hostname])
+
+
+@pytest.mark.parametrize("door", ["controller", "module"])
+def test_force_is_a_deprecated_alias_of_force_quorum_loss(emulator, run_playbook, door):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, second, third = cluster.controlplanes
+    cluster.faults.make_unreachable(third)
+
+    # The deprecation is expected here: it is asserted on the result instead of failing the run when printed.
+    run = run_playbook(member_play(cluster, first.address, timeout=3, member=second.hostname, state="absent", force=True),
+                       extra_vars={"talos_door": door}, env={"ANSIBLE_DEPRECATION_WARNINGS": "False"})
+    result = run.task("etcd")["result"]
+    assert result["changed"] is True and result["quorum"]["safe"] is False
+    assert [(d["msg"], d["version"]) for d in result["deprecations"]] == [
+        ("Alias 'force' is deprecated. See the module docs for more information", "3.0.0")]
+    assert cluster.etcd.member_of(second) is None
 
 
 def test_leave_of_an_unreachable_member_points_to_remove(emulator, run_playbook):

@@ -135,3 +135,19 @@ def test_server_side_check_over_the_rpc(emulator, run_playbook):
         timer.join()
     result = run.task("health")["result"]
     assert {check["state"] for check in result["checks"]} == {"passed"} and result["elapsed"] >= 1.5
+
+
+def test_a_long_wait_shows_its_progress(emulator, run_playbook):
+    cluster = emulator(controlplanes=2, workers=1, bootstrapped=True, reboot_seconds=0.1)
+    node = cluster.controlplanes[1]
+    lists = dict(control_plane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
+    _stop_etcd(cluster, node)
+    timer = lift_later(cluster, 7, _start_etcd, cluster, node)
+    try:
+        run = run_playbook(health_play(cluster, cluster.controlplanes[0].address, wait_timeout=60, **lists))
+    finally:
+        timer.join()
+    # The controller door prints each change of the check that holds the wait up, once it lasts 5 seconds.
+    waiting = "localhost: cluster: waiting for etcd_healthy on %s" % node.address
+    assert waiting + " (" in run.stdout
+    assert waiting + " → all checks passed (" in run.stdout

@@ -71,8 +71,8 @@ def test_quorum_guard_refuses_then_force_quorum_loss(emulator, run_playbook):
     assert refused["status"] == "failed"
     message = refused["result"]["msg"]
     assert message.startswith("Refusing to reboot control-plane node %s: etcd would keep 3 voting member(s) and need 2 "
-                              "of them healthy for quorum, but only 1 other than this node are healthy (not healthy: "
-                              "controlplane-3)" % cp1.address), message
+                              "of them healthy for quorum, but only 1 other than controlplane-1 are healthy (not "
+                              "healthy: controlplane-3 - " % cp1.address), message
     assert message.endswith("or set force_quorum_loss: true to go ahead anyway.")
     assert refused["result"]["quorum"]["unhealthy"] == ["controlplane-3"]
     assert refused["result"]["etcd_gate_open"] is False
@@ -80,6 +80,7 @@ def test_quorum_guard_refuses_then_force_quorum_loss(emulator, run_playbook):
 
     forced = run_playbook(reboot_play(cluster, cp1.address, timeout=5, force_quorum_loss=True, wait=False)).task("reboot")
     assert forced["status"] == "changed", forced
+    assert forced["result"]["etcd_gate_open"] is False
     assert [e["node"] for e in cluster.audit(method="Reboot")] == [cp1.name]
 
 

@@ -101,7 +101,7 @@ def test_etcd_guards(emulator, run_playbook):
     assert refused["status"] == "failed"
     assert refused["result"]["msg"].startswith(
         "Refusing to gracefully reset control-plane node %s: etcd would keep 1 voting member(s) and need 1 of them "
-        "healthy for quorum, but only 0 other than this node are healthy (not healthy: controlplane-2)" % cp1.address)
+        "healthy for quorum, but only 0 other than controlplane-1 are healthy (not healthy: controlplane-2 - " % cp1.address)
     assert cluster.audit() == []
 
 
@@ -111,9 +111,9 @@ def test_graceful_reset_of_the_last_member_is_refused_even_when_forced(emulator,
     refused = run_playbook(reset_play(cluster, cp1.address, force_quorum_loss=True)).task("reset")
     assert refused["status"] == "failed"
     assert refused["result"]["msg"] == (
-        "Refusing to gracefully reset control-plane node %s: it is the last etcd member, and Talos cannot make the last "
-        "member leave etcd; a graceful reset cannot remove it; use graceful: false with force_quorum_loss: true to wipe "
-        "the cluster's last control plane, which destroys the cluster's etcd data." % cp1.address)
+        "Refusing to gracefully reset control-plane node %s: controlplane-1 is the last voting etcd member, and etcd "
+        "cannot lose its last member whatever force_quorum_loss says; to wipe the cluster's last control plane, reset "
+        "it with graceful: false and force_quorum_loss: true, which destroys the cluster's etcd data." % cp1.address)
     assert cluster.audit() == []
 
 

@@ -1,11 +1,15 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """talos_upgrade through ansible-playbook against the emulator: the lifecycle path, the
-legacy fallback, idempotency, check mode, installer failures and the etcd gate."""
+legacy fallback, idempotency, check mode, installer failures and the etcd quorum guard."""
 
 import pytest
 
 LIFECYCLE_CALLS = ["machine.ImageService/Pull", "machine.LifecycleService/Upgrade", "machine.MachineService/Reboot"]
+# Then the installer reference in the node's config names the new installer: a dry run, then the apply.
+UPGRADE_CALLS = LIFECYCLE_CALLS + ["machine.MachineService/ApplyConfiguration"] * 2
+# Talos v1.14 installers come from the Image Factory: the empty schematic for a node without one.
+FACTORY_INSTALLER = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 
 
 def _upgrade_play(cluster, node, **options):
@@ -48,12 +52,15 @@ def test_lifecycle_upgrade_check_mode_then_apply_then_unchanged(emulator, run_pl
     assert applied["current_version"] == "v1.14.1"
     assert applied["api_used"] == "lifecycle"
     assert applied["rebooted"] is True
-    assert applied["image"] == "ghcr.io/siderolabs/installer:v1.14.1"
+    assert applied["image"] == FACTORY_INSTALLER + ":v1.14.1"
     assert "installer exited with code 0" in applied["progress"]
     assert applied["progress"][-1] == "node is running v1.14.1"
-    assert _calls(cluster, worker) == LIFECYCLE_CALLS
-    pull, install, reboot = cluster.audit(node=worker.name)
-    assert pull["namespace"] == "NS_SYSTEM" and pull["image"] == "ghcr.io/siderolabs/installer:v1.14.1"
+    assert applied["installer_reference"] == {"home": ".machine.install.image", "before": "ghcr.io/siderolabs/installer:v1.14.0",
+                                              "after": FACTORY_INSTALLER + ":v1.14.1", "changed": True}
+    assert cluster.node(worker.name).config["machine"]["install"]["image"] == FACTORY_INSTALLER + ":v1.14.1"
+    assert _calls(cluster, worker) == UPGRADE_CALLS
+    pull, install, reboot = cluster.audit(node=worker.name)[:3]
+    assert pull["namespace"] == "NS_SYSTEM" and pull["image"] == FACTORY_INSTALLER + ":v1.14.1"
     assert install["exit_code"] == 0
     assert reboot["mode"] == "DEFAULT"
     assert _version(cluster, worker) == "v1.14.1"
@@ -61,7 +68,7 @@ def test_lifecycle_upgrade_check_mode_then_apply_then_unchanged(emulator, run_pl
     again = run_playbook(_upgrade_play(cluster, worker, image="ghcr.io/siderolabs/installer:v1.14.1")).task("upgrade")
     assert again["status"] == "ok"
     assert again["result"]["api_used"] is None
-    assert _calls(cluster, worker) == LIFECYCLE_CALLS, "an up-to-date node must not be called again"
+    assert _calls(cluster, worker) == UPGRADE_CALLS, "an up-to-date node must not be called again"
 
 
 def test_legacy_fallback_on_v1_12(emulator, run_playbook):
@@ -136,7 +143,7 @@ def test_node_back_on_the_old_version_is_a_rollback_failure(emulator, run_playbo
 def test_unavailable_image_fails_at_the_pull(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
     worker = _worker(cluster)
-    cluster.faults.mark_image_unavailable("ghcr.io/siderolabs/installer:v1.14.1")
+    cluster.faults.mark_image_unavailable(FACTORY_INSTALLER + ":v1.14.1")
 
     result = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), expect_rc=2).task("upgrade")["result"]
 
@@ -147,7 +154,7 @@ def test_unavailable_image_fails_at_the_pull(emulator, run_playbook):
 
 
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_etcd_gate_refuses_an_unhealthy_cluster(emulator, run_playbook, check_mode):
+def test_quorum_guard_refuses_an_unhealthy_cluster(emulator, run_playbook, check_mode):
     cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.14.0")
     target, alarmed = cluster.controlplanes[0], cluster.controlplanes[1]
     cluster.raise_etcd_alarm(alarmed.name)
@@ -155,28 +162,34 @@ def test_etcd_gate_refuses_an_unhealthy_cluster(emulator, run_playbook, check_mo
     run = run_playbook(_upgrade_play(cluster, target, version="v1.14.1"), check=check_mode, expect_rc=2)
 
     result = run.task("upgrade")["result"]
-    assert result["msg"].startswith("Refusing to upgrade control-plane node %s to v1.14.1" % target.address)
-    assert "member %s is not healthy" % alarmed.name in result["msg"]
+    assert result["msg"].startswith("Refusing to upgrade control-plane node %s: etcd would keep 3 voting member(s) and "
+                                    "need 2 of them healthy for quorum, but only 1 other than %s are healthy (not "
+                                    "healthy: %s - " % (target.address, target.name, alarmed.name)), result["msg"]
     assert "NOSPACE" in result["msg"]
-    assert "force: true" in result["msg"]
-    assert result["controlplane"] is True
+    assert "force_quorum_loss: true" in result["msg"]
+    assert result["controlplane"] is True and result["etcd_gate_open"] is False
     assert cluster.audit() == []
 
 
-def test_etcd_gate_needs_three_members_unless_forced(emulator, run_playbook):
+@pytest.mark.parametrize("override", ["force_quorum_loss", "force"])
+def test_a_single_control_plane_needs_force_quorum_loss(emulator, run_playbook, override):
     cluster = emulator(controlplanes=1, workers=0, bootstrapped=True, talos_version="v1.14.0")
     node = cluster.controlplanes[0]
 
     refused = run_playbook(_upgrade_play(cluster, node, version="v1.14.1"), expect_rc=2).task("upgrade")["result"]
-    assert "keeps no quorum" in refused["msg"]
+    assert "etcd would keep 1 voting member(s) and need 1 of them healthy for quorum, but only 0" in refused["msg"]
     assert cluster.audit() == []
 
-    forced = run_playbook(_upgrade_play(cluster, node, version="v1.14.1", force=True)).task("upgrade")["result"]
-    assert forced["current_version"] == "v1.14.1"
-    assert _calls(cluster, node) == LIFECYCLE_CALLS
+    options = {"version": "v1.14.1", override: True}
+    # The deprecated alias's warning is expected: not printed, the result carries it.
+    forced = run_playbook(_upgrade_play(cluster, node, **options),
+                          env={"ANSIBLE_DEPRECATION_WARNINGS": "False"}).task("upgrade")["result"]
+    assert forced["current_version"] == "v1.14.1" and forced["etcd_gate_open"] is False
+    assert [d["version"] for d in forced.get("deprecations", [])] == (["3.0.0"] if override == "force" else [])
+    assert _calls(cluster, node) == UPGRADE_CALLS
 
 
-def test_healthy_control_plane_passes_the_gate(emulator, run_playbook):
+def test_healthy_control_plane_passes_the_quorum_guard(emulator, run_playbook):
     cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.13.0")
     node = cluster.controlplanes[2]
 
@@ -184,8 +197,8 @@ def test_healthy_control_plane_passes_the_gate(emulator, run_playbook):
 
     assert result["controlplane"] is True
     assert result["current_version"] == "v1.14.0"
-    assert _calls(cluster, node) == LIFECYCLE_CALLS
-    assert [entry["node"] for entry in cluster.audit()] == [node.name] * 3
+    assert _calls(cluster, node) == UPGRADE_CALLS
+    assert [entry["node"] for entry in cluster.audit()] == [node.name] * 5
 
 
 def test_several_nodes_are_refused_before_any_call(emulator, run_playbook):

@@ -68,7 +68,7 @@ def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
     cluster.faults.fail_installer(exit_code=2, node="worker-1")
 
-    stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force": True}, expect_rc=2)
+    stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force_quorum_loss": True}, expect_rc=2)
 
     message = _failure(stopped)
     assert "The rolling upgrade stopped at the batch of workers worker-1, worker-2" in message
@@ -97,7 +97,7 @@ REBOOT_PLAYBOOK = """
 """
 
 
-def test_reboot_only_restarts_every_node_in_order_behind_the_etcd_gate(emulator, run_playbook):
+def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulator, run_playbook):
     cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
 
@@ -110,7 +110,7 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_etcd_gate(emulator,
     (report,) = [r for r in run.results if r["task"].endswith("Report the rolling reboot")]
     assert "Rebooted" in report["result"]["msg"] and "controlplane-1, controlplane-2, controlplane-3" in report["result"]["msg"]
 
-    # An unhealthy member closes the gate before the first control plane that etcd cannot spare.
+    # An unhealthy member: the quorum guard refuses the first control plane, retried until the etcd wait runs out.
     cluster.faults.make_unreachable("controlplane-3")
     stopped = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, expect_rc=2)
     message = _failure(stopped)
@@ -125,7 +125,7 @@ def test_unhealthy_cluster_stops_the_upgrade_after_the_node(emulator, run_playbo
     worker = cluster.workers[0]
     cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap")
 
-    # One control plane: etcd cannot spare it, so the quorum gate is forced open.
+    # One control plane: etcd cannot spare it, so the quorum guard is forced (by the deprecated name, which still works).
     forced = {"upgrade_force": True}
     stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=dict(forced, upgrade_health_timeout=2), expect_rc=2)
 

@@ -10,7 +10,8 @@ DOCUMENTATION = r"""
 name: task_seconds
 type: aggregate
 short_description: Record task durations for the collection's benchmark
-description: Writes each task's name, status and duration to the JSON file named by E(TALOS_BENCH_TIMES).
+description: Writes each task result's name, task id, host, status, changed and duration to the JSON file named by
+  E(TALOS_BENCH_TIMES).
 requirements:
   - enabled with E(ANSIBLE_CALLBACKS_ENABLED)
 """
@@ -37,7 +38,9 @@ class CallbackModule(CallbackBase):
         self._started = time.monotonic()
 
     def _record(self, result, status):
-        self._times.append({"task": result._task.get_name(), "status": status, "seconds": time.monotonic() - self._started,
+        self._times.append({"task": result._task.get_name(), "id": result._task._uuid, "host": result._host.get_name(),
+                            "status": status, "changed": bool(result._result.get("changed")),
+                            "seconds": time.monotonic() - self._started,
                             "msg": result._result.get("msg") if status == "failed" else None})
 
     def v2_runner_on_ok(self, result):

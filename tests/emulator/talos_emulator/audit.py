@@ -11,28 +11,10 @@ import json
 import threading
 import time
 
-# Calls that change a node or the cluster. Dry runs are recorded too, marked.
-MUTATING_METHODS = frozenset([
-    "machine.MachineService/ApplyConfiguration",
-    "machine.MachineService/Bootstrap",
-    "machine.MachineService/EtcdAlarmDisarm",
-    "machine.MachineService/EtcdDefragment",
-    "machine.MachineService/EtcdForfeitLeadership",
-    "machine.MachineService/EtcdLeaveCluster",
-    "machine.MachineService/EtcdRecover",
-    "machine.MachineService/EtcdRemoveMemberByID",
-    "machine.MachineService/Reboot",
-    "machine.MachineService/Reset",
-    "machine.MachineService/Rollback",
-    "machine.MachineService/ServiceRestart",
-    "machine.MachineService/ServiceStart",
-    "machine.MachineService/ServiceStop",
-    "machine.MachineService/Shutdown",
-    "machine.MachineService/Upgrade",
-    "machine.LifecycleService/Install",
-    "machine.LifecycleService/Upgrade",
-    "machine.ImageService/Pull",
-])
+from ansible_collections.talos_linux.talos.plugins.module_utils import rpc
+
+# Calls that change a node or the cluster: the catalogue's mutations. Dry runs are recorded too, marked.
+MUTATING_METHODS = frozenset(method for method in rpc.RPCS if not rpc.is_read(method))
 
 
 def short_method(method):

@@ -380,6 +380,11 @@ class EmulatedCluster:
                 "talos_endpoint": self.endpoint,
                 "talos_cluster_name": self.name,
                 "talos_state_dir": self.state_dir,
+                # The nodes listen on talos_port, not on Talos's 50000: where the cluster role reaches a node in
+                # maintenance mode and the endpoints of the talosconfig it writes, so that its documented
+                # variables (docs/provisioning.md) work here as written.
+                "cluster_maintenance_endpoint": "{{ ansible_host }}:{{ talos_port }}",
+                "cluster_talosconfig_endpoints": [node.endpoint for node in self.controlplanes],
             },
             "children": {
                 "controlplane": {"hosts": hosts(self.controlplanes)},

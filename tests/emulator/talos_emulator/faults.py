@@ -16,6 +16,15 @@ from grpclib.exceptions import GRPCError
 from .audit import method_matches
 from .codes import status_from_name
 
+# How Go's dialer in an endpoint's apid says it could not connect to a node,
+# per cause of make_unreachable (relayed as Unavailable "connection error: desc
+# = "transport: Error while dialing: dial tcp <node>:50000: <this>"").
+DIAL_ERRORS = {
+    "refused": "connect: connection refused",
+    "no-route": "connect: no route to host",
+    "timeout": "i/o timeout",
+}
+
 
 class _Rule:
     def __init__(self, method, node, times, **values):
@@ -46,14 +55,49 @@ class Faults:
         self._pauses = []
         self._installer_failures = []
         self._boot_rollbacks = []
+        self._unreachable = {}
 
-    def make_unreachable(self, node):
-        """Stop the node's API listener and drop its connections (connection refused)."""
-        self._cluster.run(self._cluster.node(node).set_unreachable())
+    def make_unreachable(self, node, cause="refused"):
+        """Cut the node's API off: its listener stops and its connections drop.
+
+        ``cause`` is how clients and the endpoints relaying to it see it:
+        ``refused`` (powered off; the default): connecting is refused;
+        ``no-route``: an endpoint relays "no route to host" (direct connections
+        are refused: loopback cannot answer "no route"); ``timeout``: connections
+        are accepted and never answered, so connecting times out, and an
+        endpoint relays "i/o timeout" at once (a real one gives up dialling
+        after about 20 s).
+        """
+        if cause not in DIAL_ERRORS:
+            raise ValueError("cause must be one of %s, got %r" % (", ".join(sorted(DIAL_ERRORS)), cause))
+        target = self._cluster.node(node)
+        with self._lock:
+            self._unreachable[target.name] = cause
+        self._cluster.run(self._unplug(target, cause))
 
     def make_reachable(self, node):
         """Serve the node's API again after ``make_unreachable``."""
-        self._cluster.run(self._cluster.node(node).set_reachable())
+        target = self._cluster.node(node)
+        with self._lock:
+            self._unreachable.pop(target.name, None)
+        self._cluster.run(self._plug(target))
+
+    @staticmethod
+    async def _unplug(node, cause):
+        await node.set_unreachable()
+        if cause == "timeout":
+            await node.server.listen_silently()
+
+    @staticmethod
+    async def _plug(node):
+        await node.server.stop_listening_silently()
+        await node.set_reachable()
+
+    def dial_error(self, node):
+        """What an endpoint's dialer says about a node it cannot reach (None: an unknown address)."""
+        with self._lock:
+            cause = self._unreachable.get(node.name, "refused") if node is not None else "refused"
+        return DIAL_ERRORS[cause]
 
     def set_latency(self, node, seconds):
         """Delay every call the node serves by ``seconds`` (0 removes the delay)."""

@@ -19,6 +19,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 
 from . import configgen, pki
 from .events import EventLog
+from .image_factory import factory_schematic
 from .routing import Machined
 from .server import NodeServer
 from .versions import image_tag
@@ -108,7 +109,18 @@ class EmulatedNode:
         self.resource_labels = {}
         self.etcd_data = False
         self.etcd_snapshot = None
+        # containerd namespace (NS_SYSTEM, NS_CRI) -> {image name: ImageRecord} (services/image.py).
         self.images = {}
+        # What the node was built from, as Version, SecurityState and ExtensionStatuses report it.
+        self.platform = "metal"
+        self.secure_boot = False
+        # System extensions: {"name", "version", "author", "description"}; an Image Factory build adds
+        # its schematic as the virtual extension "schematic" (see image_factory.py).
+        self.extensions = []
+        self.schematic_id = None
+        self.factory_url = None
+        # (version, schematic id, factory URL, extensions) written by the last installer run, taken at the next boot.
+        self.installed_build = None
         self.events = EventLog()
         self.time_synced = True
         self.apply_in_progress = False
@@ -245,6 +257,9 @@ class EmulatedNode:
         if self.installed_version != self.talos_version and self.cluster.faults.boot_rolls_back(self):
             self.installed_version, self.previous_version = self.talos_version, self.installed_version
         self.talos_version = self.installed_version
+        if self.installed_build is not None and self.installed_build[0] == self.talos_version:
+            self.schematic_id, self.factory_url, self.extensions = self.installed_build[1:]
+        self.installed_build = None
         self._emit_stage("booting", False)
         self._build_services()
         if self.is_control_plane and self.cluster.etcd.bootstrapped:
@@ -394,6 +409,18 @@ class EmulatedNode:
         if self.installed:
             self.previous_version = self.talos_version
         self.installed_version = image_tag(image_ref) or self.installed_version
+        # An installer carries its extensions: those of the node's schematic only when it is the same schematic.
+        schematic = factory_schematic(image_ref)
+        if schematic is not None and schematic == self.schematic_id:
+            self.installed_build = (self.installed_version, schematic, self.factory_url, self.extensions)
+        else:
+            factory_url = "https://%s" % image_ref.split("/", 1)[0] if schematic else None
+            self.installed_build = (self.installed_version, schematic, factory_url, [])
+
+    @property
+    def platform_mode(self):
+        """Talos's runtime mode of the platform (Version.platform.mode)."""
+        return {"metal": "metal", "container": "container"}.get(self.platform, "cloud")
 
     def roll_back(self):
         """Make the previous installation the one to boot (the bootloader's other entry); False when there is none."""

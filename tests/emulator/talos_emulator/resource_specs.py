@@ -111,3 +111,19 @@ def resource_definition(spec):
             + b"".join(_bytes(4, alias) for alias in spec["aliases"])
             + b"".join(_bytes(5, alias) for alias in spec["allAliases"])
             + columns + _number(7, _SENSITIVITY[spec["sensitivity"]]))
+
+
+def extension_status(spec):
+    metadata = spec["metadata"]
+    compatibility = _message(1, _bytes(1, metadata["compatibility"]["talos"]["version"]))
+    encoded = (_bytes(1, metadata["name"]) + _bytes(2, metadata["version"]) + _bytes(3, metadata["author"])
+               + _bytes(4, metadata["description"]) + _message(5, compatibility) + _bytes(6, metadata.get("extraInfo", "")))
+    return _bytes(1, spec["image"]) + _message(2, encoded)
+
+
+def image_factory_schematic(spec):
+    return _bytes(1, spec["schematicId"]) + _bytes(2, spec["flavor"]) + _bytes(3, spec["apiUrl"])
+
+
+def security_state(spec):
+    return _number(1, spec["secureBoot"]) + _number(5, spec.get("bootedWithUKI", False))

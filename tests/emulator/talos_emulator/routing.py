@@ -16,6 +16,8 @@ from google.rpc import status_pb2
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.exceptions import GRPCError
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import rpc
+
 from . import authz
 from .audit import MUTATING_METHODS
 from .codes import status_name
@@ -158,9 +160,10 @@ class Machined:
 
     def _handler(self, method):
         node = self.node
-        service = method.split("/")[1]
-        if older_than(node.talos_version, "v1.13.0") and service in ("machine.LifecycleService", "machine.ImageService"):
-            raise GRPCError(Status.UNIMPLEMENTED, "unknown service %s" % service)
+        path = method.lstrip("/")
+        introduced = rpc.first_version(path)
+        if introduced and older_than(node.talos_version, introduced):
+            raise GRPCError(Status.UNIMPLEMENTED, _unknown_api(path, node.talos_version))
         if node.maintenance and older_than(node.talos_version, "v1.13.0"):
             if method in _V112_MAINTENANCE_ADMIN_ONLY:
                 raise GRPCError(Status.UNIMPLEMENTED, "API is not implemented in maintenance mode")
@@ -243,7 +246,8 @@ class Apid:
         if node is None or not node.reachable:
             raise GRPCError(
                 Status.UNAVAILABLE,
-                'connection error: desc = "transport: Error while dialing: dial tcp %s:50000: connect: connection refused"' % target,
+                'connection error: desc = "transport: Error while dialing: dial tcp %s:50000: %s"'
+                % (target, self.node.cluster.faults.dial_error(node)),
             )
         if node.maintenance:
             raise GRPCError(
@@ -305,6 +309,15 @@ class Apid:
                 _set_error(frame.metadata, target, error)
             async with lock:
                 await stream.send_message(frame)
+
+
+def _unknown_api(path, talos_version):
+    """How Go gRPC answers an RPC that the node's release does not serve yet."""
+    service, name = path.split("/")
+    siblings = [other for other in rpc.RPCS if other.startswith(service + "/")]
+    if all(rpc.first_version(other) and older_than(talos_version, rpc.first_version(other)) for other in siblings):
+        return "unknown service %s" % service
+    return "unknown method %s for service %s" % (name, service)
 
 
 def _looks_like_ip(target):

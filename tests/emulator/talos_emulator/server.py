@@ -12,6 +12,7 @@ is exchanged. Maintenance mode is server-only TLS with a fresh self-signed
 certificate and no client certificate requested.
 """
 
+import asyncio
 import os
 import ssl
 import tempfile
@@ -59,12 +60,29 @@ class _Listener(Server):
         return _CheckedH2Protocol(self, protocol.handler, protocol.config, protocol.h2_config)
 
 
+class _SilentProtocol(asyncio.Protocol):
+    """Accepts a connection and never says a word: a client's TLS handshake times out."""
+
+    def __init__(self, transports):
+        self._transports = transports
+        self._transport = None
+
+    def connection_made(self, transport):
+        self._transport = transport
+        self._transports.add(transport)
+
+    def connection_lost(self, exc):
+        self._transports.discard(self._transport)
+
+
 class NodeServer:
     """Starts and stops the API listener of one node, with the TLS material of the current boot."""
 
     def __init__(self, node):
         self.node = node
         self._listener = None
+        self._silent = None
+        self._silent_transports = set()
         self.ca_pem = None
         self.maintenance_fingerprint = None
 
@@ -95,8 +113,24 @@ class NodeServer:
         await listener.start(self.node.address, self.node.port, ssl=context, reuse_address=True)
         self._listener = listener
 
+    async def listen_silently(self):
+        """Accept connections on the node's address and never answer them (an API that hangs or a dropping firewall)."""
+        loop = asyncio.get_running_loop()
+        self._silent = await loop.create_server(lambda: _SilentProtocol(self._silent_transports),
+                                                self.node.address, self.node.port, reuse_address=True)
+
+    async def stop_listening_silently(self):
+        silent, self._silent = self._silent, None
+        if silent is None:
+            return
+        silent.close()
+        for transport in list(self._silent_transports):
+            transport.abort()
+        await silent.wait_closed()
+
     async def stop(self):
         """Stop listening and drop every open connection, as a powered-off node does."""
+        await self.stop_listening_silently()
         listener, self._listener = self._listener, None
         if listener is None:
             return

@@ -12,22 +12,44 @@ if typing.TYPE_CHECKING:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 import google.protobuf.duration_pb2
+import google.protobuf.empty_pb2
+import google.protobuf.timestamp_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2
 
 
 class ImageServiceBase(abc.ABC):
 
     @abc.abstractmethod
+    async def List(self, stream: 'grpclib.server.Stream[image_pb2.ImageServiceListRequest, image_pb2.ImageServiceListResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
     async def Pull(self, stream: 'grpclib.server.Stream[image_pb2.ImageServicePullRequest, image_pb2.ImageServicePullResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def Remove(self, stream: 'grpclib.server.Stream[image_pb2.ImageServiceRemoveRequest, google.protobuf.empty_pb2.Empty]') -> None:
         pass
 
     def __mapping__(self) -> typing.Dict[str, grpclib.const.Handler]:
         return {
+            '/machine.ImageService/List': grpclib.const.Handler(
+                self.List,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                image_pb2.ImageServiceListRequest,
+                image_pb2.ImageServiceListResponse,
+            ),
             '/machine.ImageService/Pull': grpclib.const.Handler(
                 self.Pull,
                 grpclib.const.Cardinality.UNARY_STREAM,
                 image_pb2.ImageServicePullRequest,
                 image_pb2.ImageServicePullResponse,
+            ),
+            '/machine.ImageService/Remove': grpclib.const.Handler(
+                self.Remove,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                image_pb2.ImageServiceRemoveRequest,
+                google.protobuf.empty_pb2.Empty,
             ),
         }
 
@@ -35,9 +57,21 @@ class ImageServiceBase(abc.ABC):
 class ImageServiceStub:
 
     def __init__(self, channel: grpclib.client.Channel) -> None:
+        self.List = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.ImageService/List',
+            image_pb2.ImageServiceListRequest,
+            image_pb2.ImageServiceListResponse,
+        )
         self.Pull = grpclib.client.UnaryStreamMethod(
             channel,
             '/machine.ImageService/Pull',
             image_pb2.ImageServicePullRequest,
             image_pb2.ImageServicePullResponse,
+        )
+        self.Remove = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/machine.ImageService/Remove',
+            image_pb2.ImageServiceRemoveRequest,
+            google.protobuf.empty_pb2.Empty,
         )

@@ -15,25 +15,37 @@ _sym_db = _symbol_database.Default()
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2 as common_dot_common__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13machine/image.proto\x12\x07machine\x1a\x13\x63ommon/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\\\n\x17ImageServicePullRequest\x12.\n\ncontainerd\x18\x01 \x01(\x0b\x32\x1a.common.ContainerdInstance\x12\x11\n\timage_ref\x18\x03 \x01(\t\"\x95\x02\n\x1dImageServicePullLayerProgress\x12=\n\x06status\x18\x01 \x01(\x0e\x32-.machine.ImageServicePullLayerProgress.Status\x12*\n\x07\x65lapsed\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\r\n\x05total\x18\x04 \x01(\x03\"j\n\x06Status\x12\x0f\n\x0b\x44OWNLOADING\x10\x00\x12\x15\n\x11\x44OWNLOAD_COMPLETE\x10\x01\x12\x0e\n\nEXTRACTING\x10\x02\x12\x14\n\x10\x45XTRACT_COMPLETE\x10\x03\x12\x12\n\x0e\x41LREADY_EXISTS\x10\x04\"f\n\x18ImageServicePullProgress\x12\x10\n\x08layer_id\x18\x01 \x01(\t\x12\x38\n\x08progress\x18\x02 \x01(\x0b\x32&.machine.ImageServicePullLayerProgress\"r\n\x18ImageServicePullResponse\x12\x0e\n\x04name\x18\x01 \x01(\tH\x00\x12:\n\rpull_progress\x18\x02 \x01(\x0b\x32!.machine.ImageServicePullProgressH\x00\x42\n\n\x08response2]\n\x0cImageService\x12M\n\x04Pull\x12 .machine.ImageServicePullRequest\x1a!.machine.ImageServicePullResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13machine/image.proto\x12\x07machine\x1a\x13\x63ommon/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"I\n\x17ImageServiceListRequest\x12.\n\ncontainerd\x18\x01 \x01(\x0b\x32\x1a.common.ContainerdInstance\"\xe4\x01\n\x18ImageServiceListResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12=\n\x06labels\x18\x05 \x03(\x0b\x32-.machine.ImageServiceListResponse.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\\\n\x17ImageServicePullRequest\x12.\n\ncontainerd\x18\x01 \x01(\x0b\x32\x1a.common.ContainerdInstance\x12\x11\n\timage_ref\x18\x03 \x01(\t\"\x95\x02\n\x1dImageServicePullLayerProgress\x12=\n\x06status\x18\x01 \x01(\x0e\x32-.machine.ImageServicePullLayerProgress.Status\x12*\n\x07\x65lapsed\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\r\n\x05total\x18\x04 \x01(\x03\"j\n\x06Status\x12\x0f\n\x0b\x44OWNLOADING\x10\x00\x12\x15\n\x11\x44OWNLOAD_COMPLETE\x10\x01\x12\x0e\n\nEXTRACTING\x10\x02\x12\x14\n\x10\x45XTRACT_COMPLETE\x10\x03\x12\x12\n\x0e\x41LREADY_EXISTS\x10\x04\"f\n\x18ImageServicePullProgress\x12\x10\n\x08layer_id\x18\x01 \x01(\t\x12\x38\n\x08progress\x18\x02 \x01(\x0b\x32&.machine.ImageServicePullLayerProgress\"r\n\x18ImageServicePullResponse\x12\x0e\n\x04name\x18\x01 \x01(\tH\x00\x12:\n\rpull_progress\x18\x02 \x01(\x0b\x32!.machine.ImageServicePullProgressH\x00\x42\n\n\x08response\"^\n\x19ImageServiceRemoveRequest\x12.\n\ncontainerd\x18\x01 \x01(\x0b\x32\x1a.common.ContainerdInstance\x12\x11\n\timage_ref\x18\x02 \x01(\t2\xf2\x01\n\x0cImageService\x12M\n\x04List\x12 .machine.ImageServiceListRequest\x1a!.machine.ImageServiceListResponse0\x01\x12M\n\x04Pull\x12 .machine.ImageServicePullRequest\x1a!.machine.ImageServicePullResponse0\x01\x12\x44\n\x06Remove\x12\".machine.ImageServiceRemoveRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'machine.image_pb2', _globals)
 if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
-  _globals['_IMAGESERVICEPULLREQUEST']._serialized_start=85
-  _globals['_IMAGESERVICEPULLREQUEST']._serialized_end=177
-  _globals['_IMAGESERVICEPULLLAYERPROGRESS']._serialized_start=180
-  _globals['_IMAGESERVICEPULLLAYERPROGRESS']._serialized_end=457
-  _globals['_IMAGESERVICEPULLLAYERPROGRESS_STATUS']._serialized_start=351
-  _globals['_IMAGESERVICEPULLLAYERPROGRESS_STATUS']._serialized_end=457
-  _globals['_IMAGESERVICEPULLPROGRESS']._serialized_start=459
-  _globals['_IMAGESERVICEPULLPROGRESS']._serialized_end=561
-  _globals['_IMAGESERVICEPULLRESPONSE']._serialized_start=563
-  _globals['_IMAGESERVICEPULLRESPONSE']._serialized_end=677
-  _globals['_IMAGESERVICE']._serialized_start=679
-  _globals['_IMAGESERVICE']._serialized_end=772
+  _globals['_IMAGESERVICELISTRESPONSE_LABELSENTRY']._options = None
+  _globals['_IMAGESERVICELISTRESPONSE_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_IMAGESERVICELISTREQUEST']._serialized_start=147
+  _globals['_IMAGESERVICELISTREQUEST']._serialized_end=220
+  _globals['_IMAGESERVICELISTRESPONSE']._serialized_start=223
+  _globals['_IMAGESERVICELISTRESPONSE']._serialized_end=451
+  _globals['_IMAGESERVICELISTRESPONSE_LABELSENTRY']._serialized_start=406
+  _globals['_IMAGESERVICELISTRESPONSE_LABELSENTRY']._serialized_end=451
+  _globals['_IMAGESERVICEPULLREQUEST']._serialized_start=453
+  _globals['_IMAGESERVICEPULLREQUEST']._serialized_end=545
+  _globals['_IMAGESERVICEPULLLAYERPROGRESS']._serialized_start=548
+  _globals['_IMAGESERVICEPULLLAYERPROGRESS']._serialized_end=825
+  _globals['_IMAGESERVICEPULLLAYERPROGRESS_STATUS']._serialized_start=719
+  _globals['_IMAGESERVICEPULLLAYERPROGRESS_STATUS']._serialized_end=825
+  _globals['_IMAGESERVICEPULLPROGRESS']._serialized_start=827
+  _globals['_IMAGESERVICEPULLPROGRESS']._serialized_end=929
+  _globals['_IMAGESERVICEPULLRESPONSE']._serialized_start=931
+  _globals['_IMAGESERVICEPULLRESPONSE']._serialized_end=1045
+  _globals['_IMAGESERVICEREMOVEREQUEST']._serialized_start=1047
+  _globals['_IMAGESERVICEREMOVEREQUEST']._serialized_end=1141
+  _globals['_IMAGESERVICE']._serialized_start=1144
+  _globals['_IMAGESERVICE']._serialized_end=1386
 # @@protoc_insertion_point(module_scope)

@@ -85,6 +85,14 @@ class MachineServiceBase(abc.ABC):
         pass
 
     @abc.abstractmethod
+    async def ImageList(self, stream: 'grpclib.server.Stream[machine_pb2.ImageListRequest, machine_pb2.ImageListResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def ImagePull(self, stream: 'grpclib.server.Stream[machine_pb2.ImagePullRequest, machine_pb2.ImagePullResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
     async def Kubeconfig(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, common_pb2.Data]') -> None:
         pass
 
@@ -249,6 +257,18 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 google.protobuf.empty_pb2.Empty,
                 machine_pb2.HostnameResponse,
+            ),
+            '/machine.MachineService/ImageList': grpclib.const.Handler(
+                self.ImageList,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                machine_pb2.ImageListRequest,
+                machine_pb2.ImageListResponse,
+            ),
+            '/machine.MachineService/ImagePull': grpclib.const.Handler(
+                self.ImagePull,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                machine_pb2.ImagePullRequest,
+                machine_pb2.ImagePullResponse,
             ),
             '/machine.MachineService/Kubeconfig': grpclib.const.Handler(
                 self.Kubeconfig,
@@ -453,6 +473,18 @@ class MachineServiceStub:
             '/machine.MachineService/Hostname',
             google.protobuf.empty_pb2.Empty,
             machine_pb2.HostnameResponse,
+        )
+        self.ImageList = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/ImageList',
+            machine_pb2.ImageListRequest,
+            machine_pb2.ImageListResponse,
+        )
+        self.ImagePull = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/machine.MachineService/ImagePull',
+            machine_pb2.ImagePullRequest,
+            machine_pb2.ImagePullResponse,
         )
         self.Kubeconfig = grpclib.client.UnaryStreamMethod(
             channel,

@@ -8,6 +8,7 @@ are ``NotFound`` as the COSI server reports them.
 """
 
 import asyncio
+import functools
 import re
 import time
 
@@ -18,7 +19,7 @@ from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_grpc, state_pb2
 
-from .. import authz, resource_specs
+from .. import authz, configgen, image_factory, resource_specs
 from ..context import current_call
 
 _NAMESPACES = frozenset([
@@ -79,7 +80,19 @@ def _nodename(node):
 
 
 def _discovery_enabled(node):
-    return not node.maintenance and bool((((node.config.get("cluster") or {}).get("discovery")) or {}).get("enabled"))
+    """Talos runs cluster discovery when the v1alpha1 ``cluster.discovery.enabled`` says so or, in the v1.14 layout,
+    when the config has a ``DiscoveryServiceConfig`` document (omitted when discovery is off)."""
+    if node.maintenance:
+        return False
+    if (((node.config.get("cluster") or {}).get("discovery")) or {}).get("enabled"):
+        return True
+    return _has_discovery_service_document(node.config_bytes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _has_discovery_service_document(config_bytes):
+    # Cached per config: Members asks every node of the cluster on every read.
+    return any(document.get("kind") == "DiscoveryServiceConfig" for document in configgen.parse_documents(config_bytes))
 
 
 def _members(node):
@@ -133,6 +146,13 @@ _KINDS = [
     _Kind("Services.v1alpha1.talos.dev", "runtime", ["service", "svc"], [("Running", "{.running}"), ("Healthy", "{.healthy}")],
           _services, resource_specs.service),
     _Kind("Diagnostics.runtime.talos.dev", "runtime", ["diagnostic"], [("Message", "{.message}")], _diagnostics, resource_specs.diagnostic),
+    _Kind("ExtensionStatuses.runtime.talos.dev", "runtime", ["extensions"], [("Name", "{.metadata.name}"), ("Version", "{.metadata.version}")],
+          image_factory.extension_statuses, resource_specs.extension_status),
+    _Kind("ImageFactorySchematics.runtime.talos.dev", "runtime", [],
+          [("Schematic ID", "{.schematicId}"), ("Flavor", "{.flavor}"), ("API URL", "{.apiUrl}")],
+          image_factory.image_factory_schematics, resource_specs.image_factory_schematic),
+    _Kind("SecurityStates.talos.dev", "runtime", [], [("SecureBoot", "{.secureBoot}")], image_factory.security_states,
+          resource_specs.security_state),
 ]
 
 

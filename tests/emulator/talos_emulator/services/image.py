@@ -1,54 +1,194 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""machine.ImageService/Pull (Talos v1.13+): pull an image into one containerd store of the node."""
+"""machine.ImageService (Talos v1.13+) and the legacy MachineService ImageList/ImagePull: a node's containerd images.
 
-from google.protobuf import duration_pb2
+As Talos's ``internal/app/images``: a pull normalizes the reference
+(``nginx`` -> ``docker.io/library/nginx:latest``), skips what is already
+there, and leaves three names for the image (the tag, ``name@digest`` and the
+bare digest, ``image/aliases.go``); it answers with ``name@digest``. Remove
+deletes exactly the name it is given (no normalization), ``NotFound`` when
+there is none. The stores are per containerd namespace.
+"""
+
+import hashlib
+import re
+import time
+
+from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.empty_pb2 import Empty
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc, image_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc, image_pb2, machine_pb2
 
 from ..context import current_call
 
 LayerStatus = image_pb2.ImageServicePullLayerProgress.Status
 
+LAYER_SIZE = 1048576
+_LAYERS = 2
+
+# distribution/reference: [domain/]path[:tag][@digest], lower-case path components.
+_REFERENCE = re.compile(
+    r"^(?P<name>(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+
+
+class ImageRecord:
+    """One name in a containerd image store."""
+
+    def __init__(self, name, digest):
+        self.name = name
+        self.digest = digest
+        self.size = LAYER_SIZE * _LAYERS
+        self.created = time.time()
+
+
+def parse_reference(ref):
+    """``(name, tag, digest)`` of a reference normalized as ``reference.ParseDockerRef`` does; ValueError when invalid."""
+    match = _REFERENCE.match(ref or "")
+    if not match:
+        raise ValueError("invalid reference format")
+    name, tag, digest = match.group("name"), match.group("tag"), match.group("digest")
+    first, _, rest = name.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        name = "docker.io/" + name
+    elif first == "index.docker.io":
+        name = "docker.io/" + rest
+    if name.startswith("docker.io/") and "/" not in name[len("docker.io/"):]:
+        name = "docker.io/library/" + name[len("docker.io/"):]
+    if digest:
+        return name, None, digest
+    return name, tag or "latest", None
+
+
+def normalized(ref):
+    name, tag, digest = parse_reference(ref)
+    return "%s@%s" % (name, digest) if digest else "%s:%s" % (name, tag)
+
+
+def store(node, namespace):
+    """The node's image store of ``namespace`` (``NS_SYSTEM``, ``NS_CRI``): name -> ImageRecord."""
+    return node.images.setdefault(namespace, {})
+
+
+def has_image(node, namespace, ref):
+    """Whether ``ref`` names an image of the store, as containerd's GetImage finds it after normalization."""
+    try:
+        return normalized(ref) in store(node, namespace)
+    except ValueError:
+        return False
+
 
 def check_containerd_instance(instance):
-    """Talos ``ctrhelper``: a driver and namespace pair that names a store."""
-    if instance.namespace == common_pb2.NS_UNKNOWN:
-        raise GRPCError(Status.INVALID_ARGUMENT, "containerd namespace is not specified")
+    """Talos ``ctrhelper.ContainerdInstanceHelper``: a driver and namespace pair that names a store."""
+    if instance.namespace not in (common_pb2.NS_SYSTEM, common_pb2.NS_CRI):
+        raise GRPCError(Status.INVALID_ARGUMENT, "invalid containerd namespace %s" % common_pb2.ContainerdNamespace.Name(instance.namespace))
     if instance.driver == common_pb2.CONTAINERD and instance.namespace == common_pb2.NS_CRI:
-        raise GRPCError(Status.INVALID_ARGUMENT, "CRI namespace is only accessible with the CRI driver")
+        raise GRPCError(Status.INVALID_ARGUMENT, "cannot use CRI namespace with containerd driver")
+
+
+def _check_namespace(namespace):
+    if namespace not in (common_pb2.NS_SYSTEM, common_pb2.NS_CRI):
+        raise GRPCError(Status.INVALID_ARGUMENT, "invalid namespace %s" % common_pb2.ContainerdNamespace.Name(namespace))
+
+
+def _timestamp(seconds):
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+async def pull(node, namespace, ref, send_progress=None):
+    """Pull ``ref`` into the store of ``namespace``; returns the pinned ``name@digest``.
+
+    ``send_progress(layer, status)`` reports each layer's progress (the
+    ImageService stream); an image already present reports ALREADY_EXISTS.
+    """
+    try:
+        name, tag, digest = parse_reference(ref)
+    except ValueError as error:
+        raise GRPCError(Status.UNKNOWN, 'failed to parse image reference "%s": %s' % (ref, error))
+    if not node.cluster.registry_has(ref):
+        raise GRPCError(Status.NOT_FOUND, 'error pulling image: failed to pull image "%s": %s: not found'
+                        % (normalized(ref), normalized(ref)))
+    digest = digest or "sha256:" + hashlib.sha256(normalized(ref).encode()).hexdigest()
+    images = store(node, namespace)
+    present = normalized(ref) in images
+    if send_progress is not None:
+        layers = ["sha256:%064x" % (index + 1) for index in range(_LAYERS)]
+        statuses = ([LayerStatus.ALREADY_EXISTS] if present else
+                    [LayerStatus.DOWNLOADING, LayerStatus.DOWNLOAD_COMPLETE, LayerStatus.EXTRACTING, LayerStatus.EXTRACT_COMPLETE])
+        for layer in layers:
+            for status in statuses:
+                await send_progress(layer, status)
+    aliases = [digest, "%s@%s" % (name, digest)] + (["%s:%s" % (name, tag)] if tag else [])
+    for alias in aliases:
+        images.setdefault(alias, ImageRecord(alias, digest))
+    return "%s@%s" % (name, digest)
 
 
 class ImageService(image_grpc.ImageServiceBase):
     def __init__(self, node):
         self.node = node
 
+    async def List(self, stream):
+        request = await stream.recv_message()
+        check_containerd_instance(request.containerd)
+        namespace = common_pb2.ContainerdNamespace.Name(request.containerd.namespace)
+        for record in list(store(self.node, namespace).values()):
+            await stream.send_message(image_pb2.ImageServiceListResponse(
+                name=record.name, digest=record.digest, size=record.size, created_at=_timestamp(record.created),
+                labels={"io.cri-containerd.image": "managed"} if namespace == "NS_CRI" else {},
+            ))
+
     async def Pull(self, stream):
         request = await stream.recv_message()
-        node = self.node
         namespace = common_pb2.ContainerdNamespace.Name(request.containerd.namespace)
         current_call().audit.update(image=request.image_ref, namespace=namespace)
         check_containerd_instance(request.containerd)
-        if not request.image_ref:
-            raise GRPCError(Status.INVALID_ARGUMENT, "image reference is required")
-        if not node.cluster.registry_has(request.image_ref):
-            raise GRPCError(Status.NOT_FOUND, 'failed to pull image "%s": not found' % request.image_ref)
-        store = node.images.setdefault(namespace, set())
-        layers = ("sha256:%064x" % 1, "sha256:%064x" % 2)
-        if request.image_ref in store:
-            steps = [(layer, LayerStatus.ALREADY_EXISTS, 1048576) for layer in layers]
-        else:
-            steps = [(layer, status, 1048576) for layer in layers
-                     for status in (LayerStatus.DOWNLOADING, LayerStatus.DOWNLOAD_COMPLETE, LayerStatus.EXTRACTING, LayerStatus.EXTRACT_COMPLETE)]
-        for layer, status, size in steps:
+
+        async def send_progress(layer, status):
             progress = image_pb2.ImageServicePullLayerProgress(
-                status=status, elapsed=duration_pb2.Duration(nanos=250000000), offset=size, total=size,
+                status=status, elapsed=duration_pb2.Duration(nanos=250000000), offset=LAYER_SIZE, total=LAYER_SIZE,
             )
             await stream.send_message(image_pb2.ImageServicePullResponse(
                 pull_progress=image_pb2.ImageServicePullProgress(layer_id=layer, progress=progress),
             ))
-        store.add(request.image_ref)
-        await stream.send_message(image_pb2.ImageServicePullResponse(name=request.image_ref))
+
+        await self.node.cluster.faults.hold(self.node, current_call().method)
+        name = await pull(self.node, namespace, request.image_ref, send_progress)
+        await stream.send_message(image_pb2.ImageServicePullResponse(name=name))
+
+    async def Remove(self, stream):
+        request = await stream.recv_message()
+        namespace = common_pb2.ContainerdNamespace.Name(request.containerd.namespace)
+        current_call().audit.update(image=request.image_ref, namespace=namespace)
+        check_containerd_instance(request.containerd)
+        images = store(self.node, namespace)
+        if request.image_ref not in images:
+            raise GRPCError(Status.NOT_FOUND, "image %s not found" % request.image_ref)
+        del images[request.image_ref]
+        await stream.send_message(Empty())
+
+
+class LegacyImageRPCs:
+    """MachineService ImageList and ImagePull (v1.5 to v1.14, deprecated since v1.13): the CRI containerd only."""
+
+    async def ImageList(self, stream):
+        request = await stream.recv_message()
+        _check_namespace(request.namespace)
+        namespace = common_pb2.ContainerdNamespace.Name(request.namespace)
+        for record in list(store(self.node, namespace).values()):
+            await stream.send_message(machine_pb2.ImageListResponse(
+                name=record.name, digest=record.digest, size=record.size, created_at=_timestamp(record.created),
+            ))
+
+    async def ImagePull(self, stream):
+        request = await stream.recv_message()
+        namespace = common_pb2.ContainerdNamespace.Name(request.namespace)
+        current_call().audit.update(image=request.reference, namespace=namespace)
+        _check_namespace(request.namespace)
+        await pull(self.node, namespace, request.reference)
+        await stream.send_message(machine_pb2.ImagePullResponse(messages=[machine_pb2.ImagePull()]))

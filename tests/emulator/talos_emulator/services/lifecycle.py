@@ -15,7 +15,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 
 from ..context import current_call
 from ..versions import image_tag
-from .image import check_containerd_instance
+from .image import check_containerd_instance, has_image
 
 
 def _progress(reply_type, **fields):
@@ -51,8 +51,7 @@ class LifecycleService(lifecycle_grpc.LifecycleServiceBase):
                 raise GRPCError(Status.FAILED_PRECONDITION, "machine is not installed")
             if not image:
                 raise GRPCError(Status.INVALID_ARGUMENT, "installer image name is required")
-            store = node.images.get(common_pb2.ContainerdNamespace.Name(request.containerd.namespace), set())
-            if image not in store:
+            if not has_image(node, common_pb2.ContainerdNamespace.Name(request.containerd.namespace), image):
                 raise GRPCError(Status.INTERNAL, 'upgrade failed: installer image "%s" not found in containerd store' % image)
             version = image_tag(image) or node.installed_version
             for line in (

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """machine.MachineService: node life cycle, services, files, events and statistics.
 
-ApplyConfiguration lives in ``apply.py`` and the etcd RPCs in ``etcd.py``;
+ApplyConfiguration lives in ``apply.py``, the etcd RPCs in ``etcd.py`` and the
+legacy image RPCs in ``image.py``;
 they are mixed into the one generated service class here.
 """
 
@@ -26,6 +27,7 @@ from ..versions import older_than
 from .apply import ApplyConfigurationRPC
 from .common import new_actor_id, require_machine_type, send_chunks
 from .etcd import EtcdRPCs
+from .image import LegacyImageRPCs
 from .logs import LogRPCs
 from .storage import SYSTEM_DISK, USER_DISKS
 
@@ -35,7 +37,7 @@ _SYSTEM_VOLUMES = ("EFI", "BOOT", "META", "STATE", "EPHEMERAL")
 _DIRECTORIES = ("/", "/etc", "/proc", "/proc/sys", "/system", "/var", "/var/lib", "/var/log")
 
 
-class MachineService(ApplyConfigurationRPC, EtcdRPCs, LogRPCs, machine_grpc.MachineServiceBase):
+class MachineService(ApplyConfigurationRPC, EtcdRPCs, LegacyImageRPCs, LogRPCs, machine_grpc.MachineServiceBase):
     def __init__(self, node):
         self.node = node
 
@@ -48,7 +50,7 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, LogRPCs, machine_grpc.Mach
             version=machine_pb2.VersionInfo(
                 tag=node.talos_version, sha="emulated", built="", go_version="go1.25.4", os="linux", arch="amd64",
             ),
-            platform=machine_pb2.PlatformInfo(name="metal", mode="metal"),
+            platform=machine_pb2.PlatformInfo(name=node.platform, mode=node.platform_mode),
         )
         if not node.maintenance:
             version.features.rbac = True

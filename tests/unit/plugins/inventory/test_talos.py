@@ -10,6 +10,7 @@ import pytest
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.inventory.data import InventoryData
 from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
 
 from ansible_collections.talos_linux.talos.plugins.inventory import talos
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import from_status
@@ -53,6 +54,8 @@ def plugin(**options):
     inventory_plugin.inventory = InventoryData()
     inventory_plugin.loader = DataLoader()
     inventory_plugin.display = Display()
+    if not isinstance(getattr(type(inventory_plugin), "templar", None), property):  # ansible-core before 2.19: parse() sets it
+        inventory_plugin.templar = Templar(loader=inventory_plugin.loader)
     return inventory_plugin
 
 
@@ -208,3 +211,52 @@ def test_a_missing_talosconfig_names_both_files(monkeypatch, tmp_path):
     with pytest.raises(AnsibleParserError) as raised:
         inventory_plugin._discover("/srv/cluster.talos.yml")
     assert str(raised.value) == "/srv/cluster.talos.yml: The talosconfig file %s does not exist." % (tmp_path / "absent")
+
+
+@pytest.mark.parametrize("options, named", [({}, "the nodes of the talosconfig context"),
+                                            ({"nodes": ["10.5.0.3"]}, "the nodes option")])
+def test_a_cluster_without_members_is_warned_about_at_default_verbosity(monkeypatch, options, named):
+    inventory_plugin, _clients = discovering(monkeypatch, **options)
+    found = [node("cp-1", ["10.5.0.2"], "controlplane"), node("w-1", ["10.5.0.3"])]
+    monkeypatch.setattr(talos, "discover", lambda client, use_members, warn: (found, "nodes and etcd"))
+    assert inventory_plugin._discover("/srv/cluster.talos.yml") == found
+    assert inventory_plugin.display.warnings == [
+        "/srv/cluster.talos.yml: the Talos cluster lists no Members (cluster discovery is off in its machine "
+        "configuration, or its nodes have not found each other yet), so the inventory holds only %s and the control "
+        "planes in etcd: cp-1, w-1; workers listed in neither are missing. Turn on cluster discovery (a "
+        "DiscoveryServiceConfig document, or cluster.discovery.enabled before Talos v1.14), or list every node in "
+        "nodes." % named]
+
+
+def test_no_warning_when_the_nodes_come_from_members_or_discovery_is_turned_off(monkeypatch):
+    for discovery, source in ((True, "members"), (False, "nodes and etcd")):
+        inventory_plugin, _clients = discovering(monkeypatch, discovery=discovery)
+        monkeypatch.setattr(talos, "discover", lambda client, use_members, warn: ([node("cp-1", ["10.5.0.2"])], source))
+        inventory_plugin._discover("/srv/cluster.talos.yml")
+        assert inventory_plugin.display.warnings == []
+
+
+def test_reported_values_are_plain_unless_they_look_like_templates():
+    """Text without template syntax is marked as rendering to itself (ansible-inventory --list shows it plain);
+    text with it stays data that is never rendered."""
+    inventory_plugin = plugin()
+    inventory_plugin._populate([node("cp-{{ lookup('pipe', 'id') }}", ["10.5.0.2"], "controlplane")])
+    variables = inventory_plugin.inventory.get_host("cp-{{ lookup('pipe', 'id') }}").vars
+    if not _trust_tagging():  # ansible-core before 2.19: text that is not a template is wrapped as unsafe
+        from ansible.utils.unsafe_proxy import AnsibleUnsafe
+        assert not isinstance(variables["ansible_host"], AnsibleUnsafe)
+        assert not isinstance(variables["talos_addresses"][0], AnsibleUnsafe)
+        assert isinstance(variables["talos_hostname"], AnsibleUnsafe)
+    else:
+        from ansible.template import is_trusted_as_template
+        assert is_trusted_as_template(variables["ansible_host"]) and is_trusted_as_template(variables["talos_addresses"][0])
+        assert is_trusted_as_template(variables["ansible_python_interpreter"])
+        assert not is_trusted_as_template(variables["talos_hostname"])
+
+
+def _trust_tagging():
+    try:
+        from ansible.template import trust_as_template  # noqa: F401  pylint: disable=unused-import
+    except ImportError:
+        return False
+    return True

@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import socket
+import threading
+import time
 
 import pytest
 
@@ -14,7 +16,7 @@ from talos_emulator import EmulatedCluster
 from talos_emulator.pki import CertificateAuthority
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import client as client_module
-from ansible_collections.talos_linux.talos.plugins.module_utils import waiters
+from ansible_collections.talos_linux.talos.plugins.module_utils import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosApiError,
@@ -25,6 +27,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosTimeoutError,
     TalosTLSError,
     TalosUnimplementedError,
+    TalosUnreachableError,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -56,6 +59,23 @@ def closed_port():
     port = sock.getsockname()[1]
     sock.close()
     return "127.0.0.1:%d" % port
+
+
+@pytest.fixture
+def silent_endpoints():
+    """Factory of local addresses that accept TCP and never answer: connecting (TLS included) times out."""
+    sockets = []
+
+    def make():
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)  # never accepted: the kernel completes the TCP handshake, nobody speaks TLS
+        sockets.append(sock)
+        return "127.0.0.1:%d" % sock.getsockname()[1]
+
+    yield make
+    for sock in sockets:
+        sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +119,7 @@ def test_call_many_keeps_at_most_max_concurrency_calls_in_flight(monkeypatch, li
     in_flight = [0]
     peak = [0]
 
-    async def call(spec, request, node, retry_codes, deadline):
+    async def call(spec, request, node, retry_codes, deadline, retry_unreachable=False):
         in_flight[0] += 1
         peak[0] = max(peak[0], in_flight[0])
         await asyncio.sleep(0.001)
@@ -136,7 +156,7 @@ def test_stream_many_reads_every_node_and_reports_a_failing_one(cluster):
     addresses = [node.address for node in cluster.nodes]
     request = client_module.METHODS["cosi.resource.State/List"].request_type(namespace="network", type="NodeAddresses.net.talos.dev")
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
-        results = client.stream_many("cosi.resource.State/List", request, nodes=addresses + ["10.255.255.1"], deadline=2,
+        results = client.stream_many("cosi.resource.State/List", request, nodes=addresses + ["10.255.255.1"],
                                      max_concurrency=2)
         in_flight, peak = [0], [0]
         original = client._stream
@@ -155,20 +175,21 @@ def test_stream_many_reads_every_node_and_reports_a_failing_one(cluster):
     for node in cluster.nodes:
         ids = sorted(reply.resource.metadata.id for reply in results[node.address])
         assert "current" in ids
-    assert isinstance(results["10.255.255.1"], TalosTimeoutError)
+    assert isinstance(results["10.255.255.1"], TalosUnreachableError)
     assert peak[0] == 2
 
 
 def test_call_many_reports_a_failing_node_without_raising(cluster):
     controlplane = node_of(cluster, "controlplane")
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
-        results = client.call_many(VERSION, nodes=[controlplane.address, "10.255.255.1"], deadline=2)
+        results = client.call_many(VERSION, nodes=[controlplane.address, "10.255.255.1"])
     assert results[controlplane.address][0].version.tag == cluster.talos_version
     failure = results["10.255.255.1"]
-    # A read keeps retrying Unavailable until its deadline, then says what it last saw.
-    assert isinstance(failure, TalosTimeoutError)
+    # The endpoint could not dial the node: that is final, not retried until the deadline.
+    assert isinstance(failure, TalosUnreachableError)
     assert failure.node == "10.255.255.1" and failure.code == "Unavailable"
-    assert "connection refused" in failure.message
+    assert failure.message.startswith("Node 10.255.255.1 is unreachable through endpoint %s (connection refused)"
+                                      % controlplane.endpoint)
 
 
 def test_a_worker_endpoint_refuses_to_forward(cluster):
@@ -205,14 +226,107 @@ def test_failover_when_a_control_plane_goes_away(cluster):
 
 
 def test_every_endpoint_unreachable_is_one_sentence(cluster):
-    dead = closed_port()
-    with TalosClient(settings_for(cluster, endpoints=[dead], timeout=1)) as client:
-        with pytest.raises(TalosTimeoutError) as err:
+    dead, other = closed_port(), closed_port()
+    with TalosClient(settings_for(cluster, endpoints=[dead, other])) as client:
+        with pytest.raises(TalosUnreachableError) as err:
             client.call(VERSION)
-    assert "did not complete within 1 seconds" in err.value.message
-    assert "%s (connection refused)" % dead in err.value.message
-    assert "reachable on port 50000" in err.value.message
-    assert "Traceback" not in err.value.message
+    assert err.value.message == ("None of the Talos endpoints is reachable: %s (connection refused); %s (connection refused); "
+                                 "endpoints must be control-plane nodes whose Talos API is reachable on port 50000." % (dead, other))
+    assert err.value.code == "Unavailable"
+
+
+def test_a_read_from_a_dead_endpoint_fails_at_once_not_at_the_timeout(cluster):
+    dead = closed_port()
+    started = time.monotonic()
+    with TalosClient(settings_for(cluster, endpoints=[dead], timeout=60)) as client:
+        with pytest.raises(TalosUnreachableError) as err:
+            client.call(VERSION)
+        results = client.call_many(HOSTNAME, nodes=["10.5.0.2", "10.5.0.3"])
+    assert time.monotonic() - started < 5, "a refused connection is not retried"
+    assert "Talos endpoint %s (connection refused) is unreachable" % dead in err.value.message
+    assert all(isinstance(result, TalosUnreachableError) for result in results.values())
+
+
+def test_endpoints_that_time_out_share_one_connect_budget(cluster, silent_endpoints, monkeypatch):
+    monkeypatch.setattr(client_module, "CONNECT_TIMEOUT", 1.0)
+    first, second = silent_endpoints(), silent_endpoints()
+    started = time.monotonic()
+    with TalosClient(settings_for(cluster, endpoints=[first, second], timeout=60)) as client:
+        with pytest.raises(TalosUnreachableError) as err:
+            client.call(VERSION)
+        time.sleep(client_module.REDIAL_INTERVAL)
+        # The nodes of one call_many share one round of connection attempts, even a few at a time.
+        results = client.call_many(HOSTNAME, nodes=["10.5.0.%d" % n for n in range(2, 12)], max_concurrency=2)
+    elapsed = time.monotonic() - started - client_module.REDIAL_INTERVAL
+    assert elapsed < 4, "two rounds of one CONNECT_TIMEOUT each, took %.1f s" % elapsed
+    assert err.value.message == ("None of the Talos endpoints is reachable: %s (timed out connecting); %s (timed out "
+                                 "connecting); endpoints must be control-plane nodes whose Talos API is reachable on "
+                                 "port 50000." % (first, second))
+    assert set(type(result) for result in results.values()) == {TalosUnreachableError}
+
+
+def test_failover_past_an_endpoint_that_times_out(cluster, silent_endpoints, monkeypatch):
+    monkeypatch.setattr(client_module, "CONNECT_TIMEOUT", 2.0)
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[silent_endpoints(), controlplane.endpoint])) as client:
+        assert client.call(VERSION)[0].version.tag == cluster.talos_version
+        assert client.active_endpoint == controlplane.endpoint
+
+
+def test_waits_retry_through_a_dead_endpoint_until_their_deadline(cluster):
+    dead = closed_port()
+    with TalosClient(settings_for(cluster, endpoints=[dead])) as client:
+        with pytest.raises(TalosTimeoutError) as err:
+            client.call(VERSION, deadline=1, retry_unreachable=True)
+    assert err.value.message.startswith("%s on the endpoint node did not complete within 1 seconds; the last answer was: "
+                                        "Talos endpoint %s (connection refused) is unreachable" % (VERSION, dead))
+
+
+@pytest.mark.parametrize("cause, said", [("refused", "connection refused"), ("no-route", "no route to host"),
+                                         ("timeout", "timed out connecting")])
+def test_a_node_its_endpoint_cannot_reach_fails_at_once_and_the_others_answer(cluster, cause, said):
+    controlplane = node_of(cluster, "controlplane")
+    worker = node_of(cluster, "worker")
+    cluster.faults.make_unreachable(worker.name, cause=cause)
+    try:
+        started = time.monotonic()
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint], timeout=60)) as client:
+            with pytest.raises(TalosUnreachableError) as err:
+                client.call(VERSION, node=worker.address)
+            results = client.call_many(HOSTNAME, nodes=[node.address for node in cluster.nodes])
+            listed = client.stream_many("cosi.resource.State/List",
+                                        client_module.METHODS["cosi.resource.State/List"].request_type(
+                                            namespace="runtime", type="MachineStatuses.runtime.talos.dev"),
+                                        nodes=[controlplane.address, worker.address])
+        elapsed = time.monotonic() - started
+    finally:
+        cluster.faults.make_reachable(worker.name)
+    assert elapsed < 5, "an unreachable node is not retried until the timeout (took %.1f s)" % elapsed
+    assert err.value.message.startswith("Node %s is unreachable through endpoint %s (%s): "
+                                        % (worker.address, controlplane.endpoint, said))
+    assert err.value.node == worker.address
+    assert isinstance(results[worker.address], TalosUnreachableError)
+    for node in cluster.nodes:
+        if node is not worker:
+            assert results[node.address][0].hostname == node.hostname
+    assert isinstance(listed[worker.address], TalosUnreachableError)
+    assert [reply.resource.metadata.id for reply in listed[controlplane.address]] == ["machine"]
+
+
+def test_waits_retry_through_an_unreachable_node_until_it_answers(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    worker = node_of(cluster, "worker")
+    cluster.faults.make_unreachable(worker.name)
+    back = threading.Timer(1.0, cluster.faults.make_reachable, [worker.name])
+    back.start()
+    try:
+        with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+            status = client.get_resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", node=worker.address,
+                                         deadline=15, retry_unreachable=True)
+    finally:
+        back.join()
+        cluster.faults.make_reachable(worker.name)
+    assert status["spec"]["stage"] == "running"
 
 
 def test_mutation_to_an_unreachable_endpoint_fails_at_once(cluster):
@@ -297,12 +411,12 @@ def test_insecure_connection_to_a_configured_node_says_it_is_configured(cluster,
 
 def test_reader_certificate_calling_an_admin_rpc(cluster):
     controlplane = node_of(cluster, "controlplane")
-    read = machine_pb2.ReadRequest(path=waiters.BOOT_ID_PATH)
+    read = machine_pb2.ReadRequest(path=waits.BOOT_ID_PATH)
     with TalosClient(settings_for(cluster, role="reader")) as client:
         assert client.call(VERSION)[0].version.tag == cluster.talos_version
         with pytest.raises(TalosPermissionError) as err:
             client.read_bytes("machine.MachineService/Read", read, node=controlplane.address)
-        assert waiters.read_boot_id(client, controlplane.address) is None
+        assert waits.read_boot_id(client, controlplane.address) is None
     assert "needs role os:admin" in err.value.message
     assert "the client certificate carries role os:reader" in err.value.message
 
@@ -417,7 +531,7 @@ def test_call_timeout(cluster):
                 client.call(HOSTNAME, deadline=0.5)
     finally:
         cluster.faults.clear()
-    assert err.value.message.startswith("%s on the endpoint did not complete within 0.5 seconds" % HOSTNAME)
+    assert err.value.message.startswith("%s on the endpoint node did not complete within 0.5 seconds" % HOSTNAME)
 
 
 def test_with_settings_gives_a_client_with_other_credentials(cluster):
@@ -431,10 +545,10 @@ def test_wait_for_reboot_sees_a_new_boot_id(cluster):
     worker = node_of(cluster, "worker")
     controlplane = node_of(cluster, "controlplane")
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
-        previous = waiters.read_boot_id(client, worker.address)
+        previous = waits.read_boot_id(client, worker.address)
         assert previous
         client.call("machine.MachineService/Reboot", machine_pb2.RebootRequest(), node=worker.address)
-        current = waiters.wait_for_reboot(client, worker.address, previous, timeout=30, interval=0.2)
+        current = waits.wait_for_reboot(client, worker.address, previous, waits.Waiter(30, interval=0.2))
     assert current and current != previous
     assert current == worker.boot_id
     assert [entry["code"] for entry in audit_of(cluster, "machine.MachineService/Reboot")][-1] == "OK"

@@ -103,17 +103,6 @@ class FakeClient:
         return [state_pb2.ListResponse(resource=resource("network", request.type, "current", "addresses:\n" + addresses))]
 
 
-@pytest.mark.parametrize("operating_system, expected", [
-    ("Talos (v1.14.0)", "v1.14.0"),
-    ("Talos (v1.9.0-alpha.1)", "v1.9.0-alpha.1"),
-    ("Flatcar", "Flatcar"),
-    ("", None),
-    (None, None),
-])
-def test_os_version(operating_system, expected):
-    assert cluster_nodes.os_version(operating_system) == expected
-
-
 @pytest.mark.parametrize("addresses, family, expected", [
     (["fd00::2", "10.5.0.2", "10.6.0.2"], "ipv4", "10.5.0.2"),
     (["10.5.0.2", "fd00::2"], "ipv6", "fd00::2"),

@@ -21,6 +21,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosTimeoutError,
     TalosTLSError,
     TalosUnimplementedError,
+    TalosUnreachableError,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 
@@ -63,12 +64,30 @@ def test_sensitive_resource_refusal_is_not_blamed_on_the_method_role():
 def test_maintenance_refusal_keeps_the_server_message():
     err = errors.from_status("Unimplemented", "API is not implemented in maintenance mode", "machine.MachineService/EtcdStatus",
                              None)
-    assert err.message == ("The endpoint does not support machine.MachineService/EtcdStatus: "
+    assert err.message == ("The endpoint node does not support machine.MachineService/EtcdStatus: "
                            "API is not implemented in maintenance mode.")
 
 
 def test_unlisted_method_needs_admin_like_on_the_server():
-    assert errors.role_requirement("machine.MachineService/Rollback") == ("os:admin",)
+    err = errors.from_status("PermissionDenied", "not authorized", "machine.MachineService/Unlisted", None,
+                             client_roles=["os:operator"])
+    assert "it needs role os:admin and the client certificate carries role os:operator" in err.message
+
+
+def test_a_reader_applying_to_a_configured_node_is_told_it_needs_admin():
+    # The rules table accepts os:reader for ApplyConfiguration, but only a node in maintenance mode honours it.
+    err = errors.from_status("PermissionDenied", "not authorized", "machine.MachineService/ApplyConfiguration", "10.5.0.2",
+                             client_roles=["os:reader"])
+    assert err.message == ("Permission denied for machine.MachineService/ApplyConfiguration on node 10.5.0.2 (not authorized): "
+                           "it needs role os:admin and the client certificate carries role os:reader.")
+
+
+def test_a_role_that_older_releases_refuse_names_the_release():
+    err = errors.from_status("PermissionDenied", "not authorized", "machine.MachineService/EtcdMemberList", "10.5.0.2",
+                             client_roles=["os:etcd:backup"])
+    assert err.message == ("Permission denied for machine.MachineService/EtcdMemberList on node 10.5.0.2 (not authorized): "
+                           "role os:etcd:backup may call it from Talos v1.11.0 on; an older node needs role os:admin, "
+                           "os:operator or os:reader.")
 
 
 def test_refused_forwarding_explains_endpoints_must_be_control_planes():
@@ -118,8 +137,33 @@ def test_other_codes_keep_code_and_message():
 def test_unavailable_node_behind_an_endpoint_is_a_connection_error():
     err = errors.from_status("Unavailable", "connection refused", "machine.MachineService/Version", "10.5.0.9",
                              endpoint="10.5.0.2:50000")
-    assert isinstance(err, TalosConnectionError) and err.code == "Unavailable"
+    assert isinstance(err, TalosConnectionError) and not isinstance(err, TalosUnreachableError) and err.code == "Unavailable"
     assert "through endpoint 10.5.0.2:50000" in err.message
+
+
+@pytest.mark.parametrize("relayed, cause, hint", [
+    ('connection error: desc = "transport: Error while dialing: dial tcp 10.5.0.9:50000: connect: connection refused"',
+     "connection refused", "the node may be powered off or rebooting."),
+    ('connection error: desc = "transport: Error while dialing: dial tcp 10.5.0.9:50000: connect: no route to host"',
+     "no route to host", "the endpoint has no route to it"),
+    ('last connection error: connection error: desc = "transport: Error while dialing: dial tcp 10.5.0.9:50000: i/o timeout"',
+     "timed out connecting", "a firewall drops the port."),
+    ('connection error: desc = "transport: Error while dialing dial tcp: lookup worker-1: no such host"',
+     "no such host", "target nodes by IP address."),
+])
+def test_a_node_the_endpoint_cannot_dial_is_unreachable(relayed, cause, hint):
+    """apid relays Go's dial error as Unavailable (one-to-one, server-behaviour.md §1.2-1.3)."""
+    err = errors.from_status("Unavailable", relayed, "machine.MachineService/Version", "10.5.0.9", endpoint="10.5.0.2:50000")
+    assert isinstance(err, TalosUnreachableError) and err.code == "Unavailable" and err.node == "10.5.0.9"
+    assert err.message.startswith("Node 10.5.0.9 is unreachable through endpoint 10.5.0.2:50000 (%s): " % cause)
+    assert hint in err.message and err.server_message == relayed
+
+
+def test_the_endpoint_itself_dialling_nothing_is_not_a_node_failure():
+    """Without a node the endpoint answered for itself: its own trouble, worth a retry."""
+    relayed = 'connection error: desc = "transport: Error while dialing: dial unix /system/run/machined/machine.sock: connect: connection refused"'
+    err = errors.from_status("Unavailable", relayed, "machine.MachineService/Version", None, endpoint="10.5.0.2:50000")
+    assert not isinstance(err, TalosUnreachableError)
 
 
 def test_certificate_verification_names_ca_source_and_host():
@@ -143,7 +187,7 @@ def test_refused_client_certificate():
 def test_unreachable_endpoints_are_each_named_with_the_port_hint():
     err = errors.unreachable_error([("10.0.0.1:50000", ConnectionRefusedError(111, "Connection refused")),
                                     ("10.0.0.2:50000", asyncio.TimeoutError())])
-    assert isinstance(err, TalosConnectionError) and err.code == "Unavailable"
+    assert isinstance(err, TalosUnreachableError) and err.code == "Unavailable"
     assert err.message == ("None of the Talos endpoints is reachable: 10.0.0.1:50000 (connection refused); "
                            "10.0.0.2:50000 (timed out connecting); endpoints must be control-plane nodes whose "
                            "Talos API is reachable on port 50000.")

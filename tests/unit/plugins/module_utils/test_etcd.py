@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for the etcd helpers: member lookup, quorum arithmetic, leader detection, snapshot files."""
+"""Unit tests for the etcd helpers: member lookup, quorum arithmetic, the quorum guard, leader detection, snapshot files."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -13,7 +13,13 @@ import stat
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError, TalosNodeError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    TalosApiError,
+    TalosConnectionError,
+    TalosError,
+    TalosNodeError,
+    TalosUnimplementedError,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
@@ -173,6 +179,123 @@ def test_leader_is_what_most_healthy_members_report():
     assert etcd.leader_id({ONE: status(ONE, None)}) is None
 
 
+# The quorum guard
+
+class EtcdClient:
+    """Answers EtcdMemberList, Hostname and EtcdStatus for a cluster of ``members`` ({name: healthy})."""
+
+    def __init__(self, members, hostname="cp-1", member_list_error=None, learners=()):
+        self.members = members
+        self.hostname = hostname
+        self.member_list_error = member_list_error
+        self.learners = learners
+        self.probe_deadlines = []
+
+    def _member(self, index, name):
+        return machine_pb2.EtcdMember(id=index, hostname=name, is_learner=name in self.learners,
+                                      client_urls=["https://10.5.0.%d:2379" % index])
+
+    def call(self, method, request=None, node=None, deadline=None):
+        if method.endswith("/EtcdMemberList"):
+            if self.member_list_error:
+                raise self.member_list_error
+            members = [self._member(i, name) for i, name in enumerate(self.members, 1)]
+            return [machine_pb2.EtcdMembers(members=members)]
+        if method.endswith("/Hostname"):
+            return [machine_pb2.Hostname(hostname=self.hostname)]
+        raise AssertionError("unexpected call %s" % method)
+
+    def call_many(self, method, request=None, nodes=None, deadline=None):
+        self.probe_deadlines.append(deadline)
+        answers = {}
+        for index, (name, healthy) in enumerate(self.members.items(), 1):
+            address = "10.5.0.%d" % index
+            if healthy:
+                answers[address] = [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
+            else:
+                answers[address] = TalosConnectionError("unreachable", code="Unavailable")
+        return answers
+
+
+def let_go(client, node="10.5.0.1", removal=False, force=False):
+    guard = etcd.QuorumGuard(client, force_quorum_loss=force)
+    return guard.let_node_go(node, "reboot control-plane node %s" % node, removal=removal)
+
+
+def refusal(client, **kwargs):
+    with pytest.raises(etcd.QuorumLossRefused) as raised:
+        let_go(client, **kwargs)
+    return raised.value
+
+
+def test_a_worker_has_nothing_to_guard():
+    client = EtcdClient({}, member_list_error=TalosUnimplementedError(
+        "member list is only available on control plane nodes", code="Unimplemented"))
+    assert let_go(client, "10.5.0.9") == {"controlplane": False, "etcd_gate_open": True, "quorum": None}
+
+
+def test_an_unreadable_member_list_closes_the_guard():
+    client = EtcdClient({}, member_list_error=TalosApiError("etcdserver: no leader.", code="Unknown"))
+    refused = refusal(client)
+    assert refused.message == ("Refusing to reboot control-plane node 10.5.0.1: its etcd member list cannot be read "
+                               "(etcdserver: no leader), so etcd may have lost quorum already; fix the unhealthy members "
+                               "first, or set force_quorum_loss: true to go ahead anyway.")
+    assert refused.to_result() == {"controlplane": True, "etcd_gate_open": False, "quorum": None}
+    assert let_go(client, force=True)["etcd_gate_open"] is False
+
+
+def test_an_outage_of_a_healthy_three_member_cluster_is_safe():
+    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": True})
+    assert let_go(client) == {"controlplane": True, "etcd_gate_open": True, "quorum": {
+        "safe": True, "voters_after": 3, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}}
+    assert client.probe_deadlines == [etcd.HEALTH_PROBE_SECONDS]
+
+
+def test_an_outage_next_to_an_unhealthy_member_is_refused_unless_forced():
+    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": False})
+    refused = refusal(client)
+    assert refused.message == (
+        "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting member(s) and need 2 of them healthy "
+        "for quorum, but only 1 other than cp-1 are healthy (not healthy: cp-3 - unreachable); fix the unhealthy members "
+        "first, or set force_quorum_loss: true to go ahead anyway.")
+    assert refused.to_result()["etcd_gate_open"] is False and refused.to_result()["quorum"]["unhealthy"] == ["cp-3"]
+    forced = let_go(client, force=True)
+    assert forced["etcd_gate_open"] is False and forced["quorum"]["safe"] is False
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_one_and_two_member_clusters_cannot_spare_a_member(count):
+    client = EtcdClient(dict(("cp-%d" % i, True) for i in range(1, count + 1)))
+    assert "etcd would keep %d voting member(s) and need %d of them healthy" % (count, count) in refusal(client).message
+
+
+def test_a_removal_uses_the_removal_arithmetic():
+    # Removing cp-1 from three leaves two voters that both must be healthy.
+    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": False})
+    assert refusal(client, removal=True).findings["quorum"]["voters_after"] == 2
+    # Removing the unhealthy member itself is safe.
+    client.hostname = "cp-3"
+    assert let_go(client, "10.5.0.3", removal=True)["etcd_gate_open"] is True
+
+
+def test_the_last_member_never_leaves_even_when_forced():
+    refused = refusal(EtcdClient({"cp-1": True}), removal=True, force=True)
+    assert refused.message.startswith("Refusing to reboot control-plane node 10.5.0.1: cp-1 is the last voting etcd "
+                                      "member, and etcd cannot lose its last member whatever force_quorum_loss says;")
+    # Its outage can be forced: the member stays.
+    assert let_go(EtcdClient({"cp-1": True}), force=True)["etcd_gate_open"] is False
+
+
+def test_a_learner_may_always_go():
+    client = EtcdClient({"cp-1": True, "cp-2": False}, hostname="cp-2", learners=("cp-2",))
+    assert let_go(client, "10.5.0.2", removal=True)["etcd_gate_open"] is True
+
+
+def test_a_node_that_is_no_member_is_not_guarded():
+    assert let_go(EtcdClient({"cp-1": True}, hostname="cp-9"), "10.5.0.9") == {
+        "controlplane": True, "etcd_gate_open": True, "quorum": None}
+
+
 # Snapshots
 
 class SnapshotClient:
@@ -254,12 +377,12 @@ def test_a_local_write_error_is_reported_as_such(tmp_path, monkeypatch):
             self.f.close()
 
     monkeypatch.setattr(etcd.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
-    with pytest.raises(TalosError, match="Cannot save the etcd snapshot to .*: No space left on device."):
+    with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*: No space left on device."):
         etcd.save_snapshot(SnapshotClient(os.urandom(2048)), None, str(tmp_path / "etcd.snapshot"))
     assert os.listdir(str(tmp_path)) == []
 
 
 def test_a_directory_in_the_way_is_reported(tmp_path):
     (tmp_path / "etcd.snapshot").mkdir()
-    with pytest.raises(TalosError, match="Cannot save the etcd snapshot to .*etcd.snapshot: Is a directory."):
+    with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*etcd.snapshot: it is a directory; set snapshot to a file path."):
         etcd.save_snapshot(SnapshotClient(b"data"), None, str(tmp_path / "etcd.snapshot"))

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import health
+from ansible_collections.talos_linux.talos.plugins.module_utils import health, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
@@ -124,9 +124,26 @@ def test_rounds_repeat_until_the_fault_is_gone(monkeypatch):
     def sleep(seconds):
         sleeps.append(seconds)
         cluster.down.clear()
-    monkeypatch.setattr(health.time, "sleep", sleep)
+    monkeypatch.setattr(waits.time, "sleep", sleep)
     checks, _elapsed = health.run_talos_checks(cluster, NODES, timeout=60, interval=2)
     assert sleeps == [2] and {check["state"] for check in checks} == {"passed"}
+
+
+def test_a_long_wait_shows_which_check_holds_it_up(monkeypatch):
+    cluster = FakeCluster()
+    cluster.services[(CP2, "etcd")] = ("Preparing", False)
+    clock = {"now": 1000.0}
+
+    def sleep(seconds):
+        clock["now"] += seconds
+        if clock["now"] >= 1008:
+            cluster.services.clear()
+    monkeypatch.setattr(waits.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(waits.time, "sleep", sleep)
+    lines = []
+    health.run_talos_checks(cluster, NODES, timeout=60, interval=2, progress=lines.append)
+    assert lines == ["cluster: waiting for etcd_healthy on 10.5.0.3 (6 s)",
+                     "cluster: waiting for etcd_healthy on 10.5.0.3 → all checks passed (8 s)"]
 
 
 class FakeServer:
@@ -135,7 +152,7 @@ class FakeServer:
         self.error = error
         self.request = None
 
-    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None):
+    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None, retry_unreachable=False):
         assert method == health.HEALTH_CHECK
         self.request = request
         for message in self.messages:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for the lifecycle helpers: the etcd guard, reset plans and requests."""
+"""Unit tests for the lifecycle actions: guard before any change, failures after the request, reset plans."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -10,123 +10,109 @@ import re
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosApiError,
     TalosConnectionError,
+    TalosError,
+    TalosTimeoutError,
     TalosUnimplementedError,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 
-class EtcdClient:
-    """Answers EtcdMemberList, Hostname and EtcdStatus for a cluster of ``members`` ({name: healthy})."""
+class NodeClient:
+    """One node: answers by RPC name (an Exception is raised), records the calls; ``members`` makes it a control plane."""
 
-    def __init__(self, members, hostname="cp-1", member_list_error=None, learners=()):
+    def __init__(self, members=None, **answers):
         self.members = members
-        self.hostname = hostname
-        self.member_list_error = member_list_error
-        self.learners = learners
+        self.answers = dict({"Version": [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
+                             "Hostname": [machine_pb2.Hostname(hostname="cp-1")]}, **answers)
+        self.calls = []
 
-    def _member(self, index, name):
-        return machine_pb2.EtcdMember(id=index, hostname=name, is_learner=name in self.learners,
-                                      client_urls=["https://10.5.0.%d:2379" % index])
-
-    def call(self, method, request=None, node=None, deadline=None):
-        if method.endswith("/EtcdMemberList"):
-            if self.member_list_error:
-                raise self.member_list_error
-            members = [self._member(i, name) for i, name in enumerate(self.members, 1)]
-            return [machine_pb2.EtcdMembers(members=members)]
-        if method.endswith("/Hostname"):
-            return [machine_pb2.Hostname(hostname=self.hostname)]
-        raise AssertionError("unexpected call %s" % method)
+    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
+        name = method.rsplit("/", 1)[-1]
+        self.calls.append(name)
+        if name == "EtcdMemberList" and self.members is None:
+            raise TalosUnimplementedError("member list is only available on control plane nodes", code="Unimplemented")
+        if name == "EtcdMemberList":
+            return [machine_pb2.EtcdMembers(members=[
+                machine_pb2.EtcdMember(id=i, hostname=n, client_urls=["https://10.5.0.%d:2379" % i])
+                for i, n in enumerate(self.members, 1)])]
+        answer = self.answers[name]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def call_many(self, method, request=None, nodes=None, deadline=None):
-        answers = {}
-        for index, (name, healthy) in enumerate(self.members.items(), 1):
-            address = "10.5.0.%d" % index
-            if healthy:
-                answers[address] = [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
-            else:
-                answers[address] = TalosConnectionError("unreachable", code="Unavailable")
-        return answers
+        return dict(("10.5.0.%d" % i, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=i, leader=1))]
+                     if healthy else TalosConnectionError("unreachable", code="Unavailable"))
+                    for i, healthy in enumerate(self.members.values(), 1))
+
+    def read_bytes(self, method, request=None, node=None, deadline=None):
+        self.calls.append("Read")
+        return b"boot-1\n"
+
+    def mutations(self):
+        return [name for name in self.calls if name in ("Reboot", "Shutdown", "Reset", "Rollback")]
 
 
-def test_worker_has_no_guard():
-    client = EtcdClient({}, member_list_error=TalosUnimplementedError("member list is only available on control plane nodes",
-                                                                      code="Unimplemented"))
-    guard = lifecycle.etcd_guard(client, "10.5.0.9")
-    assert guard == {"controlplane": False, "member": None, "safe": True, "problem": None, "quorum": None,
-                     "last_member": False}
+def test_check_mode_reboot_of_a_worker_reads_and_sends_nothing():
+    client = NodeClient()
+    result = lifecycle.reboot(client, "10.5.0.9", check_mode=True)
+    assert result == {"changed": True, "mode": "default", "boot_id_before": "boot-1", "boot_id_after": None,
+                      "elapsed": None, "actor_id": None, "controlplane": False, "etcd_gate_open": True, "quorum": None}
+    assert client.mutations() == []
 
 
-def test_unreadable_member_list_closes_the_guard():
-    client = EtcdClient({}, member_list_error=TalosApiError("etcdserver: no leader.", code="Unknown"))
-    guard = lifecycle.etcd_guard(client, "10.5.0.1")
-    assert guard["controlplane"] is True and guard["safe"] is False
-    assert guard["problem"] == ("its etcd member list cannot be read (etcdserver: no leader), so etcd may have lost "
-                                "quorum already")
+def test_the_guard_refuses_before_anything_is_sent():
+    client = NodeClient(members={"cp-1": True, "cp-2": True, "cp-3": False})
+    with pytest.raises(etcd.QuorumLossRefused, match="^Refusing to shut down control-plane node 10.5.0.1: etcd would "
+                                                     "keep 3 voting member"):
+        lifecycle.shutdown(client, "10.5.0.1")
+    assert client.mutations() == []
 
 
-def test_reboot_of_a_healthy_three_member_cluster_is_safe():
-    guard = lifecycle.etcd_guard(EtcdClient({"cp-1": True, "cp-2": True, "cp-3": True}), "10.5.0.1")
-    assert guard["safe"] is True and guard["member"] == "cp-1"
-    assert guard["quorum"] == {"safe": True, "voters_after": 3, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}
+def test_a_wait_that_fails_after_the_request_keeps_the_result(monkeypatch):
+    client = NodeClient(Reboot=[machine_pb2.Reboot(actor_id="a1")])
+
+    def never_back(client, node, boot_id, waiter):
+        raise TalosTimeoutError("Timed out after 5 seconds waiting for node 10.5.0.9 to reboot.", code="DeadlineExceeded")
+
+    monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", never_back)
+    with pytest.raises(lifecycle.ActionFailed) as raised:
+        lifecycle.reboot(client, "10.5.0.9", wait_timeout=5)
+    assert raised.value.message == ("The reboot of node 10.5.0.9 was requested but the node is not back as expected: "
+                                    "Timed out after 5 seconds waiting for node 10.5.0.9 to reboot.")
+    result = raised.value.to_result()
+    assert result["actor_id"] == "a1" and result["code"] == "DeadlineExceeded" and result["changed"] is True
 
 
-def test_reboot_next_to_an_unhealthy_member_is_refused():
-    guard = lifecycle.etcd_guard(EtcdClient({"cp-1": True, "cp-2": True, "cp-3": False}), "10.5.0.1")
-    assert guard["safe"] is False
-    assert guard["problem"] == ("etcd would keep 3 voting member(s) and need 2 of them healthy for quorum, but only 1 "
-                                "other than this node are healthy (not healthy: cp-3)")
+def test_force_mode_needs_talos_v1_12():
+    client = NodeClient(Version=[machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.11.3"))])
+    with pytest.raises(TalosError, match="^mode: force needs Talos v1.12 or newer, but node 10.5.0.9 runs v1.11.3"):
+        lifecycle.reboot(client, "10.5.0.9", mode="force")
+    assert client.calls == ["Version"]
 
 
-def test_graceful_reset_uses_the_removal_arithmetic():
-    # Removing cp-1 from three leaves two voters that both must be healthy.
-    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": False})
-    guard = lifecycle.etcd_guard(client, "10.5.0.1", leaves_etcd=True)
-    assert guard["safe"] is False and guard["quorum"]["voters_after"] == 2
-    # Removing the unhealthy member itself is safe.
-    client.hostname = "cp-3"
-    assert lifecycle.etcd_guard(client, "10.5.0.3", leaves_etcd=True)["safe"] is True
-
-
-def test_last_member_cannot_leave():
-    guard = lifecycle.etcd_guard(EtcdClient({"cp-1": True}), "10.5.0.1", leaves_etcd=True)
-    assert guard["safe"] is False and guard["last_member"] is True
-
-
-def test_node_that_is_no_member_is_not_guarded():
-    guard = lifecycle.etcd_guard(EtcdClient({"cp-1": True}, hostname="cp-9"), "10.5.0.9")
-    assert guard["controlplane"] is True and guard["member"] is None and guard["safe"] is True
-
-
-class Refusals:
-    def __init__(self, force_quorum_loss):
-        self.params = {"force_quorum_loss": force_quorum_loss}
-
-    def fail_json(self, **result):
-        raise AssertionError(result["msg"])
-
-
-def test_force_quorum_loss_opens_the_guard_but_not_for_the_last_member():
-    closed = {"safe": False, "problem": "etcd would lose quorum", "last_member": False}
-    lifecycle.refuse_unless_forced(Refusals(True), closed, "reboot", "10.5.0.1")
-    with pytest.raises(AssertionError, match="^Refusing to reboot control-plane node 10.5.0.1: etcd would lose quorum; "
-                                             "fix the unhealthy members first, or set force_quorum_loss: true"):
-        lifecycle.refuse_unless_forced(Refusals(False), closed, "reboot", "10.5.0.1")
-    last = {"safe": False, "problem": "it is the last etcd member", "last_member": True}
-    with pytest.raises(AssertionError, match="a graceful reset cannot remove it"):
-        lifecycle.refuse_unless_forced(Refusals(True), last, "gracefully reset", "10.5.0.1")
+def test_a_refused_rollback_changed_nothing():
+    client = NodeClient(Rollback=TalosApiError("cannot rollback to \"B\", label does not exist", code="Unknown"))
+    with pytest.raises(lifecycle.ActionFailed) as raised:
+        lifecycle.rollback(client, "10.5.0.9")
+    assert raised.value.message.startswith("Node 10.5.0.9 cannot roll back from v1.14.0: cannot rollback")
+    assert raised.value.to_result()["changed"] is False and raised.value.code == "Unknown"
 
 
 @pytest.mark.parametrize("mode, labels, disks, reboot, expected", [
-    ("all", [], [], False, {"system_disk": True, "labels": list(lifecycle.SYSTEM_LABELS), "user_disks": [], "ends": "off"}),
+    ("all", [], [], False, {"system_disk": True, "labels": list(lifecycle.SYSTEM_LABELS), "user_disks": [],
+                            "partitions": [], "ends": "off"}),
     ("all", ["state", "EPHEMERAL"], ["/dev/sdb"], True,
-     {"system_disk": False, "labels": ["EPHEMERAL", "STATE"], "user_disks": ["/dev/sdb"], "ends": "maintenance"}),
-    ("system_disk", ["EPHEMERAL"], [], True, {"system_disk": False, "labels": ["EPHEMERAL"], "user_disks": [], "ends": "configured"}),
-    ("user_disks", [], ["/dev/sdb"], True, {"system_disk": False, "labels": [], "user_disks": ["/dev/sdb"], "ends": "configured"}),
+     {"system_disk": False, "labels": ["EPHEMERAL", "STATE"], "user_disks": ["/dev/sdb"], "partitions": ["STATE", "EPHEMERAL"],
+      "ends": "maintenance"}),
+    ("system_disk", ["EPHEMERAL"], [], True, {"system_disk": False, "labels": ["EPHEMERAL"], "user_disks": [],
+                                              "partitions": ["EPHEMERAL"], "ends": "configured"}),
+    ("user_disks", [], ["/dev/sdb"], True, {"system_disk": False, "labels": [], "user_disks": ["/dev/sdb"],
+                                            "partitions": [], "ends": "configured"}),
 ])
 def test_reset_plan(mode, labels, disks, reboot, expected):
     assert lifecycle.reset_plan(mode, labels, disks, reboot) == expected
@@ -144,7 +130,9 @@ def test_reset_plan_refusals(mode, labels, disks, message):
 
 
 def test_reset_request_is_what_talosctl_sends():
-    request = lifecycle.reset_request(True, True, "system_disk", ["state"], [])
+    request = lifecycle.reset_request(lifecycle.reset_plan("system_disk", ["state"], [], True), "system_disk", True)
     assert request.graceful and request.reboot and request.mode == machine_pb2.ResetRequest.SYSTEM_DISK
     assert [(spec.label, spec.wipe) for spec in request.system_partitions_to_wipe] == [("STATE", True)]
-    assert lifecycle.reset_request(False, False, "all", [], []).system_partitions_to_wipe == []
+    whole_disk = lifecycle.reset_request(lifecycle.reset_plan("all", [], ["/dev/sdb"], False), "all", False)
+    assert not whole_disk.graceful and not whole_disk.reboot
+    assert whole_disk.system_partitions_to_wipe == [] and whole_disk.user_disks_to_wipe == ["/dev/sdb"]

@@ -54,6 +54,9 @@ CONFIG = textwrap.dedent("""\
     password: registry-password-value
     """)
 
+# The v1alpha1 document alone: the only kind of config a JSON patch applies to.
+SINGLE_DOCUMENT = CONFIG.split("---\n")[0]
+
 SECRETS = [
     "wxyz12.abcdefghijklmnop", "b3MtY2Eta2V5LXByaXZhdGU=", "Y2x1c3Rlci1zZWNyZXQtdmFsdWU=", "abcdef.0123456789abcdef",
     "c2VjcmV0Ym94LXNlY3JldA==", "YWVzY2JjLXNlY3JldC12YWx1ZQ==", "azhzLWNhLWtleS1wcml2YXRl",
@@ -124,7 +127,7 @@ class TestPatches:
         assert sent[1]["kind"] == "RegistryAuthConfig"
 
     def test_json_patch_as_list_and_as_yaml_text(self):
-        config = mc.load_config(config=CONFIG, config_patches=[
+        config = mc.load_config(config=SINGLE_DOCUMENT, config_patches=[
             [{"op": "add", "path": "/machine/certSANs/-", "value": "10.0.0.9"}],
             "- op: replace\n  path: /machine/network/hostname\n  value: patched\n",
         ])
@@ -135,10 +138,43 @@ class TestPatches:
     def test_json_patch_failure_names_the_patch(self):
         with pytest.raises(TalosConfigError, match=r"^config_patches\[1\] operation 1 \(remove /machine/nothing/here\) cannot be "
                                                    r"applied to the v1alpha1 document: the path .* does not exist"):
-            mc.load_config(config=CONFIG, config_patches=[
+            mc.load_config(config=SINGLE_DOCUMENT, config_patches=[
                 {"machine": {"network": {"hostname": "ok"}}},
                 [{"op": "remove", "path": "/machine/nothing/here"}],
             ])
+
+    @pytest.mark.parametrize("patch", [
+        [{"op": "replace", "path": "/machine/network/hostname", "value": "patched"}],
+        "- op: replace\n  path: /machine/network/hostname\n  value: patched\n",
+    ])
+    def test_json_patch_on_a_multi_document_config_is_refused(self, patch):
+        with pytest.raises(TalosConfigError) as raised:
+            mc.load_config(config=CONFIG, config_patches=[{"machine": {"network": {"hostname": "merged"}}}, patch])
+        assert raised.value.message == (
+            "config_patches[1] is a JSON patch (RFC 6902), which cannot be applied to a multi-document machine config "
+            "(v1alpha1, RegistryAuthConfig/registry.example.com): use a strategic merge patch instead, a mapping (with "
+            "kind to patch a document other than v1alpha1).")
+
+    def test_json_patch_is_refused_once_a_patch_adds_a_document(self):
+        with pytest.raises(TalosConfigError, match=r"^config_patches\[1\] is a JSON patch \(RFC 6902\), which cannot .*"
+                                                   r"\(v1alpha1, HostnameConfig\)"):
+            mc.load_config(config=SINGLE_DOCUMENT, config_patches=[
+                {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "hostname": "cp-1"},
+                [{"op": "add", "path": "/machine/certSANs/-", "value": "10.0.0.9"}],
+            ])
+
+    def test_json_patch_applies_once_the_other_documents_are_deleted(self):
+        config = mc.load_config(config=CONFIG, config_patches=[
+            {"apiVersion": "v1alpha1", "kind": "RegistryAuthConfig", "name": "registry.example.com", "$patch": "delete"},
+            [{"op": "add", "path": "/machine/certSANs/-", "value": "10.0.0.9"}],
+        ])
+        assert _v1alpha1(config)["machine"]["certSANs"] == ["10.0.0.1", "10.0.0.9"]
+
+    def test_json_patch_without_the_jsonpatch_library_says_so(self, monkeypatch):
+        monkeypatch.setattr(mc, "HAS_JSONPATCH", False)
+        with pytest.raises(TalosConfigError, match=r"^config_patches\[0\] is a JSON patch \(RFC 6902\), which needs the "
+                                                   r"Python library jsonpatch"):
+            mc.load_config(config=SINGLE_DOCUMENT, config_patches=[[{"op": "remove", "path": "/machine/certSANs"}]])
 
     def test_unparseable_patch_names_its_index(self):
         with pytest.raises(TalosConfigError, match=r"^config_patches\[2\] is not valid YAML"):

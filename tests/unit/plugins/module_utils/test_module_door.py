@@ -19,8 +19,10 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.module_door impo
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import (
     CONNECTION_ARGUMENT_SPEC,
     WAIT_ARGUMENT_SPEC,
+    Task,
     TaskFailed,
     TaskSpec,
+    execute,
 )
 
 try:
@@ -171,7 +173,7 @@ def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
 def test_missing_library_ends_in_missing_required_lib(capsys, monkeypatch, library, pypi_name):
     monkeypatch.setitem(sys.modules, library, None)  # makes `import library` raise ImportError
     ran = []
-    result = run_module(capsys, dict(INSECURE), lambda task: ran.append(task))
+    result = run_module(capsys, dict(INSECURE), ran.append)
     assert ran == []
     assert result["failed"] is True
     assert "Failed to import the required Python library (%s)" % pypi_name in result["msg"]
@@ -206,7 +208,7 @@ def test_mask_only_keeps_the_secrets_of_a_structured_option_masked_and_the_rest_
 def test_options_out_of_range_or_empty_fail_before_the_module_runs(capsys, args, message):
     spec = dict(name=dict(type="str"), count=dict(type="int"), items=dict(type="list", elements="dict", options=dict(kind=dict(type="str"))))
     ran = []
-    result = run_module(capsys, dict(INSECURE, **args), lambda task: ran.append(task), argument_spec=spec, wait=True, ranges=dict(count=(1, 10)))
+    result = run_module(capsys, dict(INSECURE, **args), ran.append, argument_spec=spec, wait=True, ranges=dict(count=(1, 10)))
     assert result["failed"] is True and result["msg"] == message and ran == []
 
 
@@ -216,14 +218,28 @@ def test_a_numeric_option_without_a_range_is_a_programming_error():
             TaskSpec(argument_spec=dict(count=dict(type="int")))
 
 
-def test_warnings_and_partial_results_of_a_failure_reach_the_result(capsys):
+def test_partial_results_of_a_failure_reach_the_result(capsys):
     def body(task):
-        task.warn("node 10.5.0.3 answered late")
         raise TaskFailed("Could not read 1 of 2 nodes (10.5.0.3): refused.", nodes={"10.5.0.2": {"ok": True}})
 
     result = run_module(capsys, dict(INSECURE), body)
     assert result["failed"] is True and result["msg"] == "Could not read 1 of 2 nodes (10.5.0.3): refused."
     assert result["nodes"] == {"10.5.0.2": {"ok": True}}
-    # ansible-core 2.19 reports a warning as a structure around its text.
-    assert "node 10.5.0.3 answered late" in json.dumps(result["warnings"])
     assert result["changed"] is False
+
+
+def test_execute_returns_the_warnings_of_the_task_and_closes_it():
+    closed = []
+
+    class RecordingTask(Task):
+        def close(self):
+            closed.append(True)
+
+    def body(task):
+        task.warn("node 10.5.0.3 answered late")
+        return dict(changed=True)
+
+    task = RecordingTask("talos_x", {"name": None, "timeout": 60})
+    result = execute(TaskSpec(argument_spec=dict(name=dict(type="str")), connection=False, libraries=()), task, body)
+    assert result == {"changed": True, "warnings": ["node 10.5.0.3 answered late"]}
+    assert closed == [True]

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for module_utils/resources.py: selectors, label matching, conditions, type resolution, redaction."""
+"""Unit tests for module_utils/resources.py: selectors, label matching, conditions, type resolution, redaction, waits."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import resources
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils import resources, waits
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosTimeoutError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2
 
@@ -124,3 +124,41 @@ def test_redaction_of_machine_config_and_secrets():
     assert redacted["spec"]["machine"] == {"token": REDACTED, "type": "controlplane"}
     assert redacted["spec"]["cluster"]["secret"] == REDACTED
     assert config["spec"]["machine"]["token"] == "abcdef.0123456789abcdef"
+
+
+class PolledNode:
+    """A node that cannot watch (Watch is Unimplemented) and answers Get with the stages in ``stages``."""
+
+    def __init__(self, stages):
+        self.stages = list(stages)
+
+    def stream(self, method, request=None, node=None, on_message=None, deadline=None):
+        raise from_status("Unimplemented", "unknown method", method, node)
+
+    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
+        stage = self.stages.pop(0) if len(self.stages) > 1 else self.stages[0]
+        return resource(resource_id, {"stage": stage})
+
+
+STATUS = resources.ResourceKind("MachineStatuses.runtime.talos.dev", "runtime")
+RUNNING = {"state": "present", "field": "stage", "value": "running"}
+
+
+def test_a_node_that_cannot_watch_is_polled_with_progress(monkeypatch):
+    now = {"t": 0.0}
+    monkeypatch.setattr(waits.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
+    lines = []
+    waiter = waits.Waiter(60, interval=1, progress=lines.append)
+    found = resources.wait_for_condition(PolledNode(["booting"] * 6 + ["running"]), STATUS, "runtime", "machine", [],
+                                         RUNNING, "10.5.0.3", waiter)
+    assert found[0]["spec"] == {"stage": "running"}
+    assert lines == ["10.5.0.3: machine: stage=booting (5 s)", "10.5.0.3: machine: stage=booting → machine: stage=running (6 s)"]
+
+
+def test_a_condition_that_never_holds_times_out_naming_it():
+    with pytest.raises(TalosTimeoutError) as raised:
+        resources.wait_for_condition(PolledNode(["booting"]), STATUS, "runtime", "machine", [], RUNNING, "10.5.0.3",
+                                     waits.Waiter(0))
+    assert raised.value.message == ("Timed out after 0 seconds waiting for MachineStatuses.runtime.talos.dev machine on "
+                                    "node 10.5.0.3 to be present with stage=running; last observed: machine: stage=booting.")

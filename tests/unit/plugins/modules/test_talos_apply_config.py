@@ -8,6 +8,8 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import machine_config
+from ansible_collections.talos_linux.talos.plugins.module_utils import waits as talos_waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, from_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
@@ -69,7 +71,7 @@ class FakeNode:
         if mode == Mode.REBOOT and v114:
             if not self.maintenance:
                 raise from_status("Unimplemented", "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead",
-                                  talos_apply_config.APPLY, None)
+                                  machine_config.APPLY, None)
             return Mode.NO_REBOOT
         if mode == Mode.AUTO:
             # Before v1.14, AUTO falls back to a reboot for changes that cannot be applied live.
@@ -117,10 +119,10 @@ class FakeNode:
 @pytest.fixture
 def waits(monkeypatch):
     seen = []
-    monkeypatch.setattr(talos_apply_config, "wait_for_reboot",
-                        lambda client, node, boot_id, timeout: seen.append(("reboot", node, boot_id, timeout)) or "boot-2")
-    monkeypatch.setattr(talos_apply_config, "wait_for_secure_api",
-                        lambda client, node, timeout: seen.append(("secure_api", node, timeout)))
+    monkeypatch.setattr(talos_waits, "wait_for_reboot",
+                        lambda client, node, boot_id, waiter: seen.append(("reboot", node, boot_id, waiter.timeout)) or "boot-2")
+    monkeypatch.setattr(talos_waits, "wait_for_secure_api",
+                        lambda client, node, waiter: seen.append(("secure_api", node, waiter.timeout)))
     return seen
 
 
@@ -135,7 +137,7 @@ def run(client, nodes=("10.5.0.3",), **kwargs):
 class TestDecision:
     def test_changed_config_is_dry_run_then_applied(self, waits):
         client = FakeNode()
-        ok, result, _module = run(client)
+        ok, result, _task = run(client)
         assert ok and result["changed"] is True and result["rebooted"] is False
         assert result["mode"] == "no_reboot" and result["node"] == "10.5.0.3"
         assert [request.dry_run for request in client.applies()] == [True, False]
@@ -149,14 +151,14 @@ class TestDecision:
 
     def test_no_changes_means_unchanged_and_nothing_applied(self, waits):
         client = FakeNode(diff="No changes.")
-        ok, result, _module = run(client, diff=True)
+        ok, result, _task = run(client, diff=True)
         assert ok and result["changed"] is False
         assert [request.dry_run for request in client.applies()] == [True]
         assert "diff" not in result
 
     def test_check_mode_stops_after_the_dry_run(self, waits):
         client = FakeNode()
-        ok, result, _module = run(client, check_mode=True, diff=True, mode="reboot")
+        ok, result, _task = run(client, check_mode=True, diff=True, mode="reboot")
         assert ok and result["changed"] is True and result["rebooted"] is False
         assert client.called() == ["Version", "ApplyConfiguration"]
         assert client.applies()[0].dry_run is True
@@ -177,8 +179,28 @@ class TestDecision:
 
     def test_try_mode_sends_the_rollback_timeout(self, waits):
         client = FakeNode()
-        ok, result, _module = run(client, mode="try", try_timeout=120)
+        ok, result, _task = run(client, mode="try", try_timeout=120)
         assert ok and all(request.mode == Mode.TRY and request.try_mode_timeout.seconds == 120 for request in client.applies())
+
+    def test_json_patch_on_a_multi_document_config_is_refused_before_any_call(self, waits):
+        client = FakeNode()
+        multi = CONFIG + "---\napiVersion: v1alpha1\nkind: KubeNodeConfig\nlabels:\n  rack: r1\n"
+        with pytest.raises(TalosError, match=r"^config_patches\[0\] is a JSON patch \(RFC 6902\), which cannot be applied "
+                                             r"to a multi-document machine config \(v1alpha1, KubeNodeConfig\): use a "
+                                             r"strategic merge patch instead"):
+            run(client, config=multi, config_patches=[[{"op": "replace", "path": "/machine/network/hostname", "value": "x"}]])
+        assert client.calls == []
+
+    def test_merge_patches_of_every_document_still_apply_to_a_multi_document_config(self, waits):
+        client = FakeNode()
+        multi = CONFIG + "---\napiVersion: v1alpha1\nkind: KubeNodeConfig\nlabels:\n  rack: r1\n"
+        ok, result, _task = run(client, config=multi, config_patches=[
+            {"machine": {"network": {"hostname": "patched"}}},
+            {"apiVersion": "v1alpha1", "kind": "KubeNodeConfig", "labels": {"rack": "r2"}},
+        ])
+        assert ok and result["changed"] is True
+        sent = client.applies()[1].data.decode()
+        assert "hostname: patched" in sent and "rack: r2" in sent
 
     def test_patches_change_what_is_sent(self, waits):
         client = FakeNode()
@@ -189,7 +211,7 @@ class TestDecision:
 class TestRebootMode:
     def test_v114_applies_without_reboot_then_reboots_and_waits(self, waits):
         client = FakeNode(version="v1.14.1")
-        ok, result, _module = run(client, mode="reboot")
+        ok, result, _task = run(client, mode="reboot")
         assert ok and result["changed"] is True and result["rebooted"] is True and result["mode"] == "no_reboot"
         assert client.called() == ["Version", "ApplyConfiguration", "Read", "ApplyConfiguration", "Reboot"]
         assert all(request.mode == Mode.NO_REBOOT for request in client.applies())
@@ -197,7 +219,7 @@ class TestRebootMode:
 
     def test_older_versions_reboot_in_the_apply(self, waits):
         client = FakeNode(version="v1.12.4")
-        ok, result, _module = run(client, mode="reboot")
+        ok, result, _task = run(client, mode="reboot")
         assert ok and result["rebooted"] is True and result["mode"] == "reboot"
         assert all(request.mode == Mode.REBOOT for request in client.applies())
         assert "Reboot" not in client.called()
@@ -205,7 +227,7 @@ class TestRebootMode:
 
     def test_auto_mode_reboot_chosen_by_older_talos_is_waited_for(self, waits):
         client = FakeNode(version="v1.13.2", auto_reboots=True)
-        ok, result, _module = run(client)
+        ok, result, _task = run(client)
         assert ok and result["rebooted"] is True and result["mode"] == "reboot"
         assert all(request.mode == Mode.AUTO for request in client.applies())
         assert "Reboot" not in client.called()
@@ -213,36 +235,34 @@ class TestRebootMode:
 
     def test_no_wait(self, waits):
         client = FakeNode()
-        ok, result, _module = run(client, mode="reboot", wait=False)
+        ok, result, _task = run(client, mode="reboot", wait=False)
         assert ok and result["rebooted"] is True and "Reboot" in client.called() and waits == []
 
     def test_unchanged_config_is_not_rebooted(self, waits):
         client = FakeNode(diff="No changes.")
-        ok, result, _module = run(client, mode="reboot")
+        ok, result, _task = run(client, mode="reboot")
         assert ok and result["changed"] is False and result["rebooted"] is False
         assert "Reboot" not in client.called() and waits == []
 
-    @pytest.mark.parametrize("mode, maintenance, version, expected", [
-        ("reboot", False, (1, 14), "no_reboot"),
-        ("reboot", False, (1, 15), "no_reboot"),
-        ("reboot", False, (1, 13), "reboot"),
-        ("reboot", False, None, "no_reboot"),
-        ("reboot", True, None, "reboot"),
-        ("auto", False, (1, 12), "auto"),
-        ("staged", False, (1, 14), "staged"),
+    @pytest.mark.parametrize("mode, maintenance, tag, expected", [
+        ("reboot", False, "v1.14.0", "no_reboot"),
+        ("reboot", False, "v1.14.0-rc.1", "no_reboot"),
+        ("reboot", False, "v1.15.2", "no_reboot"),
+        ("reboot", False, "v1.13.4", "reboot"),
+        ("reboot", False, "v1.9.6", "reboot"),
+        ("reboot", False, "main", "no_reboot"),
+        ("reboot", True, "", "reboot"),
+        ("auto", False, "v1.12.0", "auto"),
+        ("staged", False, "v1.14.0", "staged"),
     ])
-    def test_request_mode(self, mode, maintenance, version, expected):
-        assert talos_apply_config.request_mode(mode, maintenance, version) == expected
-
-    @pytest.mark.parametrize("tag, expected", [("v1.14.0-rc.1", (1, 14)), ("v1.9.6", (1, 9)), ("", None), ("main", None)])
-    def test_parse_version(self, tag, expected):
-        assert talos_apply_config.parse_version(tag) == expected
+    def test_request_mode(self, mode, maintenance, tag, expected):
+        assert machine_config.request_mode(mode, maintenance, tag) == expected
 
 
 class TestMaintenance:
     def test_always_changed_and_waits_for_the_secure_api(self, waits):
         client = FakeNode(maintenance=True, diff="No changes.")
-        ok, result, _module = run(client, insecure=True)
+        ok, result, _task = run(client, insecure=True)
         assert ok and result["changed"] is True and result["mode"] == "no_reboot" and result["rebooted"] is True
         assert [request.dry_run for request in client.applies()] == [True, False]
         assert client.secure_clients == [{"insecure": False}]
@@ -250,14 +270,14 @@ class TestMaintenance:
 
     def test_reboot_mode_is_sent_as_is_and_talos_applies_without_reboot(self, waits):
         client = FakeNode(maintenance=True)
-        ok, result, _module = run(client, insecure=True, mode="reboot")
+        ok, result, _task = run(client, insecure=True, mode="reboot")
         assert ok and result["mode"] == "no_reboot" and result["rebooted"] is True
         assert all(request.mode == Mode.REBOOT for request in client.applies())
         assert "Version" not in client.called() and "Reboot" not in client.called()
 
     def test_check_mode_in_maintenance(self, waits):
         client = FakeNode(maintenance=True)
-        ok, result, _module = run(client, insecure=True, check_mode=True)
+        ok, result, _task = run(client, insecure=True, check_mode=True)
         assert ok and result["changed"] is True and result["rebooted"] is False
         assert len(client.applies()) == 1 and waits == []
 
@@ -265,37 +285,37 @@ class TestMaintenance:
 class TestRedaction:
     def test_diff_and_details_have_no_secret(self, waits):
         client = FakeNode()
-        ok, result, module = run(client, diff=True, check_mode=True)
+        ok, result, task = run(client, diff=True, check_mode=True)
         text = repr(result)
         for secret in (TOKEN, CA_KEY, OLD_KEY):
             assert secret not in text
         assert "key: <redacted>" in result["diff"]["before"] and "key: <redacted, changed>" in result["diff"]["after"]
         assert "-    key: <redacted>" in result["mode_details"]
-        assert {TOKEN, CA_KEY} <= module.no_log_values
+        assert {TOKEN, CA_KEY} <= task.no_log_values
 
     def test_maintenance_diff_is_the_redacted_config(self, waits):
         client = FakeNode(maintenance=True, diff="Node is running in maintenance mode")
-        ok, result, _module = run(client, insecure=True, diff=True, check_mode=True)
+        ok, result, _task = run(client, insecure=True, diff=True, check_mode=True)
         assert result["diff"]["before"] == ""
         assert "hostname: worker-1" in result["diff"]["after"] and TOKEN not in result["diff"]["after"]
 
     def test_show_secrets(self, waits):
         client = FakeNode()
-        ok, result, module = run(client, diff=True, check_mode=True, show_secrets=True)
+        ok, result, task = run(client, diff=True, check_mode=True, show_secrets=True)
         assert "key: %s" % OLD_KEY in result["diff"]["before"] and "key: %s" % CA_KEY in result["diff"]["after"]
-        assert module.no_log_values == set()
+        assert task.no_log_values == set()
         assert CA_KEY not in result["mode_details"]
 
     def test_server_warnings_are_redacted_and_shown(self, waits):
         client = FakeNode(warnings=["token %s is deprecated" % TOKEN])
-        ok, result, module = run(client)
-        assert module.warnings == ["Node 10.5.0.3: token <redacted> is deprecated"]
+        ok, result, task = run(client)
+        assert task.warnings == ["Node 10.5.0.3: token <redacted> is deprecated"]
 
 
 class TestSeveralNodes:
     def test_results_per_node(self, waits):
         client = FakeNode()
-        ok, result, _module = run(client, nodes=["10.5.0.3", "10.5.0.4"], diff=True)
+        ok, result, _task = run(client, nodes=["10.5.0.3", "10.5.0.4"], diff=True)
         assert ok and result["changed"] is True
         assert [entry["node"] for entry in result["results"]] == ["10.5.0.3", "10.5.0.4"]
         assert [node for name, _r, node, _c in client.calls if name == "ApplyConfiguration"] == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
@@ -310,7 +330,7 @@ class TestSeveralNodes:
                 return FakeNode.call(self, method, request, node, retry_codes, deadline)
 
         client = SecondNodeRefuses()
-        ok, result, _module = run(client, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
+        ok, result, _task = run(client, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
         assert not ok and result["node"] == "10.5.0.4" and result["changed"] is True
         assert [entry["node"] for entry in result["results"]] == ["10.5.0.3"]
         assert "10.5.0.5" not in [node for _name, _r, node, _c in client.calls]

@@ -29,7 +29,7 @@ class FakeNode:
         self.calls = []
         self.uploaded = b""
 
-    def call(self, method, request=None, node=None, retry_codes=None):
+    def call(self, method, request=None, node=None, retry_codes=None, deadline=None):
         name = method.rsplit("/", 1)[-1]
         self.calls.append((name, request, retry_codes))
         if name == "ServiceList":
@@ -126,16 +126,19 @@ def test_worker_answer_names_control_planes():
 @pytest.mark.parametrize("endpoint_has_members", [False, True])
 def test_a_worker_fails_whether_or_not_the_cluster_is_bootstrapped(check_mode, endpoint_has_members):
     client = FakeNode(etcd_state=None, machine_type="worker", endpoint_has_members=endpoint_has_members)
-    ok, result = run(client, check_mode=check_mode)
-    assert not ok and result["msg"] == ("Cannot bootstrap node 10.5.0.2: it is a worker node, and only a control-plane node "
-                                        "can bootstrap etcd; target one of the cluster's control planes.")
+    with pytest.raises(TalosError) as raised:
+        run(client, check_mode=check_mode)
+    assert raised.value.message == ("Cannot bootstrap node 10.5.0.2: it is a worker node, and only a control-plane node "
+                                    "can bootstrap etcd; target one of the cluster's control planes.")
+    assert raised.value.to_result() == {"node": "10.5.0.2"}
     assert client.called() == []
 
 
 def test_check_mode_on_a_node_without_etcd_service_fails_without_calling_bootstrap():
     client = FakeNode(etcd_state=None, machine_type=None)
-    ok, result = run(client, check_mode=True)
-    assert not ok and "runs no etcd service" in result["msg"] and client.called() == ["ServiceList", "EtcdMemberList"]
+    with pytest.raises(TalosError, match="runs no etcd service"):
+        run(client, check_mode=True)
+    assert client.called() == ["ServiceList", "EtcdMemberList"]
 
 
 def test_without_etcd_service_the_node_itself_answers_bootstrap():

@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
@@ -79,7 +80,7 @@ class FakeCluster:
         return [m["hostname"] for m in self.members]
 
 
-DEFAULTS = dict(member=None, state="present", method="auto", force=False, forfeit_leadership=False,
+DEFAULTS = dict(member=None, state="present", method="auto", force_quorum_loss=False, forfeit_leadership=False,
                 snapshot=None, wait=False, wait_timeout=5, timeout=5)
 
 
@@ -122,22 +123,26 @@ def test_leave_of_an_unreachable_node_says_to_use_remove():
 
 def test_removal_that_loses_quorum_is_refused_unless_forced():
     cluster = FakeCluster(down=["10.5.0.3"])
-    with pytest.raises(TalosError) as raised:
+    with pytest.raises(etcd.QuorumLossRefused) as raised:
         run(cluster, member="cp-2", state="absent")
     assert raised.value.message == (
-        "Refusing to remove etcd member cp-2: 2 voting members would remain, etcd needs 2 of them healthy for quorum, "
-        "but only 1 are healthy (not healthy: cp-3); fix the unhealthy members first or set force=true to remove it anyway.")
+        "Refusing to remove etcd member cp-2: etcd would keep 2 voting member(s) and need 2 of them healthy for quorum, "
+        "but only 1 other than cp-2 are healthy (not healthy: cp-3 - node 10.5.0.3 is unavailable); fix the unhealthy "
+        "members first, or set force_quorum_loss: true to go ahead anyway.")
+    assert raised.value.to_result()["quorum"]["safe"] is False
     assert cluster.mutations() == []
 
-    ok, result = run(cluster, member="cp-2", state="absent", force=True)
+    ok, result = run(cluster, member="cp-2", state="absent", force_quorum_loss=True)
     assert ok and result["changed"] is True and result["quorum"]["safe"] is False
     assert cluster.names() == ["cp-1", "cp-3"]
 
 
-def test_the_last_member_is_not_removed_without_force():
+@pytest.mark.parametrize("force_quorum_loss", [False, True])
+def test_the_last_member_is_never_removed(force_quorum_loss):
     cluster = FakeCluster(count=1)
-    with pytest.raises(TalosError, match="0 voting members would remain, etcd needs 1"):
-        run(cluster, state="absent")
+    with pytest.raises(etcd.QuorumLossRefused, match="cp-1 is the last voting etcd member"):
+        run(cluster, state="absent", force_quorum_loss=force_quorum_loss)
+    assert cluster.mutations() == []
 
 
 def test_check_mode_predicts_the_removal_without_calling_it():
@@ -184,16 +189,22 @@ def test_present_waits_until_the_member_joins(monkeypatch):
     cluster = FakeCluster(learners=[3])
     polls = []
 
-    def wait_until(predicate, timeout, interval=2.0, description=""):
-        assert timeout == 5 and "cp-3 to be a voting etcd member" in description
-        while True:
-            done, _observed = predicate()
-            polls.append(done)
-            if done:
-                return
-            cluster.members[2]["learner"] = False
+    class Waiter:
+        """Polls at once, making cp-3 a voter after the first poll."""
 
-    monkeypatch.setattr(talos_etcd_member, "wait_until", wait_until)
+        def __init__(self, timeout, interval=2.0, progress=None):
+            assert timeout == 5 and progress is not None
+
+        def until(self, poll, what, subject, tolerate=None):
+            assert what == "cp-3 to be a voting etcd member"
+            while True:
+                seen = poll()
+                polls.append(seen.done)
+                if seen.done:
+                    return seen.value
+                cluster.members[2]["learner"] = False
+
+    monkeypatch.setattr(etcd.waits, "Waiter", Waiter)
     ok, result = run(cluster, member="cp-3", wait=True)
     assert ok and result["changed"] is False and polls == [False, True]
     assert result["members_before"][2]["is_learner"] is True and result["members_after"][2]["is_learner"] is False
@@ -201,7 +212,7 @@ def test_present_waits_until_the_member_joins(monkeypatch):
 
 def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
     cluster = FakeCluster()
-    monkeypatch.setattr(talos_etcd_member, "wait_until", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
+    monkeypatch.setattr(etcd.waits, "Waiter", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
     ok, result = run(cluster, check_mode=True, member="cp-9", wait=True)
     assert ok and result["changed"] is False and result["member"] is None
     assert result["warnings"] == ["etcd member cp-9 is not a voting member yet (cp-9 is not a member (members: cp-1, cp-2, "
@@ -211,7 +222,7 @@ def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
 def test_forced_removal_needs_a_healthy_member_to_go_through():
     cluster = FakeCluster(down=["10.5.0.2", "10.5.0.3"])
     with pytest.raises(TalosError, match="Cannot remove etcd member cp-1: no other member is healthy to remove it through."):
-        run(cluster, member="cp-1", state="absent", method="remove", force=True)
+        run(cluster, member="cp-1", state="absent", method="remove", force_quorum_loss=True)
     assert cluster.mutations() == []
 
 

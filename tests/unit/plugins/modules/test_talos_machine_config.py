@@ -19,15 +19,8 @@ DEFAULTS = dict(secrets=None, machine_type="controlplane", cluster_name="c", clu
                 dest=None)
 
 
-def guarded(module):
-    try:
-        talos_machine_config.run(module)
-    except TalosError as error:
-        module.fail_from_error(error)
-
-
 def run(check_mode=False, **params):
-    return run_module(guarded, None, DEFAULTS, nodes=[None], check_mode=check_mode, **params)
+    return run_module(talos_machine_config.run, None, DEFAULTS, nodes=[None], check_mode=check_mode, **params)
 
 
 @pytest.fixture(scope="module")
@@ -39,21 +32,21 @@ def bundle_path(tmp_path_factory):
 
 def test_writes_once_and_returns_without_dest(bundle_path, tmp_path):
     dest = tmp_path / "cp.yaml"
-    ok, result, _module = run(check_mode=True, secrets=bundle_path, dest=str(dest))
+    ok, result, _task = run(check_mode=True, secrets=bundle_path, dest=str(dest))
     assert ok and result["changed"] and not dest.exists()
-    ok, result, _module = run(secrets=bundle_path, dest=str(dest))
+    ok, result, _task = run(secrets=bundle_path, dest=str(dest))
     assert ok and result["changed"] and stat.S_IMODE(dest.stat().st_mode) == 0o600
     assert result["documents"][:2] == ["v1alpha1", "DiscoveryServiceConfig/default"] and "config" not in result
     assert "<redacted>" in result["diff"]["after"]
-    ok, again, _module = run(secrets=bundle_path, dest=str(dest))
+    ok, again, _task = run(secrets=bundle_path, dest=str(dest))
     assert again["changed"] is False and again["sha256"] == result["sha256"]
-    ok, returned, _module = run(secrets=bundle_path)
+    ok, returned, _task = run(secrets=bundle_path)
     assert returned["config"] == dest.read_text() and returned["changed"] is False
 
 
 def test_patch_secrets_are_masked(bundle_path):
-    ok, result, module = run(secrets=bundle_path, config_patches=[{"machine": {"token": "abcdef.0123456789abcdef"}}])
-    assert ok and "abcdef.0123456789abcdef" in module.no_log_values
+    ok, result, task = run(secrets=bundle_path, config_patches=[{"machine": {"token": "abcdef.0123456789abcdef"}}])
+    assert ok and "abcdef.0123456789abcdef" in task.no_log_values
     assert yaml.safe_load(result["config"].split("---")[0])["machine"]["token"] == "abcdef.0123456789abcdef"
 
 
@@ -62,23 +55,58 @@ def test_aescbc_bundles_warn_on_the_v114_contract(tmp_path):
     bundle.secretbox_secret, bundle.aescbc_secret = None, random_secret()
     path = tmp_path / "secrets.yaml"
     path.write_text(bundle.to_yaml())
-    ok, result, module = run(secrets=str(path))
-    assert ok and any("aescbc" in warning for warning in module.warnings)
-    assert bundle.aescbc_secret not in " ".join(module.warnings)
-    ok, result, module = run(secrets=str(path), talos_version="v1.13")
-    assert not module.warnings
+    ok, result, task = run(secrets=str(path))
+    assert ok and any("aescbc" in warning for warning in task.warnings)
+    assert bundle.aescbc_secret not in " ".join(task.warnings)
+    ok, result, task = run(secrets=str(path), talos_version="v1.13")
+    assert not task.warnings
     assert yaml.safe_load(result["config"].split("---")[0])["cluster"]["aescbcEncryptionSecret"] == bundle.aescbc_secret
 
 
 def test_with_docs_and_examples_rewrite_once_and_keep_the_data(bundle_path, tmp_path):
     dest = tmp_path / "worker.yaml"
-    ok, plain, _module = run(secrets=bundle_path, machine_type="worker", dest=str(dest))
+    ok, plain, _task = run(secrets=bundle_path, machine_type="worker", dest=str(dest))
     plain_text = dest.read_text()
-    ok, result, _module = run(secrets=bundle_path, machine_type="worker", dest=str(dest), with_docs=True, with_examples=True)
+    ok, result, _task = run(secrets=bundle_path, machine_type="worker", dest=str(dest), with_docs=True, with_examples=True)
     assert ok and result["changed"] and result["sha256"] != plain["sha256"]
     text = dest.read_text()
     assert "\n# Example, " in text and "\n# How the node gets its hostname.\n" in text
     assert list(yaml.safe_load_all(text)) == list(yaml.safe_load_all(plain_text))
     assert result["documents"] == plain["documents"]
-    ok, again, _module = run(secrets=bundle_path, machine_type="worker", dest=str(dest), with_docs=True, with_examples=True)
+    ok, again, _task = run(secrets=bundle_path, machine_type="worker", dest=str(dest), with_docs=True, with_examples=True)
     assert again["changed"] is False
+
+
+def test_mode_is_corrected_without_rewriting(bundle_path, tmp_path):
+    dest = tmp_path / "worker.yaml"
+    run(secrets=bundle_path, machine_type="worker", dest=str(dest))
+    dest.chmod(0o644)
+    content = dest.read_bytes()
+    ok, result, _task = run(secrets=bundle_path, machine_type="worker", dest=str(dest))
+    assert ok and result["changed"] is True and stat.S_IMODE(dest.stat().st_mode) == 0o600 and dest.read_bytes() == content
+
+
+def test_missing_directory_fails_before_rendering(bundle_path, tmp_path):
+    with pytest.raises(TalosError, match=r"^Cannot write the machine config to .*: directory .*missing does not exist\.$"):
+        run(secrets=bundle_path, dest=str(tmp_path / "missing" / "cp.yaml"))
+
+
+@pytest.mark.parametrize("talos_version, documents", [
+    ("v1.14.1", "v1alpha1, DiscoveryServiceConfig/default"),
+    ("v1.12", "v1alpha1, HostnameConfig"),
+])
+def test_json_patch_is_refused_on_multi_document_contracts(bundle_path, tmp_path, talos_version, documents):
+    dest = tmp_path / "cp.yaml"
+    patch = [{"op": "add", "path": "/machine/certSANs/-", "value": "api.example.com"}]
+    with pytest.raises(TalosError) as raised:
+        run(secrets=bundle_path, talos_version=talos_version, dest=str(dest), config_patches=[patch])
+    assert raised.value.message.startswith("config_patches[0] is a JSON patch (RFC 6902), which cannot be applied to a "
+                                           "multi-document machine config (%s" % documents)
+    assert not dest.exists()
+
+
+def test_json_patch_applies_on_single_document_contracts(bundle_path):
+    patch = [{"op": "add", "path": "/machine/certSANs/-", "value": "api.example.com"}]
+    ok, result, _task = run(secrets=bundle_path, talos_version="v1.11", config_patches=[patch])
+    assert ok and result["documents"] == ["v1alpha1"]
+    assert "api.example.com" in yaml.safe_load(result["config"])["machine"]["certSANs"]

@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for talos_service: the allow-list, the idempotency decision and the wait condition."""
+"""Unit tests for talos_service: the allow-list, the idempotency decision and the wait condition (node.py rules)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
@@ -45,7 +46,7 @@ def run(client, **params):
     ("ext-tailscale", "started"), ("ext-tailscale", "stopped"), ("ext-tailscale", "restarted"),
 ])
 def test_allowed_operations(name, state):
-    assert talos_service.refusal(name, state) is None
+    assert talos_node.control_refusal(name, state) is None
 
 
 @pytest.mark.parametrize("name, state, words", [
@@ -123,20 +124,20 @@ def _info(state, healthy=None, event_seconds=()):
 
 
 def test_reached_requires_health_when_the_service_has_a_check():
-    assert talos_service.reached(_info("Running"), "started", 0)
-    assert not talos_service.reached(_info("Running", healthy=False), "started", 0)
-    assert talos_service.reached(_info("Running", healthy=True), "started", 0)
-    assert not talos_service.reached(_info("Starting"), "started", 0)
+    assert talos_node.has_settled(_info("Running"), "started", 0)
+    assert not talos_node.has_settled(_info("Running", healthy=False), "started", 0)
+    assert talos_node.has_settled(_info("Running", healthy=True), "started", 0)
+    assert not talos_node.has_settled(_info("Starting"), "started", 0)
 
 
 def test_reached_after_restart_needs_a_newer_event():
-    assert not talos_service.reached(_info("Running", event_seconds=[100]), "restarted", 100)
-    assert talos_service.reached(_info("Running", event_seconds=[100, 130]), "restarted", 100)
+    assert not talos_node.has_settled(_info("Running", event_seconds=[100]), "restarted", 100)
+    assert talos_node.has_settled(_info("Running", event_seconds=[100, 130]), "restarted", 100)
 
 
 def test_reached_stopped_waits_out_stopping():
-    assert not talos_service.reached(_info("Stopping"), "stopped", 0)
-    assert talos_service.reached(_info("Finished"), "stopped", 0)
+    assert not talos_node.has_settled(_info("Stopping"), "stopped", 0)
+    assert talos_node.has_settled(_info("Finished"), "stopped", 0)
 
 
 def test_wait_timeout_names_the_state_last_seen():

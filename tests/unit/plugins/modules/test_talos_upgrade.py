@@ -1,20 +1,18 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for talos_upgrade: version and image logic, the etcd gate rule and the step flow."""
+"""Unit tests for talos_upgrade: version and image logic, the step flow and run()."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import upgrade
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
-    TalosApiError,
-    TalosConnectionError,
-    TalosUnimplementedError,
-)
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, upgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosApiError, TalosConfigError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
+from module_fakes import run_module
 
 
 # Versions and image references
@@ -30,10 +28,8 @@ def test_image_tag(image, tag):
     assert upgrade.image_tag(image) == tag
 
 
-def test_resolve_target_from_version_adds_v_and_repository():
-    assert upgrade.resolve_target(version="1.14.0") == ("ghcr.io/siderolabs/installer:v1.14.0", "v1.14.0")
-    assert upgrade.resolve_target(version="v1.13.0", image_repository="registry.local/installer/") == (
-        "registry.local/installer:v1.13.0", "v1.13.0")
+def test_resolve_target_from_version_adds_v_and_leaves_the_installer_to_the_node():
+    assert upgrade.resolve_target(version="1.14.0") == (None, "v1.14.0")
 
 
 def test_resolve_target_from_image_uses_its_tag():
@@ -81,56 +77,6 @@ def test_has_lifecycle_api(tag, expected):
     assert upgrade.has_lifecycle_api(tag) is expected
 
 
-# The etcd gate rule
-
-def _member(name, member_id, learner=False):
-    return {"id": member_id, "hostname": name, "is_learner": learner,
-            "client_urls": ["https://10.5.0.%s:2379" % member_id[-1]], "peer_urls": []}
-
-
-def _status(errors=()):
-    return {"errors": list(errors), "leader": "0000000000000001"}
-
-
-def test_gate_open_with_three_healthy_members():
-    members = [_member("cp-1", "01"), _member("cp-2", "02"), _member("cp-3", "03")]
-    assert upgrade.gate_problem(members, {m["id"]: _status() for m in members}) is None
-
-
-def test_gate_closed_by_unhealthy_unreachable_learner_and_unstarted_members():
-    members = [_member("cp-1", "01"), _member("cp-2", "02"), _member("cp-3", "03", learner=True), _member("", "04")]
-    statuses = {"01": _status(["memberID:1 alarm:NOSPACE"]),
-                "02": TalosConnectionError("Node 10.5.0.2 is unavailable."),
-                "03": _status(), "04": _status()}
-    problem = upgrade.gate_problem(members, statuses)
-    assert "member cp-1 is not healthy (memberID:1 alarm:NOSPACE)" in problem
-    assert "member cp-2 is not healthy (Node 10.5.0.2 is unavailable)" in problem
-    assert "member cp-3 is still a learner" in problem
-    assert "member 04 has not started" in problem
-
-
-@pytest.mark.parametrize("count", [1, 2])
-def test_gate_closed_without_quorum_to_spare(count):
-    members = [_member("cp-%d" % i, "0%d" % i) for i in range(1, count + 1)]
-    problem = upgrade.gate_problem(members, {m["id"]: _status() for m in members})
-    assert "keeps no quorum" in problem
-
-
-def test_gate_closed_when_the_member_list_cannot_be_read():
-    client = ScriptedClient(**{"machine.MachineService/EtcdMemberList": TalosApiError(
-        "machine.MachineService/EtcdMemberList failed on node 10.5.0.2 with Unknown: etcdserver: no leader.")})
-    controlplane, problem = upgrade.etcd_gate(client, "10.5.0.2")
-    assert controlplane is True
-    assert problem == ("its etcd member list cannot be read (machine.MachineService/EtcdMemberList failed on node 10.5.0.2 "
-                       "with Unknown: etcdserver: no leader)")
-
-
-def test_gate_skipped_on_a_worker():
-    client = ScriptedClient(**{"machine.MachineService/EtcdMemberList": TalosUnimplementedError(
-        "Node 10.5.0.9 does not support machine.MachineService/EtcdMemberList: member list is only available on control plane nodes.")})
-    assert upgrade.etcd_gate(client, "10.5.0.9") == (False, None)
-
-
 # The step flow, against a scripted client
 
 class ScriptedClient(object):
@@ -158,6 +104,14 @@ class ScriptedClient(object):
                 on_message(frame)
         return frames
 
+    def list_resources(self, namespace, resource_type, node=None, **kwargs):
+        self.calls.append(resource_type)
+        return self._answer(resource_type)
+
+    def get_resource(self, namespace, resource_type, resource_id, node=None, **kwargs):
+        self.calls.append(resource_type)
+        return self._answer(resource_type)
+
 
 def _progress(message=None, exit_code=None):
     if message is not None:
@@ -167,81 +121,83 @@ def _progress(message=None, exit_code=None):
     return lifecycle_pb2.LifecycleServiceUpgradeResponse(progress=progress)
 
 
-PARAMS = dict(api="auto", wait=False, wait_timeout=60, reboot_mode="default", preserve=False, stage=False, force=False)
 IMAGE = "ghcr.io/siderolabs/installer:v1.14.0"
 PULLED = [image_pb2.ImageServicePullResponse(name=IMAGE)]
 
 
-def _upgrade(client, **params):
-    merged = dict(PARAMS, **params)
-    return talos_upgrade.NodeUpgrade(client, "10.5.0.2", merged, IMAGE, "v1.14.0", "v1.13.0")
+def _upgrade(client, fall_back=True):
+    result = dict(previous_version="v1.13.0", current_version="v1.13.0", rebooted=False, api_used=None, progress=[])
+    return lifecycle.NodeUpgrade(client, "10.5.0.2", IMAGE, "v1.14.0", result, fall_back=fall_back)
+
+
+def _failed_step(node_upgrade, api, wait_timeout=None):
+    with pytest.raises(lifecycle.ActionFailed) as caught:
+        node_upgrade.run(api, wait_timeout)
+    return caught.value.result["step"], caught.value.message
 
 
 def test_lifecycle_pulls_installs_and_reboots():
     client = ScriptedClient(**{
-        talos_upgrade.IMAGE_PULL: PULLED,
-        talos_upgrade.LIFECYCLE_UPGRADE: [_progress("writing boot assets"), _progress(exit_code=0)],
-        talos_upgrade.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
+        lifecycle.IMAGE_PULL: PULLED,
+        lifecycle.LIFECYCLE_UPGRADE: [_progress("writing boot assets"), _progress(exit_code=0)],
+        lifecycle.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
     })
-    node_upgrade = _upgrade(client)
-    assert node_upgrade.run("lifecycle") == "v1.13.0"
-    assert client.calls == [talos_upgrade.IMAGE_PULL, talos_upgrade.LIFECYCLE_UPGRADE, talos_upgrade.REBOOT]
-    assert node_upgrade.api_used == "lifecycle" and node_upgrade.rebooted
-    assert node_upgrade.progress == ["pulled " + IMAGE, "writing boot assets", "installer exited with code 0", "reboot requested"]
+    result = _upgrade(client).run("lifecycle")
+    assert result["current_version"] == "v1.13.0"
+    assert client.calls == [lifecycle.IMAGE_PULL, lifecycle.LIFECYCLE_UPGRADE, lifecycle.REBOOT]
+    assert result["api_used"] == "lifecycle" and result["rebooted"]
+    assert result["progress"] == ["pulled " + IMAGE, "writing boot assets", "installer exited with code 0", "reboot requested"]
 
 
 def test_unimplemented_lifecycle_falls_back_to_legacy_in_auto():
     client = ScriptedClient(**{
-        talos_upgrade.IMAGE_PULL: TalosUnimplementedError("Node 10.5.0.2 does not implement machine.ImageService/Pull.",
-                                                          code="Unimplemented"),
-        talos_upgrade.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received", actor_id="a1")],
+        lifecycle.IMAGE_PULL: TalosUnimplementedError("Node 10.5.0.2 does not implement machine.ImageService/Pull.",
+                                                      code="Unimplemented"),
+        lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received", actor_id="a1")],
     })
-    node_upgrade = _upgrade(client)
-    node_upgrade.run("lifecycle")
-    assert client.calls == [talos_upgrade.IMAGE_PULL, talos_upgrade.LEGACY_UPGRADE]
-    assert node_upgrade.api_used == "legacy" and node_upgrade.rebooted
-    assert node_upgrade.progress[-1] == "Upgrade request received"
+    result = _upgrade(client).run("lifecycle")
+    assert client.calls == [lifecycle.IMAGE_PULL, lifecycle.LEGACY_UPGRADE]
+    assert result["api_used"] == "legacy" and result["rebooted"]
+    assert result["progress"][-1] == "Upgrade request received"
 
 
-def test_unimplemented_lifecycle_is_a_failure_when_forced():
+def test_unimplemented_lifecycle_is_a_failure_without_fall_back():
     client = ScriptedClient(**{
-        talos_upgrade.IMAGE_PULL: TalosUnimplementedError("Node 10.5.0.2 does not implement machine.ImageService/Pull.",
-                                                          code="Unimplemented"),
+        lifecycle.IMAGE_PULL: TalosUnimplementedError("Node 10.5.0.2 does not implement machine.ImageService/Pull.",
+                                                      code="Unimplemented"),
     })
-    with pytest.raises(talos_upgrade.UpgradeStepError) as caught:
-        _upgrade(client, api="lifecycle").run("lifecycle")
-    assert caught.value.step == "pull"
-    assert "use api: legacy" in caught.value.message
-    assert client.calls == [talos_upgrade.IMAGE_PULL]
+    step, message = _failed_step(_upgrade(client, fall_back=False), "lifecycle")
+    assert step == "pull"
+    assert "use api: legacy" in message
+    assert client.calls == [lifecycle.IMAGE_PULL]
 
 
 def test_non_zero_exit_code_fails_before_reboot_with_last_messages():
     client = ScriptedClient(**{
-        talos_upgrade.IMAGE_PULL: PULLED,
-        talos_upgrade.LIFECYCLE_UPGRADE: [_progress("line %d" % i) for i in range(8)] + [_progress("no space left"),
-                                                                                         _progress(exit_code=1)],
+        lifecycle.IMAGE_PULL: PULLED,
+        lifecycle.LIFECYCLE_UPGRADE: [_progress("line %d" % i) for i in range(8)] + [_progress("no space left"),
+                                                                                     _progress(exit_code=1)],
     })
     node_upgrade = _upgrade(client)
-    with pytest.raises(talos_upgrade.UpgradeStepError) as caught:
-        node_upgrade.run("lifecycle")
-    assert caught.value.step == "install"
-    assert "exited with code 1" in caught.value.message
-    assert "no space left" in caught.value.message and "line 0" not in caught.value.message
-    assert "still runs v1.13.0 and was not rebooted" in caught.value.message
-    assert talos_upgrade.REBOOT not in client.calls
-    assert not node_upgrade.rebooted
+    step, message = _failed_step(node_upgrade, "lifecycle")
+    assert step == "install"
+    assert "exited with code 1" in message
+    assert "no space left" in message and "line 0" not in message
+    assert "still runs v1.13.0 and was not rebooted" in message
+    assert lifecycle.REBOOT not in client.calls
+    assert not node_upgrade.result["rebooted"]
 
 
 def test_failed_reboot_says_the_new_version_waits_on_disk():
     client = ScriptedClient(**{
-        talos_upgrade.IMAGE_PULL: PULLED,
-        talos_upgrade.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
-        talos_upgrade.REBOOT: TalosApiError("machine.MachineService/Reboot failed on node 10.5.0.2 with FailedPrecondition: x.",
-                                            code="FailedPrecondition"),
+        lifecycle.IMAGE_PULL: PULLED,
+        lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
+        lifecycle.REBOOT: TalosApiError("machine.MachineService/Reboot failed on node 10.5.0.2 with FailedPrecondition: x.",
+                                        code="FailedPrecondition"),
     })
-    with pytest.raises(talos_upgrade.UpgradeStepError) as caught:
+    with pytest.raises(lifecycle.ActionFailed) as caught:
         _upgrade(client).run("lifecycle")
-    assert caught.value.step == "reboot"
+    assert caught.value.to_result()["step"] == "reboot" and caught.value.to_result()["code"] == "FailedPrecondition"
     assert "Talos v1.14.0 is installed but the node still runs v1.13.0 until its next reboot" in caught.value.message
 
 
@@ -252,28 +208,120 @@ def test_failed_reboot_says_the_new_version_waits_on_disk():
 def test_wait_detects_rollback_and_wrong_version(monkeypatch, came_back_on, words):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag=came_back_on))
     client = ScriptedClient(**{
-        talos_upgrade.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
-        talos_upgrade.VERSION: [version],
+        lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
+        lifecycle.VERSION: [version],
     })
-    monkeypatch.setattr(talos_upgrade.waiters, "read_boot_id", lambda client, node: "boot-1")
+    monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: "boot-1")
     waited = []
-    monkeypatch.setattr(talos_upgrade.waiters, "wait_for_reboot",
-                        lambda client, node, boot_id, timeout: waited.append((boot_id, timeout)))
-    with pytest.raises(talos_upgrade.UpgradeStepError) as caught:
-        _upgrade(client, wait=True, api="legacy").run("legacy")
+    monkeypatch.setattr(lifecycle.waits, "wait_for_reboot",
+                        lambda client, node, boot_id, waiter: waited.append((boot_id, waiter.timeout)))
+    step, message = _failed_step(_upgrade(client), "legacy", wait_timeout=60)
     assert waited == [("boot-1", 60)]
-    assert caught.value.step == "wait"
-    assert words in caught.value.message
+    assert step == "wait"
+    assert words in message
 
 
 def test_wait_succeeds_on_target_version(monkeypatch):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))
     client = ScriptedClient(**{
-        talos_upgrade.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
-        talos_upgrade.VERSION: [version],
+        lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
+        lifecycle.VERSION: [version],
     })
-    monkeypatch.setattr(talos_upgrade.waiters, "read_boot_id", lambda client, node: None)
-    monkeypatch.setattr(talos_upgrade.waiters, "wait_for_reboot", lambda client, node, boot_id, timeout: None)
-    node_upgrade = _upgrade(client, wait=True)
-    assert node_upgrade.run("legacy") == "v1.14.0"
-    assert node_upgrade.progress[-1] == "node is running v1.14.0"
+    monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: None)
+    monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", lambda client, node, boot_id, waiter: None)
+    result = _upgrade(client).run("legacy", wait_timeout=60)
+    assert result["current_version"] == "v1.14.0"
+    assert result["progress"][-1] == "node is running v1.14.0"
+
+
+# run(): options, the guard and check mode
+
+FACTORY_IMAGE = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0"
+GET_CONFIG = "cosi.resource.State/Get"
+
+
+def _config(*installers):
+    """A node's active config whose installer reference lives in the homes given: (home, image) pairs."""
+    documents = []
+    for home, image in installers:
+        if home == "machine":
+            documents.append("version: v1alpha1\nmachine:\n    type: worker\n    install:\n        disk: /dev/sda\n"
+                             "        image: %s\n" % image)
+        else:
+            documents.append("apiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n    image: %s\n" % image)
+    resource = resource_pb2.Resource(spec=resource_pb2.Spec(yaml_spec="---\n".join(documents)))
+    return [state_pb2.GetResponse(resource=resource)]
+
+
+class WorkerClient(ScriptedClient):
+    """A worker running ``tag``: no etcd member list, no extensions, its config naming the installer of ``tag``."""
+
+    nodes = ["10.5.0.9"]
+
+    def __init__(self, tag, **answers):
+        super(WorkerClient, self).__init__(**dict({
+            lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
+                                                    platform=machine_pb2.PlatformInfo(name="metal"))],
+            "machine.MachineService/EtcdMemberList": TalosUnimplementedError(
+                "member list is only available on control plane nodes", code="Unimplemented"),
+            "ExtensionStatuses.runtime.talos.dev": [],
+            "SecurityStates.talos.dev": {"spec": {"secureBoot": False}},
+            GET_CONFIG: _config(("machine", "ghcr.io/siderolabs/installer:%s" % tag)),
+        }, **answers))
+
+
+DEFAULTS = dict(image=None, version=None, image_repository=None, image_factory_url=None, api="auto",
+                reboot_mode="default", preserve=False, stage=False, force_quorum_loss=False, wait=True, wait_timeout=60)
+
+
+def test_check_mode_predicts_the_legacy_api_of_an_old_node():
+    client = WorkerClient("v1.12.6")
+    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, diff=True, version="1.14.0")
+    assert ok and result["changed"] is True and result["api_used"] == "legacy"
+    # Talos v1.14 installers come only from the Image Factory: the empty schematic for a node without one.
+    assert result["image"] == FACTORY_IMAGE and result["target_version"] == "v1.14.0"
+    assert "the node has no schematic" in result["image_reason"]
+    assert (result["controlplane"], result["etcd_gate_open"], result["quorum"]) == (False, True, None)
+    assert result["installer_reference"] == {"home": ".machine.install.image", "before": "ghcr.io/siderolabs/installer:v1.12.6",
+                                             "after": FACTORY_IMAGE, "changed": True}
+    assert result["diff"] == {"before": {"version": "v1.12.6", "installer": "ghcr.io/siderolabs/installer:v1.12.6"},
+                              "after": {"version": "v1.14.0", "installer": FACTORY_IMAGE}}
+    assert client.calls == [lifecycle.VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
+                            GET_CONFIG, lifecycle.VERSION, "machine.MachineService/EtcdMemberList"]
+
+
+def test_a_node_on_the_target_is_left_alone():
+    client = WorkerClient("v1.14.0")
+    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
+    assert ok and result["changed"] is False and result["etcd_gate_open"] is None
+    assert result["image_reason"] == "the image option names it"
+    assert result["installer_reference"]["changed"] is False
+    assert client.calls == [GET_CONFIG, lifecycle.VERSION]
+
+
+def test_a_config_with_two_installer_homes_is_refused_before_anything_changes():
+    client = WorkerClient("v1.13.0", **{GET_CONFIG: _config(("machine", "a:v1.13.0"), ("unattended", "b:v1.13.0"))})
+    with pytest.raises(TalosConfigError, match=r"sets the installer image in both .machine.install.image \(a:v1.13.0\)"):
+        run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
+    assert client.calls == [GET_CONFIG]
+
+
+def test_a_node_with_a_schematic_keeps_it_and_a_repository_wins():
+    schematic = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515"
+    extensions = [{"spec": {"metadata": {"name": "qemu-guest-agent"}}},
+                  {"spec": {"metadata": {"name": "schematic", "version": schematic,
+                                         "author": "Image Factory (https://factory.example.internal)"}}}]
+    client = WorkerClient("v1.13.0", **{"ExtensionStatuses.runtime.talos.dev": extensions})
+    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, version="v1.14.0")
+    assert ok and result["image"] == "factory.example.internal/metal-installer/%s:v1.14.0" % schematic
+    assert "(qemu-guest-agent) are kept" in result["image_reason"]
+    ok, result, _task = run_module(talos_upgrade.run, WorkerClient("v1.13.0"), DEFAULTS, check_mode=True, version="v1.14.0",
+                                   image_repository="registry.local/installer")
+    assert ok and result["image"] == "registry.local/installer:v1.14.0"
+
+
+def test_bad_options_fail_before_any_call():
+    client = WorkerClient("v1.13.0")
+    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, version="v1.14.0", api="lifecycle", stage=True)
+    assert not ok and result["msg"].startswith("stage apply only to the legacy upgrade API")
+    assert client.calls == []

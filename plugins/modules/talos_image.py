@@ -1,0 +1,280 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_image
+short_description: Pull, list and remove container images on Talos nodes
+version_added: 0.1.0
+description:
+  - Pulls an image into a containerd namespace of the targeted nodes (O(state=present)), removes it
+    (O(state=absent)), or lists the images of the namespace (O(state=list)), like C(talosctl image pull),
+    C(talosctl image remove) and C(talosctl image list).
+  - The V(system) namespace holds the images Talos itself runs, such as the installer an upgrade needs; the V(cri)
+    namespace holds Kubernetes' images. Pulling an installer into the system namespace before a disruptive step lets
+    a slow download happen while the node still runs.
+  - O(installer_version) pulls the installer M(talos_linux.talos.talos_upgrade) would choose for that version on
+    each node - from the node's Image Factory schematic (so that its system extensions survive), its platform and
+    secure boot - so one task pre-pulls the right installer on nodes that differ. O(installer_image) pulls one
+    installer everywhere, checked as M(talos_linux.talos.talos_upgrade) checks its O(talos_linux.talos.talos_upgrade#module:image).
+  - Image references are normalized as containerd stores them (V(nginx) is V(docker.io/library/nginx:latest)). An
+    image that is already there is not pulled again, and one that is not there is not removed, so the task reports
+    no change.
+  - Uses C(ImageService) (Talos v1.13 and later); older nodes are served by the legacy C(MachineService)
+    C(ImagePull) and C(ImageList), which cannot remove images.
+  - With several O(nodes) the nodes are handled concurrently and the result is given per node; the task fails when
+    any node fails.
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  name:
+    description:
+      - The image reference, for example V(registry.k8s.io/pause:3.10) or V(ghcr.io/org/app@sha256:...).
+      - Required with O(state=absent); with O(state=present) one of O(name), O(installer_version) and
+        O(installer_image) is required.
+    type: str
+  installer_version:
+    description:
+      - Instead of O(name), the Talos version whose installer to pull on each node, chosen as
+        M(talos_linux.talos.talos_upgrade) chooses it.
+    type: str
+  installer_image:
+    description:
+      - Instead of O(name), an installer image whose tag is a Talos version, as M(talos_linux.talos.talos_upgrade)
+        takes it; a reference without such a tag fails before anything is pulled.
+    type: str
+  image_repository:
+    description:
+      - With O(installer_version), the installer repository to tag with the version instead of the derived one.
+    type: str
+  image_factory_url:
+    description:
+      - With O(installer_version), the Image Factory whose installers to pull. By default the factory that built the
+        node (its schematic says which), else V(https://factory.talos.dev).
+    type: str
+  namespace:
+    description:
+      - The containerd namespace. Defaults to V(system) for installers and to V(cri) otherwise, as
+        C(talosctl image).
+    type: str
+    choices: [system, cri]
+  state:
+    description:
+      - V(present) pulls the image where it is missing, V(absent) removes it where it is, V(list) only lists the
+        images of the namespace.
+      - V(absent) removes the name and, when no other tag names the same image, its digest names
+        (C(name@sha256:...) and C(sha256:...)) that containerd keeps beside it.
+    type: str
+    choices: [present, absent, list]
+    default: present
+  pull_timeout:
+    description: Seconds a pull may take on one node (Talos's own pulls give up after 20 minutes).
+    type: int
+    default: 1200
+  max_concurrency:
+    description: How many nodes are handled at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: Lists the images and reports what would be pulled or removed.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - Listing needs the C(os:reader) role, pulling C(os:operator) and removing C(os:admin).
+  - A pull's progress is shown while it lasts when the task runs in the controller (the default); the module door
+    shows it only at the end.
+seealso:
+  - module: talos_linux.talos.talos_upgrade
+  - module: talos_linux.talos.talos_image_factory_info
+  - name: Talos images
+    description: The collection's guide to the Image Factory, installers and images on nodes.
+    link: https://github.com/talos-linux-ansible/talos/blob/main/docs/images.md
+"""
+
+EXAMPLES = r"""
+- name: Pre-pull the pause image on every node
+  talos_linux.talos.talos_image:
+    nodes: "{{ groups['talos'] | map('extract', hostvars, 'ansible_host') | list }}"
+    name: registry.k8s.io/pause:3.10
+  run_once: true
+
+- name: Pull the v1.14.1 installer each node will upgrade with, before the upgrade
+  talos_linux.talos.talos_image:
+    node: "{{ ansible_host }}"
+    installer_version: v1.14.1
+
+- name: What is in the system namespace?
+  talos_linux.talos.talos_image:
+    node: "{{ ansible_host }}"
+    namespace: system
+    state: list
+  register: system_images
+
+- name: Remove an image Kubernetes no longer needs
+  talos_linux.talos.talos_image:
+    node: "{{ ansible_host }}"
+    name: ghcr.io/org/app:v1.0.0
+    state: absent
+"""
+
+RETURN = r"""
+nodes:
+  description: The outcome on each node, keyed by node; a node that failed has C(failed) and C(msg).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.3:
+      image: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1
+      namespace: system
+      changed: true
+      pulled: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba@sha256:1f0d5b...
+      api: image_service
+      image_reason: the node has no Image Factory schematic ...
+image:
+  description: The image as containerd names it (a single node).
+  returned: when one node is targeted and O(state) is present or absent
+  type: str
+  sample: registry.k8s.io/pause:3.10
+pulled:
+  description: The pulled image pinned to its digest, as the node named it; null when nothing was pulled.
+  returned: when one node is targeted and O(state=present)
+  type: str
+removed:
+  description: The names removed (or, in check mode, that would be).
+  returned: when one node is targeted and O(state=absent)
+  type: list
+  elements: str
+image_reason:
+  description: With O(installer_version) or O(installer_image), why this installer was chosen for the node.
+  returned: when one node is targeted and O(installer_version) or O(installer_image) is set
+  type: str
+images:
+  description: The images of the namespace (name, digest, size in bytes, created_at, labels).
+  returned: when one node is targeted and O(state=list)
+  type: list
+  elements: dict
+  sample:
+    - name: registry.k8s.io/pause:3.10
+      digest: sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a
+      size: 320368
+      created_at: "2026-05-01T10:00:00Z"
+      labels: {io.cri-containerd.image: managed}
+"""
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, upgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        name=dict(type="str"),
+        installer_version=dict(type="str"),
+        installer_image=dict(type="str"),
+        image_repository=dict(type="str"),
+        image_factory_url=dict(type="str"),
+        namespace=dict(type="str", choices=["system", "cri"]),
+        state=dict(type="str", default="present", choices=["present", "absent", "list"]),
+        pull_timeout=dict(type="int", default=1200),
+        max_concurrency=dict(type="int", default=32),
+    ),
+    ranges=dict(pull_timeout=(1, None), max_concurrency=(1, None)),
+    mutually_exclusive=[("name", "installer_version", "installer_image")],
+    required_if=[("state", "absent", ("name",))],
+    required_by=dict(image_repository="installer_version", image_factory_url="installer_version"),
+)
+
+
+def _key(task, node):
+    return node or task.settings.endpoints[0]
+
+
+def _installers(task, nodes, image, target):
+    """``({node: installer}, {node: why}, {node: TalosError})`` for O(installer_image) or O(installer_version)."""
+    params = task.params
+    chosen, reasons, failures = {}, {}, {}
+    for node in nodes:
+        try:
+            build = None if image or params["image_repository"] else images.read_node_build(task.client, node)
+            choice = images.choose_installer(build, target, image=image, image_repository=params["image_repository"],
+                                             factory_url=params["image_factory_url"])
+        except TalosError as error:
+            failures[node] = error
+            continue
+        chosen[node], reasons[node] = choice.image, choice.reason
+    return chosen, reasons, failures
+
+
+def run(task):
+    params = task.params
+    installer = params["installer_version"] or params["installer_image"]
+    if params["state"] == "present" and not (params["name"] or installer):
+        raise TaskFailed("state=present needs name (the image to pull), installer_version or installer_image.")
+    if installer and params["state"] != "present":
+        raise TaskFailed("installer_version and installer_image pull an installer: they go with state=present only.")
+    if installer:
+        # The target as talos_upgrade checks it, before anything is pulled.
+        try:
+            image, target = upgrade.resolve_target(params["installer_image"], params["installer_version"])
+        except ValueError as err:
+            raise TaskFailed(str(err))
+    nodes = task.target_nodes
+    namespace = params["namespace"] or ("system" if installer else "cri")
+    store = images.NodeImages(task.client, namespace, params["max_concurrency"], progress=task.progress)
+
+    reasons, failures = {}, {}
+    if params["state"] == "list":
+        outcomes = dict((node, {"namespace": namespace, "images": listed} if not isinstance(listed, TalosError) else listed)
+                        for node, listed in store.list(nodes).items())
+    elif params["state"] == "absent":
+        outcomes = store.ensure_absent(params["name"], nodes, check_mode=task.check_mode)
+    else:
+        if installer:
+            wanted, reasons, failures = _installers(task, nodes, image, target)
+        else:
+            images.parse_reference(params["name"])
+            wanted = dict((node, params["name"]) for node in nodes)
+        outcomes = store.ensure_present(wanted, check_mode=task.check_mode, timeout=params["pull_timeout"]) if wanted else {}
+        outcomes.update(failures)
+
+    per_node, failed = {}, []
+    for node in nodes:
+        outcome = outcomes[node]
+        if isinstance(outcome, TalosError):
+            failed.append(node)
+            per_node[_key(task, node)] = dict(outcome.to_result(), failed=True, msg=outcome.message)
+            continue
+        if node in reasons:
+            outcome["image_reason"] = reasons[node]
+        per_node[_key(task, node)] = outcome
+    result = dict(changed=any(item.get("changed") for item in per_node.values()), nodes=per_node)
+    if len(nodes) == 1:
+        result.update((name, value) for name, value in per_node[_key(task, nodes[0])].items()
+                      if name not in ("changed", "failed", "msg"))
+    if failed:
+        first = outcomes[failed[0]]
+        if len(nodes) == 1:
+            raise TaskFailed.from_error(first, **result)
+        names = ", ".join(_key(task, node) for node in failed)
+        raise TaskFailed("%d of %d nodes failed (%s): %s" % (len(failed), len(nodes), names, first.message), **result)
+    return result
+
+
+def main():
+    run_module(SPEC, run)
+
+
+if __name__ == "__main__":
+    main()

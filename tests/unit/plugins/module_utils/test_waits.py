@@ -1,0 +1,288 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Waiter and the waits after an action, against a scripted client (the emulator-backed reboot wait is in
+test_client.py)."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import waits
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    TalosApiError,
+    TalosConnectionError,
+    TalosPermissionError,
+    TalosTimeoutError,
+    TalosTLSError,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+
+
+class ScriptedClient(object):
+    """Answers get_resource/read_bytes/call from scripts; an exception in a script is raised."""
+
+    def __init__(self, statuses=(), boot_ids=(), versions=()):
+        self.statuses = list(statuses)
+        self.boot_ids = list(boot_ids)
+        self.versions = list(versions)
+        self.calls = []
+
+    @staticmethod
+    def _next(script):
+        answer = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
+        self.calls.append(("get_resource", namespace, resource_type, resource_id, node))
+        return {"metadata": {}, "spec": self._next(self.statuses)}
+
+    def read_bytes(self, method, request=None, node=None, deadline=None):
+        self.calls.append(("read_bytes", method, request.path, node))
+        return self._next(self.boot_ids)
+
+    def call(self, method, request=None, node=None, deadline=None):
+        self.calls.append(("call", method, node))
+        return [self._next(self.versions)]
+
+
+RUNNING = {"stage": "running", "status": {"ready": True}}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that only moves when the waiter sleeps."""
+    now = {"t": 1000.0}
+    monkeypatch.setattr(waits.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
+    return now
+
+
+def scripted(*states):
+    """A poll that sees ``states`` in turn; the last is done, with its state as the value."""
+    script = list(states)
+
+    def poll():
+        state = script.pop(0)
+        if isinstance(state, Exception):
+            raise state
+        return waits.Seen(state, done=not script, value=state)
+    return poll
+
+
+def test_until_returns_the_value_of_the_done_poll():
+    assert waits.Waiter(5, interval=0).until(scripted("one", "two", "three"), "x", "10.5.0.2") == "three"
+
+
+def test_timeout_names_what_was_awaited_and_the_last_detail():
+    with pytest.raises(waits.WaitTimedOut) as err:
+        waits.Waiter(0, interval=0).until(lambda: waits.Seen("booting", detail="stage booting, ready false"),
+                                          "node 10.5.0.2 to become ready", "10.5.0.2")
+    assert err.value.message == ("Timed out after 0 seconds waiting for node 10.5.0.2 to become ready; "
+                                 "last observed: stage booting, ready false.")
+    assert isinstance(err.value, TalosTimeoutError) and err.value.seen.state == "booting"
+
+
+def test_tolerated_errors_are_states_and_others_propagate():
+    poll = scripted(TalosConnectionError("Talos endpoint 10.5.0.2:50000 is unreachable."), "running")
+    assert waits.Waiter(5, interval=0).until(poll, "x", "10.5.0.2") == "running"
+    with pytest.raises(TalosPermissionError):
+        waits.Waiter(5, interval=0).until(scripted(TalosPermissionError("denied", code="PermissionDenied"), "x"),
+                                          "x", "10.5.0.2")
+
+
+def test_a_short_wait_shows_no_progress(clock):
+    lines = []
+    waits.Waiter(60, interval=2, progress=lines.append).until(scripted("rebooting", "running"), "x", "10.5.0.3")
+    assert lines == []
+
+
+def test_a_long_wait_shows_each_state_change_as_it_happens(clock):
+    lines = []
+    poll = scripted("running", "running", TalosConnectionError("refused"), "booting", "booting", "booting", "running")
+    waits.Waiter(600, interval=2, progress=lines.append).until(poll, "x", "10.5.0.3")
+    # Quiet for the first 5 seconds, then the trail so far, then every change.
+    assert lines == ["10.5.0.3: running → unreachable → booting (6 s)",
+                     "10.5.0.3: running → unreachable → booting → running (12 s)"]
+
+
+def test_long_trails_show_the_latest_states(clock):
+    lines = []
+    states = ["s%d" % index for index in range(10)]
+    waits.Waiter(600, interval=1, progress=lines.append).until(scripted(*states), "x", "n")
+    assert lines[-1] == "n: … → s4 → s5 → s6 → s7 → s8 → s9 (9 s)"
+
+
+def test_streams_report_through_see(clock):
+    lines = []
+    waiter = waits.Waiter(600, progress=lines.append)
+    waiter.see("cluster", "waiting for etcd_healthy")
+    clock["t"] += 7
+    waiter.see("cluster", "waiting for etcd_healthy")
+    waiter.see("cluster", "all checks passed")
+    assert lines == ["cluster: waiting for etcd_healthy (7 s)", "cluster: waiting for etcd_healthy → all checks passed (7 s)"]
+
+
+def test_call_deadline_is_bounded_by_what_is_left(clock):
+    waiter = waits.Waiter(30)
+    assert waiter.call_deadline() == waits.POLL_CALL_TIMEOUT
+    clock["t"] += 27
+    assert waiter.call_deadline() == 3 and waiter.elapsed == 27
+    clock["t"] += 10
+    assert waiter.call_deadline() == 0.5 and waiter.remaining == 0
+
+
+def test_read_boot_id_reads_the_kernel_file():
+    client = ScriptedClient(boot_ids=[b"1b2c\n"])
+    assert waits.read_boot_id(client, "10.5.0.2") == "1b2c"
+    assert client.calls == [("read_bytes", "machine.MachineService/Read", "/proc/sys/kernel/random/boot_id", "10.5.0.2")]
+
+
+def test_read_boot_id_is_none_without_permission():
+    client = ScriptedClient(boot_ids=[TalosPermissionError("denied", code="PermissionDenied")])
+    assert waits.read_boot_id(client, "10.5.0.2") is None
+
+
+def test_wait_for_reboot_tolerates_the_node_going_away_and_needs_a_new_boot_id():
+    client = ScriptedClient(
+        statuses=[
+            RUNNING,  # still the old boot: the boot ID below has not changed
+            TalosConnectionError("gone", code="Unavailable"),
+            TalosApiError("canceled", code="Canceled"),
+            {"stage": "booting", "status": {"ready": False}},
+            RUNNING,
+        ],
+        boot_ids=[b"old\n", b"new\n"])
+    assert waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(10, interval=0)) == "new"
+    reads = [call for call in client.calls if call[0] == "read_bytes"]
+    assert len(reads) == 2
+    assert ("get_resource", "runtime", "MachineStatuses.runtime.talos.dev", "machine", "10.5.0.2") in client.calls
+
+
+def test_wait_for_reboot_times_out_with_the_last_stage():
+    client = ScriptedClient(statuses=[{"stage": "rebooting", "status": {"ready": False}}])
+    with pytest.raises(TalosTimeoutError) as err:
+        waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(0, interval=0))
+    assert "node 10.5.0.2 to reboot and become ready" in err.value.message
+    assert "last observed: stage rebooting, ready false." in err.value.message
+
+
+def test_wait_for_reboot_raises_errors_that_are_not_transient():
+    client = ScriptedClient(statuses=[TalosPermissionError("denied", code="PermissionDenied")])
+    with pytest.raises(TalosPermissionError):
+        waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(10, interval=0))
+
+
+def test_wait_for_secure_api_waits_out_handshake_failures():
+    version = object()
+    client = ScriptedClient(versions=[TalosTLSError("maintenance certificate"), TalosConnectionError("restarting"), version])
+    assert waits.wait_for_secure_api(client, None, waits.Waiter(10, interval=0)) is version
+    assert [call[0] for call in client.calls] == ["call", "call", "call"]
+
+
+def test_wait_for_secure_api_timeout_reports_the_last_failure():
+    client = ScriptedClient(versions=[TalosTLSError("Certificate verification of endpoint 10.5.0.2:50000 failed.")])
+    with pytest.raises(TalosTimeoutError) as err:
+        waits.wait_for_secure_api(client, "10.5.0.2", waits.Waiter(0, interval=0))
+    assert "last observed: Certificate verification of endpoint 10.5.0.2:50000 failed." in err.value.message
+
+
+class BootTimeClient(ScriptedClient):
+    """Read is refused (os:operator); SystemStat answers the boot times in ``boot_times``."""
+
+    def __init__(self, statuses, boot_times):
+        super(BootTimeClient, self).__init__(statuses=statuses, boot_ids=[TalosPermissionError("not authorized")])
+        self.boot_times = list(boot_times)
+
+    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
+        assert method.endswith("/SystemStat")
+        return [machine_pb2.SystemStat(boot_time=self._next(self.boot_times))]
+
+
+def test_boot_marker_falls_back_to_the_boot_time_without_read():
+    client = BootTimeClient([RUNNING], [1700000000])
+    assert waits.read_boot_marker(client, "10.5.0.2") == "boot-time:1700000000"
+
+
+def test_reboot_wait_compares_boot_times_when_read_is_refused():
+    # Still running on the old boot twice, then on a new one.
+    client = BootTimeClient([RUNNING], [1700000000, 1700000000, 1700000090])
+    assert waits.wait_for_reboot(client, "10.5.0.2", "boot-time:1700000000", waits.Waiter(5, interval=0)) == "boot-time:1700000090"
+
+
+class VersionClient(object):
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.retry_codes = []
+
+    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
+        self.retry_codes.append(retry_codes)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return [answer]
+
+
+def test_unreachable_wait_ends_at_the_first_connection_failure_without_retries():
+    client = VersionClient(["v", "v", TalosConnectionError("connection refused", code="Unavailable")])
+    waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(5, interval=0))
+    assert client.answers == [] and client.retry_codes == [(), (), ()]
+
+
+def test_unreachable_wait_passes_permanent_errors_through():
+    client = VersionClient([TalosApiError("not authorized", code="PermissionDenied")])
+    with pytest.raises(TalosApiError):
+        waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(5, interval=0))
+
+
+def test_unreachable_wait_times_out_naming_the_node():
+    client = VersionClient(["v"] * 1000)
+    with pytest.raises(TalosTimeoutError, match="waiting for node 10.5.0.2 to stop answering; last observed: the node still answers"):
+        waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(0.05, interval=0.01))
+
+
+class ServiceClient(object):
+    """ServiceList answers from ``script``: each entry is ``{id: (state, healthy or None)}`` or an exception."""
+
+    def __init__(self, script):
+        self.script = list(script)
+
+    def call(self, method, request=None, node=None, deadline=None):
+        assert method == "machine.MachineService/ServiceList"
+        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(answer, Exception):
+            raise answer
+        infos = [machine_pb2.ServiceInfo(id=name, state=state,
+                                         health=machine_pb2.ServiceHealth(unknown=healthy is None, healthy=bool(healthy)))
+                 for name, (state, healthy) in answer.items()]
+        return [machine_pb2.ServiceList(services=infos)]
+
+
+def test_services_wait_needs_every_service_up_and_healthy_when_checked():
+    client = ServiceClient([
+        {"etcd": ("Preparing", None)},
+        TalosConnectionError("gone", code="Unavailable"),
+        {"etcd": ("Running", False), "ext-foo": ("Running", None)},
+        {"etcd": ("Running", True), "ext-foo": ("Running", None)},
+    ])
+    assert waits.wait_for_services(client, "10.5.0.2", ["etcd", "ext-foo"], waits.Waiter(10, interval=0)) == {
+        "etcd": "Running, healthy", "ext-foo": "Running, unknown"}
+
+
+def test_services_wait_times_out_naming_the_waiting_services():
+    client = ServiceClient([{"etcd": ("Running", True)}])
+    with pytest.raises(TalosTimeoutError) as err:
+        waits.wait_for_services(client, None, ["etcd", "ext-foo"], waits.Waiter(0, interval=0))
+    assert err.value.message == ("Timed out after 0 seconds waiting for services etcd, ext-foo on the endpoint node to be "
+                                 "running and healthy; last observed: waiting for ext-foo (not defined).")
+
+
+def test_service_wait_reports_progress_under_the_node_and_service(clock):
+    client = ServiceClient([{"kubelet": ("Finished", None)}] * 4 + [{"kubelet": ("Running", True)}])
+    lines = []
+    info = waits.wait_for_service(client, "10.5.0.3", "kubelet", "started", waits.Waiter(60, progress=lines.append))
+    assert info.state == "Running"
+    assert lines == ["10.5.0.3 kubelet: Finished, unknown (6 s)", "10.5.0.3 kubelet: Finished, unknown → Running, healthy (8 s)"]
