@@ -40,7 +40,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosError,
     TalosUnimplementedError,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import label, normalize_version, parse_version
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import VERSION, label, normalize_version, parse_version
 
 FACTORY_URL = "https://factory.talos.dev"
 # The official factory serves its PXE frontend under its own name.
@@ -92,7 +92,6 @@ IMAGE_PULL = "machine.ImageService/Pull"
 IMAGE_REMOVE = "machine.ImageService/Remove"
 LEGACY_IMAGE_LIST = "machine.MachineService/ImageList"
 LEGACY_IMAGE_PULL = "machine.MachineService/ImagePull"
-VERSION = "machine.MachineService/Version"
 
 # How often a node's pull progress is reported while it lasts.
 PROGRESS_INTERVAL = 5.0
@@ -175,7 +174,7 @@ def _minor(version):
     return key[:2] if key else None
 
 
-def _version_tag(version, option="talos_version"):
+def version_tag(version, option="talos_version"):
     """``version`` as Talos spells it (``v1.14.0``); TalosConfigError naming ``option`` when it is no version."""
     tag = normalize_version(version)
     if parse_version(tag) is None:
@@ -286,11 +285,11 @@ class ImageFactory:
 
     def extensions(self, version):
         """The official system extensions for ``version``: ``[{name, ref, digest, author, description}]``."""
-        return list(self._json("/version/%s/extensions/official" % _version_tag(version)))
+        return list(self._json("/version/%s/extensions/official" % version_tag(version)))
 
     def overlays(self, version):
         """The official overlays for ``version``: ``[{name, image, ref, digest}]``."""
-        return list(self._json("/version/%s/overlays/official" % _version_tag(version)))
+        return list(self._json("/version/%s/overlays/official" % version_tag(version)))
 
     def schematic(self, schematic_id):
         """The canonical YAML of a schematic the factory holds, or None when it holds none with that ID."""
@@ -314,7 +313,7 @@ class ImageFactory:
         if unknown:
             raise ImageFactoryError("The Image Factory at %s has no official extension %s for Talos %s; names look like "
                                     "siderolabs/iscsi-tools (list them with talos_image_factory_info)."
-                                    % (self.url, ", ".join(unknown), _version_tag(version)))
+                                    % (self.url, ", ".join(unknown), version_tag(version)))
 
 
 def _error_text(error):
@@ -470,7 +469,7 @@ def schematic_extensions(canonical):
 
 def factory_installer(registry, platform, schematic, version, secure_boot=False):
     """The factory's installer reference for a node of ``platform`` (``metal`` for bare metal)."""
-    version = _version_tag(version)
+    version = version_tag(version)
     minor = _minor(version)
     name = "%s-installer" % platform if minor >= PLATFORM_INSTALLER_SINCE else "installer"
     return "%s/%s%s/%s:%s" % (registry, name, "-secureboot" if secure_boot else "", schematic, version)
@@ -483,7 +482,7 @@ def boot_assets(factory_url, schematic, version, platform="metal", arch="amd64",
     ``/pxe/<schematic>/<version>/<platform>-<arch>[-secureboot]``; an asset the
     platform has not (no disk image) is None.
     """
-    version = _version_tag(version)
+    version = version_tag(version)
     if arch not in ARCHITECTURES:
         raise TalosConfigError("architecture must be one of %s, got %r." % (", ".join(ARCHITECTURES), arch))
     factory_url = factory_url.rstrip("/")
@@ -598,7 +597,7 @@ def choose_installer(build, target, image=None, image_repository=None, factory_u
     ghcr.io/siderolabs/installer before. A node with system extensions but no
     schematic has no default that keeps them: TalosConfigError.
     """
-    target = _version_tag(target, "version")
+    target = version_tag(target, "version")
     if image:
         return InstallerChoice(image, "image", "the image option names it")
     if image_repository:

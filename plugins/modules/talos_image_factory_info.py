@@ -199,6 +199,8 @@ def run(task):
     params = task.params
     factory = images.factory_from_params(params)
     version, schematic_id = params["talos_version"], params["schematic_id"]
+    if version:
+        version = images.version_tag(version)
     result = dict(changed=False, factory_url=factory.url, versions=factory.versions())
     if version:
         result.update(extensions=factory.extensions(version), overlays=factory.overlays(version))

@@ -237,10 +237,11 @@ def _requested(params):
 def run(task):
     params = task.params
     canonical = images.canonical_schematic(_requested(params))
+    version = images.version_tag(params["talos_version"]) if params["talos_version"] else None
     factory = images.factory_from_params(params)
     extensions = images.schematic_extensions(canonical)
-    if params["talos_version"] and extensions:
-        factory.check_extensions(extensions, params["talos_version"])
+    if version and extensions:
+        factory.check_extensions(extensions, version)
     text = images.schematic_text(canonical)
     schematic_id = images.schematic_id(canonical)
     result = dict(changed=False, id=schematic_id, schematic=text, extensions=extensions, factory_url=factory.url)

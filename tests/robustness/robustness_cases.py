@@ -210,6 +210,31 @@ MODULE_CASES = [
     case("machine-secrets-from-binary-config", "talos_machine_secrets",
          {"path": "{tmp}/secrets-new.yaml", "from_controlplane_config": "{binary}"}, r"(?i)from_controlplane_config|config"),
 
+    # Images on nodes: bad references and installers refused before any call; a reader may list but not pull.
+    case("image-bad-reference", "talos_image", {"name": "Not An Image"}, r"^name 'Not An Image' is not an image reference"),
+    case("image-installer-without-tag", "talos_image", {"installer_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
+    case("image-installer-version-latest", "talos_image", {"installer_version": "latest"},
+         r"^version 'latest' is not a Talos version such as v1.14.0\.$"),
+    case("image-zero-concurrency", "talos_image", {"name": "busybox", "max_concurrency": 0},
+         r"^max_concurrency must be at least 1, got 0\.$"),
+    case("image-list-as-reader", "talos_image", {"state": "list", "talosconfig": "{reader}"}, r"", group="node", outcome="ok"),
+    case("image-pull-as-reader", "talos_image", {"name": "busybox", "talosconfig": "{reader}"},
+         r"Permission denied for machine.ImageService/Pull .*needs role os:admin or os:operator", group="node"),
+    case("image-remove-absent-on-talos-v1.12", "talos_image", {"node": "{worker}", "name": "busybox:1.36", "state": "absent"},
+         r"", group="old", outcome="ok"),
+
+    # The Image Factory: an unreachable factory, a URL that is none, schematics the factory would refuse.
+    case("factory-schematic-unreachable", "talos_image_factory_schematic", {"factory_url": "http://127.0.0.1:9", "timeout": 5},
+         r"^The Image Factory at http://127.0.0.1:9 cannot be reached \(.*\): check factory_url"),
+    case("factory-schematic-meta-key-out-of-range", "talos_image_factory_schematic", {"meta": [{"key": 300, "value": "x"}]},
+         r"^meta\[0\]\.key must be between 0 and 255, got 300\.$"),
+    case("factory-schematic-unknown-field", "talos_image_factory_schematic", {"schematic": {"customization": {"bogus": 1}}},
+         r"^schematic customization has unknown field bogus"),
+    case("factory-info-not-a-url", "talos_image_factory_info", {"factory_url": "factory.talos.dev"},
+         r"^The Image Factory URL 'factory.talos.dev' is not an http\(s\) URL"),
+    case("factory-info-version-latest", "talos_image_factory_info", {"talos_version": "latest", "factory_url": "http://127.0.0.1:9"},
+         r"^talos_version 'latest' is not a Talos version such as v1.14.0\.$"),
+
     # Talos v1.12: a worker answers Bootstrap with FailedPrecondition there, and is still refused at once.
     case("bootstrap-worker-on-talos-v1.12", "talos_bootstrap", {"node": "{worker}"},
          r"^Cannot bootstrap node .*: it is a worker node", group="old"),

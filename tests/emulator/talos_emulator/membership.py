@@ -1,9 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The cluster's etcd: membership, leader, alarms and a keyspace to snapshot.
+"""The cluster's etcd: membership, leader, alarms, database sizes and a keyspace to snapshot.
 
 One instance is shared by every control plane of an emulated cluster; each
 control plane's etcd service joins it once the cluster is bootstrapped.
+A member stays in the cluster while its node is down (powered off, rebooting)
+until it leaves or is removed, as in etcd; the leader's node going down hands
+leadership to a running member while the running ones keep quorum.
 A snapshot is the keyspace followed by its SHA-256, the layout of an etcd
 snapshot file, so that recovery can check its integrity as etcd does.
 """
@@ -12,11 +15,22 @@ import hashlib
 import os
 import time
 
+# Free pages a member's database file holds after the writes of a fresh cluster:
+# what a defragmentation gives back (EtcdStatus db_size - db_size_in_use).
+INITIAL_FREE_BYTES = 20480
+
+# etcd's own errors (go.etcd.io/etcd/server/etcdserver/errors, api/v3rpc/rpctypes).
+ERR_MEMBER_NOT_FOUND = "etcdserver: member not found"
+ERR_NOT_ENOUGH_STARTED = "etcdserver: re-configuration failed due to not enough started members"
+ERR_UNHEALTHY = "etcdserver: unhealthy cluster"
+
 
 class EtcdMember:
     def __init__(self, member_id, node):
         self.id = member_id
         self.node = node
+        # Bytes of the member's database file that a defragmentation would give back.
+        self.free_bytes = INITIAL_FREE_BYTES
 
     @property
     def name(self):
@@ -42,6 +56,9 @@ class EtcdCluster:
         self.alarms = []
         self.revision = 0
         self.keyspace = b""
+        # Defragmentations running now, and the most that ever ran at once (tests check one at a time).
+        self.defragmenting = 0
+        self.most_concurrent_defragments = 0
 
     @property
     def bootstrapped(self):
@@ -77,11 +94,44 @@ class EtcdCluster:
         if self.leader_id == member.id:
             self.leader_id = self.members[0].id if self.members else None
 
+    def running_members(self):
+        return [member for member in self.members if member.node.etcd_running]
+
+    def has_quorum(self):
+        return len(self.running_members()) >= len(self.members) // 2 + 1
+
     def leader(self):
+        """The leader: the current one while its node runs etcd, else a running member elected while the running
+        members keep quorum; None without quorum."""
         for member in self.members:
-            if member.id == self.leader_id:
+            if member.id == self.leader_id and member.node.etcd_running:
                 return member
+        if not self.members or not self.has_quorum():
+            return None
+        self.leader_id = self.running_members()[0].id
+        return self.running_members()[0]
+
+    def removal_refusal(self, member):
+        """Why etcd's strict reconfiguration check refuses to remove ``member`` (etcdserver mayRemoveMember), or None.
+
+        The members left must keep enough started members (every member here
+        has started once) for their quorum; a member that is down may then
+        always go, a running one only when the other running members keep the
+        quorum of the members left.
+        """
+        remaining = [other for other in self.members if other is not member]
+        if len(remaining) < len(remaining) // 2 + 1:
+            return ERR_NOT_ENOUGH_STARTED
+        running = [other for other in remaining if other.node.etcd_running]
+        if member.node.etcd_running and len(running) < len(remaining) // 2 + 1:
+            return ERR_UNHEALTHY
         return None
+
+    def db_size_in_use(self):
+        return len(self.keyspace)
+
+    def db_size(self, member):
+        return self.db_size_in_use() + member.free_bytes
 
     def snapshot(self):
         return self.keyspace + hashlib.sha256(self.keyspace).digest()

@@ -7,15 +7,20 @@ the cluster's (``membership.EtcdCluster``); "local" RPCs need this node's own
 etcd member to be running.
 """
 
+import asyncio
+
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 from ..context import current_call
+from ..membership import ERR_MEMBER_NOT_FOUND
 from .common import require_control_plane, send_chunks
 
 _ETCD_VERSION = "3.6.5"
+# How long one defragmentation holds its member.
+DEFRAGMENT_SECONDS = 0.05
 
 
 class EtcdRPCs:
@@ -42,10 +47,11 @@ class EtcdRPCs:
             self._local_member()
         elif etcd.leader() is None:
             raise GRPCError(Status.UNKNOWN, "etcd is not running on this node")
+        # A member whose node is down keeps its name: etcd names a member once it has started.
         members = [
             machine_pb2.EtcdMember(
-                id=member.id, hostname=member.name if member.node.etcd_running else "",
-                peer_urls=member.peer_urls, client_urls=member.client_urls, is_learner=False,
+                id=member.id, hostname=member.name, peer_urls=member.peer_urls, client_urls=member.client_urls,
+                is_learner=False,
             )
             for member in etcd.members
         ]
@@ -53,19 +59,23 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdMemberListResponse(messages=[reply]))
 
     async def EtcdRemoveMemberByID(self, stream):
+        """Talos asks etcd through any control plane (NewClientFromControlPlaneIPs) and requires a leader;
+        etcd's strict reconfiguration check may refuse (membership.removal_refusal)."""
         request = await stream.recv_message()
         node = self.node
         current_call().audit.update(member_id=request.member_id)
         require_control_plane(node, "etcd remove member")
         etcd = node.cluster.etcd
+        failure = "failed to remove member %d: %%s" % request.member_id
         if etcd.leader() is None:
-            raise GRPCError(Status.UNKNOWN, "failed to remove member: etcd is not running on this node")
-        for member in etcd.members:
-            if member.id == request.member_id:
-                node.cluster.remove_etcd_member(member)
-                break
-        else:
-            raise GRPCError(Status.NOT_FOUND, "member %x not found" % request.member_id)
+            raise GRPCError(Status.UNKNOWN, "failed to remove member: " + failure % "etcdserver: no leader")
+        member = next((member for member in etcd.members if member.id == request.member_id), None)
+        if member is None:
+            raise GRPCError(Status.NOT_FOUND, failure % ERR_MEMBER_NOT_FOUND)
+        refusal = etcd.removal_refusal(member)
+        if refusal is not None:
+            raise GRPCError(Status.UNKNOWN, "failed to remove member: " + failure % refusal)
+        node.cluster.remove_etcd_member(member)
         await stream.send_message(machine_pb2.EtcdRemoveMemberByIDResponse(messages=[machine_pb2.EtcdRemoveMemberByID()]))
 
     async def EtcdLeaveCluster(self, stream):
@@ -101,11 +111,17 @@ class EtcdRPCs:
         member = await self._local_call(stream, "etcd status")
         node = self.node
         etcd = node.cluster.etcd
+        leader = etcd.leader()
+        # etcd lists its alarms as AlarmMember text; this emulator keeps each alarm on its own member's status.
+        errors = ["memberID:%d alarm:%s" % (member_id, machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm))
+                  for member_id, alarm in etcd.alarms if member_id == member.id]
+        if leader is None:
+            errors.insert(0, "etcdserver: no leader")
         status = machine_pb2.EtcdMemberStatus(
-            protocol_version=_ETCD_VERSION, db_size=len(etcd.keyspace) + 20480, db_size_in_use=len(etcd.keyspace),
-            leader=etcd.leader_id or 0, raft_index=etcd.revision + 10, raft_term=2, raft_applied_index=etcd.revision + 10,
-            errors=["alarm:%s" % machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm) for member_id, alarm in etcd.alarms if member_id == member.id],
-            is_learner=False, member_id=member.id, storage_version="3.6.0",
+            protocol_version=_ETCD_VERSION, db_size=etcd.db_size(member), db_size_in_use=etcd.db_size_in_use(),
+            leader=leader.id if leader else 0, raft_index=etcd.revision + 10, raft_term=2,
+            raft_applied_index=etcd.revision + 10, errors=errors, is_learner=False, member_id=member.id,
+            storage_version="3.6.0",
         )
         await stream.send_message(machine_pb2.EtcdStatusResponse(messages=[machine_pb2.EtcdStatus(member_status=status)]))
 
@@ -140,5 +156,14 @@ class EtcdRPCs:
         await stream.send_message(machine_pb2.EtcdAlarmDisarmResponse(messages=[reply]))
 
     async def EtcdDefragment(self, stream):
-        await self._local_call(stream, "etcd defragment")
+        """Rewrites the member's database without its free pages; the member blocks meanwhile, as etcd's does."""
+        member = await self._local_call(stream, "etcd defragment")
+        etcd = self.node.cluster.etcd
+        etcd.defragmenting += 1
+        etcd.most_concurrent_defragments = max(etcd.most_concurrent_defragments, etcd.defragmenting)
+        try:
+            await asyncio.sleep(DEFRAGMENT_SECONDS)
+            member.free_bytes = 0
+        finally:
+            etcd.defragmenting -= 1
         await stream.send_message(machine_pb2.EtcdDefragmentResponse(messages=[machine_pb2.EtcdDefragment()]))
