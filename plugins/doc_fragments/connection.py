@@ -79,6 +79,8 @@ notes:
   - Environment variable E(TALOSCONFIG) sets O(talosconfig).
   - O(endpoints) are the control-plane nodes the client connects to; O(node) and O(nodes) name the machines to act
     on. The server certificate of every endpoint must list the endpoint's address or name.
+  - A task fails at once when nothing answers - every endpoint, or the node behind one, refuses the connection, has
+    no route or times out connecting; its result then holds C(api_unreachable=true) next to C(msg), C(code) and C(node).
   - Requires the Python libraries C(grpclib), C(protobuf), C(googleapis-common-protos), C(PyYAML) and
     C(cryptography) on the host that runs the module or plugin (the controller, for the inventory plugin).
 '''

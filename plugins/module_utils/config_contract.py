@@ -36,6 +36,10 @@ INSTALLER_IMAGE = images.LEGACY_INSTALLER_REPOSITORY
 # Talos v1.14 publishes no installer under ghcr.io: talosctl points at the Image Factory (empty schematic).
 FACTORY_INSTALLER_IMAGE = "%s/metal-installer/%s" % (images.registry_host(images.FACTORY_URL), images.EMPTY_SCHEMATIC_ID)
 
+# Where a config puts the installer image and its disk (talos_machine_config install_home): the v1alpha1
+# .machine.install section, or the UnattendedInstallConfig document; Talos refuses a config with both.
+INSTALL_HOMES = ("machine", "unattended")
+
 # vMAJOR.MINOR[.PATCH[-pre]] with an optional leading v, as Talos parses contracts.
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+)(?:-[0-9A-Za-z.-]+)?)?$")
 _KUBERNETES_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
@@ -75,6 +79,21 @@ def default_installer_image(talos_version):
     contract = parse_contract(talos_version)
     repository = FACTORY_INSTALLER_IMAGE if contract >= images.FACTORY_INSTALLER_SINCE else INSTALLER_IMAGE
     return "%s:%s" % (repository, release_tag(talos_version))
+
+
+def install_home(value, contract, parameter="install_home"):
+    """Where a config of ``contract`` puts the installer: ``value``, else where talosctl of that release puts it."""
+    unattended_known = contract >= images.UNATTENDED_INSTALL_SINCE
+    if not value:
+        return "unattended" if unattended_known else "machine"
+    if value not in INSTALL_HOMES:
+        raise TalosConfigError("%s must be one of %s, got %r." % (parameter, ", ".join(INSTALL_HOMES), value))
+    if value == "unattended" and not unattended_known:
+        raise TalosConfigError(
+            "%s unattended needs talos_version v%d.%d or later: Talos %s has no UnattendedInstallConfig document, so its "
+            "installer and install disk go in .machine.install (%s machine)."
+            % ((parameter,) + images.UNATTENDED_INSTALL_SINCE + (contract_name(contract), parameter)))
+    return value
 
 
 def kubernetes_version(value, contract):

@@ -5,9 +5,11 @@
 
 Contracts v1.9 to v1.13 give one v1alpha1 document (v1.12 and v1.13 followed
 by a ``HostnameConfig``); v1.14 gives a short v1alpha1 document (identity and
-PKI) followed by one document per subsystem. Certificates and keys are base64
-of PEM in v1alpha1 fields and raw PEM in the v1.14 documents. The same inputs
-always give the same bytes: nothing here depends on the clock.
+PKI) followed by one document per subsystem. The installer image and its disk
+go in ``.machine.install`` or, from v1.14 and there by default, in the
+``UnattendedInstallConfig`` document (``install_home``). Certificates and keys
+are base64 of PEM in v1alpha1 fields and raw PEM in the v1.14 documents. The
+same inputs always give the same bytes: nothing here depends on the clock.
 
 ``render_machine_config`` is the entry point for callers outside Ansible:
 bundle path and options in, YAML text out.
@@ -18,9 +20,10 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_comments, go_yaml, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_comments, go_yaml, images, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import (
-    default_installer_image, kubernetes_version as resolve_kubernetes_version, parse_contract, validate_cluster_endpoint,
+    default_installer_image, install_home as resolve_install_home, kubernetes_version as resolve_kubernetes_version,
+    parse_contract, validate_cluster_endpoint,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import apply_patches
@@ -59,7 +62,7 @@ class GenerationInput:
     """The validated inputs of one rendering."""
 
     def __init__(self, bundle, machine_type, cluster_name, cluster_endpoint, talos_version=None, kubernetes_version=None,
-                 install_disk=DEFAULT_INSTALL_DISK, install_image=None, additional_sans=()):
+                 install_disk=DEFAULT_INSTALL_DISK, install_image=None, additional_sans=(), install_home=None):
         if machine_type not in MACHINE_TYPES:
             raise TalosConfigError("machine_type must be controlplane or worker, got %r." % machine_type)
         if not cluster_name or not str(cluster_name).strip():
@@ -73,6 +76,7 @@ class GenerationInput:
         self.kubernetes_version = resolve_kubernetes_version(kubernetes_version, self.contract)
         self.install_disk = install_disk or None
         self.install_image = install_image or default_installer_image(talos_version)
+        self.install_home = resolve_install_home(install_home, self.contract)
         self.additional_sans = [str(san) for san in (additional_sans or [])]
 
     def image(self, name):
@@ -97,6 +101,16 @@ def _ordered(*pairs):
     return dict((key, value) for key, value in pairs if value is not None)
 
 
+def _machine_install(gen):
+    """The v1alpha1 ``.machine.install`` section: installer image and disk."""
+    return _ordered(
+        ("disk", gen.install_disk),
+        ("image", gen.install_image),
+        ("wipe", False),
+        ("grubUseUKICmdline", True if gen.at_least(12) else None),
+    )
+
+
 def legacy_documents(gen):
     """Contracts v1.9 to v1.13: the full v1alpha1 document, then HostnameConfig from v1.12."""
     bundle, cp = gen.bundle, gen.controlplane
@@ -107,12 +121,6 @@ def legacy_documents(gen):
         ("diskQuotaSupport", True),
         ("kubePrism", {"enabled": True, "port": KUBEPRISM_PORT}),
         ("hostDNS", {"enabled": True, "forwardKubeDNSToHost": True}),
-    )
-    install = _ordered(
-        ("disk", gen.install_disk),
-        ("image", gen.install_image),
-        ("wipe", False),
-        ("grubUseUKICmdline", True if gen.at_least(12) else None),
     )
     machine = _ordered(
         ("type", gen.machine_type),
@@ -125,7 +133,7 @@ def legacy_documents(gen):
             "disableManifestsDirectory": True,
         }),
         ("network", {} if not gen.at_least(13) else None),
-        ("install", install),
+        ("install", _machine_install(gen)),
         ("features", features),
         ("nodeLabels", {EXCLUDE_FROM_LB_LABEL: ""} if cp else None),
     )
@@ -174,20 +182,22 @@ def multi_documents(gen):
         cluster["etcd"] = {"ca": _b64_pair(bundle.cas["etcd"], True)}
     documents = [{
         "version": "v1alpha1", "debug": False, "persist": True,
-        "machine": {
-            "type": gen.machine_type,
-            "token": bundle.trustd_token,
-            "ca": _b64_pair(bundle.os_ca, cp),
-            "certSANs": list(gen.additional_sans),
-            "features": {"diskQuotaSupport": True},
-        },
+        "machine": _ordered(
+            ("type", gen.machine_type),
+            ("token", bundle.trustd_token),
+            ("ca", _b64_pair(bundle.os_ca, cp)),
+            ("certSANs", list(gen.additional_sans)),
+            ("install", _machine_install(gen) if gen.install_home == "machine" else None),
+            ("features", {"diskQuotaSupport": True}),
+        ),
         "cluster": cluster,
     }]
     documents.append(_document("DiscoveryServiceConfig", name="default", endpoint=DISCOVERY_ENDPOINT))
     documents.append(_document("DiscoveryIdentityConfig", clusterID=bundle.cluster_id, clusterSecret=bundle.cluster_secret))
-    if gen.install_disk:
+    # The document needs a disk selector: without an install disk talosctl writes none.
+    if gen.install_home == "unattended" and gen.install_disk:
         documents.append(_document(
-            "UnattendedInstallConfig",
+            images.UNATTENDED_INSTALL_KIND,
             installer={"image": gen.install_image} if gen.install_image else {},
             provisioning={"diskSelector": {"match": "disk.dev_path == %s" % json.dumps(gen.install_disk)}, "wipe": False},
         ))
@@ -258,11 +268,11 @@ def generate_documents(gen):
 
 def generate_machine_config(bundle, machine_type, cluster_name, cluster_endpoint, talos_version=None, kubernetes_version=None,
                             install_disk=DEFAULT_INSTALL_DISK, install_image=None, additional_sans=(), config_patches=None,
-                            with_docs=False, with_examples=False):
+                            with_docs=False, with_examples=False, install_home=None):
     """The machine config text for ``machine_type`` from a loaded SecretsBundle; patches applied last."""
     gen = GenerationInput(bundle, machine_type, cluster_name, cluster_endpoint, talos_version=talos_version,
                           kubernetes_version=kubernetes_version, install_disk=install_disk, install_image=install_image,
-                          additional_sans=additional_sans)
+                          additional_sans=additional_sans, install_home=install_home)
     return render(gen, config_patches, with_docs=with_docs, with_examples=with_examples)
 
 
@@ -275,6 +285,11 @@ def render(gen, config_patches=None, with_docs=False, with_examples=False):
     documents = generate_documents(gen)
     if config_patches:
         documents = apply_patches(documents, config_patches)
+        if images.both_install_homes(documents):
+            raise TalosConfigError(
+                "config_patches give the machine config both a .machine.install section and an UnattendedInstallConfig "
+                "document, which Talos refuses together: patch only the home install_home chooses (%s here), or set "
+                "install_home to the other one." % gen.install_home)
     return go_yaml.dump_documents(documents, config_comments.comments_for(gen.contract, with_docs, with_examples))
 
 
@@ -282,6 +297,6 @@ def render_machine_config(secrets_path, machine_type, cluster_name, cluster_endp
     """``generate_machine_config`` for the bundle at ``secrets_path``: usable without Ansible.
 
     ``options``: talos_version, kubernetes_version, install_disk, install_image,
-    additional_sans, config_patches, with_docs, with_examples. Returns the YAML text.
+    install_home, additional_sans, config_patches, with_docs, with_examples. Returns the YAML text.
     """
     return generate_machine_config(SecretsBundle.load(secrets_path), machine_type, cluster_name, cluster_endpoint, **options)

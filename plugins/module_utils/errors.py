@@ -66,7 +66,15 @@ class TalosUnreachableError(TalosConnectionError):
     """Nothing answers: every endpoint, or the node behind one, refused the connection, has no route or timed out.
 
     Not retried: a task fails at once, unless it waits for a node to come back.
+    Its result says ``api_unreachable: true``, so that a play can tell a machine
+    that is off from one that answers with an error.
     """
+
+    def to_result(self):
+        result = super(TalosUnreachableError, self).to_result()
+        # Not "unreachable": Ansible reads that key as the host being unreachable.
+        result["api_unreachable"] = True
+        return result
 
 
 class TalosTLSError(TalosError):

@@ -1,12 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""etcd on Talos: members, quorum, the quorum guard, membership changes, bootstrap and snapshots.
+"""etcd on Talos: members, quorum, the quorum guard, membership changes, maintenance, bootstrap and snapshots.
 
 Member lookup, quorum arithmetic, leader detection, the one etcd quorum guard
 every module passes before a control plane goes down or leaves etcd, member
-removal and leadership moves, bootstrap and recovery, and snapshot files, on
-top of the Talos etcd RPCs (EtcdMemberList, EtcdStatus, EtcdLeaveCluster,
+removal and leadership moves, the cluster's etcd health (status, alarms) and
+its maintenance (defragmentation, alarm disarm), bootstrap and recovery, and
+snapshot files, on top of the Talos etcd RPCs (EtcdMemberList, EtcdStatus,
+EtcdAlarmList, EtcdAlarmDisarm, EtcdDefragment, EtcdLeaveCluster,
 EtcdRemoveMemberByID, EtcdForfeitLeadership, Bootstrap, EtcdRecover,
 EtcdSnapshot).
 """
@@ -19,7 +21,7 @@ import os
 import re
 from urllib.parse import urlparse
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosUnimplementedError
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile, check_destination, ensure_mode
 
@@ -36,6 +38,9 @@ REMOVE = "machine.MachineService/EtcdRemoveMemberByID"
 FORFEIT = "machine.MachineService/EtcdForfeitLeadership"
 BOOTSTRAP = "machine.MachineService/Bootstrap"
 RECOVER = "machine.MachineService/EtcdRecover"
+ALARM_LIST = "machine.MachineService/EtcdAlarmList"
+ALARM_DISARM = "machine.MachineService/EtcdAlarmDisarm"
+DEFRAGMENT = "machine.MachineService/EtcdDefragment"
 
 # A member whose node does not answer EtcdStatus within this many seconds
 # (or the task's timeout, when shorter) counts as unhealthy.
@@ -65,6 +70,26 @@ def parse_member_id(text):
     return int(text, 16)
 
 
+def member_id_option(value):
+    """The member ID an option names: a string is hex as talosctl prints it (``0x`` allowed), an integer is decimal."""
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, int):
+        if 0 < value < 2 ** 64:
+            return value
+        raise TalosConfigError("member_id %d is not an etcd member ID: member IDs are 1 to 2^64-1." % value)
+    member_id = parse_member_id(value)
+    if not member_id:
+        raise TalosConfigError("member_id %r is not an etcd member ID: give it in hexadecimal as talosctl etcd members "
+                               "prints it (8e9e05c52164694d, 0x allowed) or as a decimal integer." % (value,))
+    return member_id
+
+
+def describe_ref(ref):
+    """A member reference as messages show it: a hostname as it is, a member ID in hex."""
+    return format_member_id(ref) if isinstance(ref, int) else str(ref)
+
+
 def member_to_dict(member):
     """An ``EtcdMember`` message as the modules return it."""
     return {
@@ -83,11 +108,18 @@ def list_members(client, node):
 
 
 def find_member(members, ref):
-    """The member named by ``ref`` (hostname first, else hex member ID), or None."""
-    for member in members:
-        if member["hostname"] == ref:
-            return member
-    member_id = parse_member_id(ref)
+    """The member named by ``ref``, or None: a string is a hostname, else the address of the member's node (as its
+    etcd URLs give it), else a hex member ID; an int is a member ID."""
+    if isinstance(ref, int):
+        member_id = ref
+    else:
+        for member in members:
+            if member["hostname"] == ref:
+                return member
+        for member in members:
+            if member_address(member) == ref:
+                return member
+        member_id = parse_member_id(ref)
     if member_id is None:
         return None
     for member in members:
@@ -119,6 +151,7 @@ def status_to_dict(status):
         "db_size_in_use": status.db_size_in_use,
         "raft_term": status.raft_term,
         "raft_index": status.raft_index,
+        "raft_applied_index": status.raft_applied_index,
         "protocol_version": status.protocol_version,
         "storage_version": status.storage_version,
         "errors": list(status.errors),
@@ -367,12 +400,15 @@ class ClusterView:
 
 def manage_member(client, node, ref, state="present", method="auto", forfeit=False, force_quorum_loss=False,
                   probe_seconds=HEALTH_PROBE_SECONDS, wait_timeout=None, check_mode=False, warn=None, progress=None):
-    """Make member ``ref`` (name or hex ID) as asked, asking the cluster through ``node``; returns the task's result.
+    """Make member ``ref`` (name or hex ID, or an int member ID) as asked, asking the cluster through ``node``;
+    returns the task's result.
 
     ``state`` present waits (up to ``wait_timeout``; None checks once) until
     ``ref`` is a voting member; absent removes it (``method``), behind the
     quorum guard. ``forfeit`` first moves leadership away from it. In check
-    mode nothing changes and a missing member only calls ``warn``.
+    mode nothing changes and a missing member only calls ``warn``. Only
+    ``node`` has to answer for a removal by ``remove``: the member is found in
+    its member list, so its own machine may be off.
     """
     if state == "present":
         try:
@@ -392,7 +428,7 @@ def manage_member(client, node, ref, state="present", method="auto", forfeit=Fal
     if member is not None and forfeit:
         result["changed"] = _forfeit(client, view, member, check_mode, result)
     if member is not None and state == "absent":
-        _remove(client, view, member, method, force_quorum_loss, check_mode, result)
+        _remove(client, node, view, member, method, force_quorum_loss, check_mode, result)
         result["changed"] = True
 
     if result["changed"] and check_mode:
@@ -424,8 +460,12 @@ def _forfeit(client, view, member, check_mode, result):
     return True
 
 
-def _remove(client, view, member, method, force_quorum_loss, check_mode, result):
-    """Remove ``member`` (``method`` auto, leave or remove) once the quorum guard lets it go."""
+def _remove(client, node, view, member, method, force_quorum_loss, check_mode, result):
+    """Remove ``member`` (``method`` auto, leave or remove) once the quorum guard lets it go.
+
+    ``remove`` asks etcd through ``node`` (the task's control plane), or
+    through another healthy member when ``node`` is the member itself.
+    """
     name = member["hostname"] or member["id"]
     result.update(QuorumGuard(client, force_quorum_loss).let_member_go(
         view.members, view.statuses, member, "remove etcd member %s" % name, removal=True))
@@ -441,14 +481,23 @@ def _remove(client, view, member, method, force_quorum_loss, check_mode, result)
     if method == "leave":
         client.call(LEAVE, machine_pb2.EtcdLeaveClusterRequest(), node=member_address(member))
         return
-    through = view.surviving_node(member, None)
-    if through is None:
-        raise TalosError("Cannot remove etcd member %s: no other member is healthy to remove it through." % name)
+    through = node  # None: the endpoint itself
+    if member_address(member) == node:
+        through = view.surviving_node(member, None)
+        if through is None:
+            raise TalosError("Cannot remove etcd member %s: no other member is healthy to remove it through." % name)
+    remove_member_by_id(client, through, int(member["id"], 16))
+
+
+def remove_member_by_id(client, node, member_id):
+    """EtcdRemoveMemberByID through ``node``; False when etcd no longer has the member (removed meanwhile)."""
     try:
-        client.call(REMOVE, machine_pb2.EtcdRemoveMemberByIDRequest(member_id=int(member["id"], 16)), node=through)
+        client.call(REMOVE, machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id), node=node)
     except TalosError as err:
-        if err.code != "NotFound":  # removed meanwhile
-            raise
+        if err.code == "NotFound":
+            return False
+        raise
+    return True
 
 
 def _await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
@@ -468,21 +517,173 @@ def _await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
         member = find_member(members, ref)
         if member is None:
             return waits.Seen("not a member", detail="%s is not a member (members: %s)"
-                              % (ref, ", ".join(m["hostname"] or m["id"] for m in members) or "none"))
+                              % (name, ", ".join(m["hostname"] or m["id"] for m in members) or "none"))
         if member["is_learner"]:
-            return waits.Seen("learner", detail="%s is still a learner" % ref)
-        return waits.Seen("voting member", done=True, value=True, detail="%s is a voting member" % ref)
+            return waits.Seen("learner", detail="%s is still a learner" % name)
+        return waits.Seen("voting member", done=True, value=True, detail="%s is a voting member" % name)
 
+    name = describe_ref(ref)
     if wait_timeout is not None and not check_mode:
-        return waits.Waiter(wait_timeout, progress=progress).until(poll, "%s to be a voting etcd member" % ref, ref)
+        return waits.Waiter(wait_timeout, progress=progress).until(poll, "%s to be a voting etcd member" % name, name)
     seen = poll()
     if seen.done:
         return True
     if check_mode:
         if warn:
-            warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (ref, seen.detail))
+            warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (name, seen.detail))
         return False
     raise TalosError("etcd member check failed: %s." % seen.detail)
+
+
+# -- health and maintenance (talos_etcd_info, talos_etcd_maintenance) ------------
+
+# The status fields of a node that did not answer EtcdStatus.
+_NO_STATUS = dict.fromkeys(("member_id", "leader", "is_learner", "db_size", "db_size_in_use", "raft_term", "raft_index",
+                            "raft_applied_index", "protocol_version", "storage_version"))
+
+
+def alarm_to_dict(alarm):
+    """An ``EtcdMemberAlarm`` as the modules return it: ``{member_id, alarm}`` (NOSPACE, CORRUPT)."""
+    return {"member_id": format_member_id(alarm.member_id),
+            "alarm": machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm.alarm)}
+
+
+def list_alarms(client, node):
+    """The alarms of the cluster's etcd as ``node`` lists them (etcd keeps one list for the whole cluster)."""
+    items = client.call(ALARM_LIST, node=node)
+    return [alarm_to_dict(alarm) for item in items for alarm in item.member_alarms
+            if alarm.alarm != machine_pb2.EtcdMemberAlarm.NONE]
+
+
+def node_statuses(client, nodes):
+    """EtcdStatus of the member of each node: ``{node: status dict or the TalosError it answered}``."""
+    answers = client.call_many(STATUS, nodes=nodes)
+    return dict((node, answer if isinstance(answer, TalosError) else status_to_dict(answer[0].member_status))
+                for node, answer in answers.items())
+
+
+def free_ratio(status):
+    """The share of the member's database file that defragmentation would give back: (db_size - in use) / db_size."""
+    if not status["db_size"]:
+        return 0.0
+    return round(float(status["db_size"] - status["db_size_in_use"]) / status["db_size"], 4)
+
+
+def read_info(client, nodes, warn=None):
+    """The etcd health of the cluster as ``nodes`` see it: ``{members, status, alarms}``.
+
+    ``status`` has one entry per node (a node that does not answer has its
+    error in ``errors`` and ``warn`` hears of it); the members and alarms come
+    from the first node that answers. When none answers, its error is raised.
+    """
+    statuses = node_statuses(client, nodes)
+    entries = []
+    for node in nodes:
+        status = statuses[node]
+        if isinstance(status, TalosError):
+            if warn is not None:
+                warn("%s did not answer EtcdStatus: %s" % (talos_node.label(node, start=True), status.message))
+            entries.append(dict(_NO_STATUS, node=node, errors=[status.message]))
+        else:
+            entries.append(dict(status, node=node))
+    answering = [node for node in nodes if not isinstance(statuses[node], TalosError)]
+    if not answering:
+        raise statuses[nodes[0]]
+    return {"members": list_members(client, answering[0]), "status": entries, "alarms": list_alarms(client, answering[0])}
+
+
+class MaintenanceFailed(TalosError):
+    """A maintenance step failed; ``result`` is the task's result so far (what ran before it)."""
+
+    def __init__(self, message, result, cause=None):
+        super(MaintenanceFailed, self).__init__(message, code=getattr(cause, "code", None), node=getattr(cause, "node", None),
+                                                server_message=getattr(cause, "server_message", None))
+        self.result = result
+
+    def to_result(self):
+        result = dict(self.result)
+        result.update(super(MaintenanceFailed, self).to_result())
+        return result
+
+
+def defragment_order(nodes, statuses):
+    """The nodes to defragment in turn: one per member, the leader's last (it would lose leadership while busy)."""
+    leader = leader_id(dict((node, status) for node, status in statuses.items()))
+    seen, followers, leaders = set(), [], []
+    for node in nodes:
+        member_id = statuses[node]["member_id"]
+        if member_id in seen:
+            continue
+        seen.add(member_id)
+        (leaders if member_id == leader else followers).append(node)
+    return followers + leaders, leader
+
+
+def maintain(client, nodes, defragment=False, min_free_ratio=0.0, disarm_alarms=False, check_mode=False, progress=None):
+    """Defragment the members of ``nodes`` one at a time, the leader last, then disarm the cluster's alarms.
+
+    Only members whose free ratio reaches ``min_free_ratio`` are defragmented;
+    the alarms are disarmed only when there are some. In check mode the plan
+    is made and nothing runs. Returns the task's result; a failed step raises
+    MaintenanceFailed with what ran before it (a defragmentation never starts
+    while another might still run).
+    """
+    result = {"changed": False, "defragmented": [], "members": [], "alarms": [], "alarms_disarmed": []}
+    if defragment:
+        statuses = node_statuses(client, nodes)
+        for node in nodes:
+            if isinstance(statuses[node], TalosError):
+                raise MaintenanceFailed("Cannot defragment etcd: %s did not answer EtcdStatus (%s); nothing was "
+                                        "defragmented." % (talos_node.label(node), statuses[node].message.rstrip(".")),
+                                        result, statuses[node])
+        order, leader = defragment_order(nodes, statuses)
+        for node in order:
+            status = statuses[node]
+            entry = {"node": node, "member_id": status["member_id"], "leader": status["member_id"] == leader,
+                     "db_size": status["db_size"], "db_size_in_use": status["db_size_in_use"],
+                     "free_ratio": free_ratio(status), "defragmented": False, "db_size_after": None}
+            entry["selected"] = entry["free_ratio"] >= min_free_ratio
+            result["members"].append(entry)
+        for entry in result["members"]:
+            if not entry["selected"]:
+                continue
+            result["changed"] = True
+            if check_mode:
+                continue
+            _defragment(client, entry, result, progress)
+    if disarm_alarms:
+        result["alarms"] = list_alarms(client, nodes[0])
+        if result["alarms"]:
+            result["changed"] = True
+            if not check_mode:
+                try:
+                    items = client.call(ALARM_DISARM, node=nodes[0])
+                except TalosError as err:
+                    raise MaintenanceFailed("Disarming the etcd alarms failed: %s" % err.message, result, err)
+                result["alarms_disarmed"] = [alarm_to_dict(alarm) for item in items for alarm in item.member_alarms
+                                             if alarm.alarm != machine_pb2.EtcdMemberAlarm.NONE]
+    return result
+
+
+def _defragment(client, entry, result, progress):
+    """Defragment the member of ``entry``'s node and record its new size; a failure ends the maintenance."""
+    node = entry["node"]
+    if progress is not None:
+        progress("%s: defragmenting etcd member %s%s (%d of %d bytes free)" % (
+            talos_node.short_label(node), entry["member_id"], ", the leader" if entry["leader"] else "",
+            entry["db_size"] - entry["db_size_in_use"], entry["db_size"]))
+    try:
+        client.call(DEFRAGMENT, node=node)
+    except TalosError as err:
+        # The server may still be defragmenting: no other member is started.
+        raise MaintenanceFailed("Defragmenting etcd on %s failed: %s The members after it were not defragmented."
+                                % (talos_node.label(node), err.message), result, err)
+    entry["defragmented"] = True
+    result["defragmented"].append(node)
+    try:
+        entry["db_size_after"] = member_status(client, node)["db_size"]
+    except TalosError:
+        pass  # done all the same; the size is only reported
 
 
 # -- bootstrap (talos_bootstrap) -------------------------------------------------

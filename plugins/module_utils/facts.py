@@ -281,10 +281,10 @@ class FactGatherer:
             subset = "resources"
             if entry["id"]:
                 found = self.get_resources(subset, namespace, kind.type, entry["id"], quiet_codes=("NotFound",))
-                items = dict((node, [] if isinstance(resource, TalosError) else [_redacted(resource)])
+                items = dict((node, [] if isinstance(resource, TalosError) else [_redacted(resource, kind.sensitive)])
                              for node, resource in found.items())
             else:
-                items = dict((node, [_redacted(resource) for resource in listed])
+                items = dict((node, [_redacted(resource, kind.sensitive) for resource in listed])
                              for node, listed in self.list_resources(subset, namespace, kind.type).items())
             for node, node_items in items.items():
                 collected[node].append({"type": kind.type, "namespace": namespace, "id": entry["id"], "items": node_items})
@@ -292,8 +292,8 @@ class FactGatherer:
             self.facts[node]["resources"] = collected[node]
 
 
-def _redacted(resource):
-    return resources.redact_resource(resource_to_dict(resource))
+def _redacted(resource, sensitive):
+    return resources.redact_resource(resource_to_dict(resource), sensitive)
 
 
 def _resource_spec(resource):

@@ -631,6 +631,8 @@ def choose_installer(build, target, image=None, image_repository=None, factory_u
 # -- the installer reference in a machine config -------------------------------------------------
 
 UNATTENDED_INSTALL_KIND = "UnattendedInstallConfig"
+# The first Talos release that knows the UnattendedInstallConfig document (talosctl writes it from then on).
+UNATTENDED_INSTALL_SINCE = (1, 14)
 
 
 def installer_homes(documents):
@@ -652,6 +654,18 @@ def installer_homes(documents):
             if image:
                 homes.append(("UnattendedInstallConfig installer.image", image))
     return homes
+
+
+def both_install_homes(documents):
+    """True when ``documents`` have a ``.machine.install`` section and an UnattendedInstallConfig document.
+
+    Talos refuses such a config whatever either holds: "UnattendedInstallConfig
+    config is incompatible with v1alpha1 config (.machine.install)".
+    """
+    machine_install = any(isinstance(document, dict) and document.get("version") == "v1alpha1" and "kind" not in document
+                          and ((document.get("machine") or {}).get("install")) is not None for document in documents)
+    unattended = any(isinstance(document, dict) and document.get("kind") == UNATTENDED_INSTALL_KIND for document in documents)
+    return machine_install and unattended
 
 
 def installer_home(documents):

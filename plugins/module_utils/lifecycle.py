@@ -44,8 +44,10 @@ LEGACY_UPGRADE = "machine.MachineService/Upgrade"
 IMAGE_PULL = "machine.ImageService/Pull"
 LIFECYCLE_UPGRADE = "machine.LifecycleService/Upgrade"
 
-# The system volumes a Reset may name (talosctl reset --system-labels-to-wipe).
-SYSTEM_LABELS = ("BOOT", "EFI", "EPHEMERAL", "META", "STATE")
+# The volumes a node reports (namespace, type): a Reset may name a volume only by the ID of its VolumeStatus
+# (since Talos v1.9; the boot partitions EFI, BIOS and BOOT have none).
+VOLUME_STATUSES = ("runtime", "VolumeStatuses.block.talos.dev")
+STATE_VOLUME = "STATE"
 
 WIPE_MODES = {"all": "ALL", "system_disk": "SYSTEM_DISK", "user_disks": "USER_DISKS"}
 
@@ -156,17 +158,14 @@ def reset_plan(wipe_mode, labels, user_disks, then_reboot):
     """What a reset wipes and how the node ends, from the module options; raises ValueError on bad input.
 
     Returns ``{"system_disk", "labels", "user_disks", "partitions", "ends"}``:
-    ``system_disk`` is True when the whole system disk is wiped, ``labels`` the
-    system volumes wiped, ``partitions`` the volumes the request names (in the
-    given order; none wipes the whole system disk), ``ends`` one of
-    ``maintenance`` (rebooted without its configuration: STATE wiped),
-    ``configured`` (rebooted with its configuration) or ``off``.
+    ``system_disk`` is True when the whole system disk is wiped, ``labels``
+    the volumes named to be wiped (sorted; none for the whole disk),
+    ``partitions`` the volumes the request names (in the given order), ``ends``
+    one of ``maintenance`` (rebooted without its configuration: STATE wiped),
+    ``configured`` (rebooted with its configuration) or ``off``. Whether the
+    node has the volumes is checked against the node (``wipeable_volumes``).
     """
-    labels = [str(label).upper() for label in labels or []]
-    unknown = sorted(set(labels) - set(SYSTEM_LABELS))
-    if unknown:
-        raise ValueError("system_labels_to_wipe has unknown volume label(s) %s: Talos system volumes are %s."
-                         % (", ".join(unknown), ", ".join(SYSTEM_LABELS)))
+    labels = list(dict.fromkeys(str(name).strip() for name in labels or []))
     if wipe_mode == "system_disk" and user_disks:
         raise ValueError("user_disks_to_wipe cannot be used with wipe_mode: system_disk, which wipes only the system "
                          "disk; use wipe_mode: all or user_disks to wipe user disks.")
@@ -175,21 +174,96 @@ def reset_plan(wipe_mode, labels, user_disks, then_reboot):
                          "alone; use wipe_mode: all or system_disk to wipe system volumes.")
     if wipe_mode == "user_disks" and not user_disks:
         raise ValueError("wipe_mode: user_disks needs the devices to wipe in user_disks_to_wipe, for example [/dev/sdb].")
-    if wipe_mode == "user_disks":
-        wiped_labels = []
-    else:
-        wiped_labels = sorted(set(labels)) if labels else list(SYSTEM_LABELS)
-    if not then_reboot:
-        ends = "off"
-    else:
-        ends = "maintenance" if "STATE" in wiped_labels else "configured"
-    return {
-        "system_disk": wipe_mode != "user_disks" and not labels,
-        "labels": wiped_labels,
+    system_disk = wipe_mode != "user_disks" and not labels
+    return _with_ending({
+        "system_disk": system_disk,
+        "labels": sorted(labels),
         "user_disks": list(user_disks or []) if wipe_mode != "system_disk" else [],
         "partitions": labels,
-        "ends": ends,
-    }
+    }, then_reboot)
+
+
+def _with_ending(plan, then_reboot):
+    """``plan`` with its ``ends``: wiping the whole disk or STATE takes the node's configuration along."""
+    if not then_reboot:
+        ends = "off"
+    elif plan["system_disk"] or any(name.upper() == STATE_VOLUME for name in plan["labels"]):
+        ends = "maintenance"
+    else:
+        ends = "configured"
+    return dict(plan, ends=ends)
+
+
+def wipeable_volumes(client, node):
+    """The volumes a Reset of ``node`` may name, from its VolumeStatuses: ``{volume ID: None, or the volume it
+    resides on}``; None when the node lists no volumes (a Talos release without them, a refused read).
+
+    A volume with a block device of its own (``location``) may be wiped alone;
+    one without (a directory under EPHEMERAL) only together with the volume it
+    resides on, as Talos v1.14 checks (system.FindBackingVolume).
+    """
+    namespace, resource_type = VOLUME_STATUSES
+    try:
+        listed = client.list_resources(namespace, resource_type, node=node)
+    except TalosError as err:
+        if err.code in ("PermissionDenied", "NotFound", "Unimplemented"):
+            return None
+        raise
+    specs = dict((resource["metadata"]["id"], resource["spec"] if isinstance(resource["spec"], dict) else {})
+                 for resource in listed)
+    volumes = {}
+    for volume_id, spec in specs.items():
+        if spec.get("location"):
+            volumes[volume_id] = None
+            continue
+        backing = _backing_volume(specs, volume_id)
+        if backing is not None:
+            volumes[volume_id] = backing
+    return volumes or None
+
+
+def _backing_volume(specs, volume_id):
+    """The nearest volume with a block device that ``volume_id`` resides on (its parent chain), or None."""
+    seen = {volume_id}
+    spec = specs[volume_id]
+    while True:
+        parent = spec.get("parentID") or (spec.get("mountSpec") or {}).get("parentId")
+        if not parent or parent in seen or parent not in specs:
+            return None
+        if specs[parent].get("location"):
+            return parent
+        seen.add(parent)
+        spec = specs[parent]
+
+
+def resolve_labels(plan, volumes, node):
+    """``plan`` with its labels spelled as ``node`` names its volumes (``wipeable_volumes``); raises ValueError
+    naming the volumes it has when a label is none of them, or names a directory without the volume it is on."""
+    by_name = dict((volume_id.lower(), volume_id) for volume_id in volumes)
+    resolved = [by_name.get(name.lower()) for name in plan["partitions"]]
+    unknown = [name for name, volume_id in zip(plan["partitions"], resolved) if volume_id is None]
+    if unknown:
+        raise ValueError("system_labels_to_wipe names %s, which %s does not have; its volumes are %s."
+                         % (", ".join(unknown), label(node), _describe_volumes(volumes)))
+    for volume_id in resolved:
+        backing = volumes[volume_id]
+        if backing is not None and backing not in resolved:
+            raise ValueError("system_labels_to_wipe names %s, which resides on %s of %s and is wiped only together with "
+                             "it; add %s to system_labels_to_wipe." % (volume_id, backing, label(node), backing))
+    return dict(plan, labels=sorted(resolved), partitions=resolved)
+
+
+def _describe_volumes(volumes):
+    """``EPHEMERAL, META, STATE (and, together with EPHEMERAL: CRI, ETCD)``."""
+    own = sorted(volume_id for volume_id, backing in volumes.items() if backing is None)
+    nested = {}
+    for volume_id, backing in volumes.items():
+        if backing is not None:
+            nested.setdefault(backing, []).append(volume_id)
+    text = ", ".join(own)
+    for backing in sorted(nested):
+        text += " (and, together with %s: %s)" % (backing, ", ".join(sorted(nested[backing])))
+    return text
 
 
 def reset_request(plan, wipe_mode, graceful):
@@ -215,13 +289,20 @@ def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=
                   expected_state=expected, state=None, graceful=graceful, controlplane=None, quorum=None,
                   etcd_gate_open=None, actor_id=None)
     if found_in_maintenance(client, node, probe_seconds):
-        if "STATE" not in plan["labels"]:
+        if not plan["system_disk"] and STATE_VOLUME not in [volume.upper() for volume in plan["labels"]]:
             raise ActionFailed("%s is in maintenance mode, where Talos refuses Reset; it has no configuration, and only "
                                "wiping STATE would count as done - install it with talos_apply_config first to wipe "
                                "anything else." % label(node, start=True), result)
         result["state"] = "maintenance"
         return result
 
+    volumes = wipeable_volumes(client, node) if plan["partitions"] else None
+    if volumes is not None:
+        try:
+            plan = resolve_labels(plan, volumes, node)
+        except ValueError as err:
+            raise ActionFailed(str(err), result)
+        result["wiped"]["labels"] = plan["labels"]
     result.update(guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful))
     result["changed"] = True
     if check_mode:

@@ -33,6 +33,10 @@ Examples of what the names cover, by document:
 - talosconfig ``contexts.*.key``; secrets bundle ``cluster.secret``,
   ``secrets.*``, ``trustdinfo.token``, ``certs.*.key``; kubeconfig
   ``users[].user.{client-key-data,token,password}`` and auth-provider tokens.
+
+COSI resources of a type Talos marks sensitive (SENSITIVE_RESOURCE_TYPES,
+the ``secrets`` namespace, or a resource definition that says so) have every
+value redacted, whatever their keys are called (``redact_resource_spec``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -54,6 +58,51 @@ SECRET_PATHS = (
     "cluster.extraManifestHeaders.*",  # HTTP headers for manifest downloads: bearer tokens, basic credentials
     "headers.*",  # KubeExternalManifestConfig and similar documents' HTTP headers
 )
+
+# COSI types whose ResourceDefinition is Sensitive in Talos v1.14 (siderolabs/talos pkg/machinery/resources, every
+# ``Sensitivity: meta.Sensitive``): reading them needs os:admin, and every value of theirs is treated as a secret.
+SENSITIVE_RESOURCE_TYPES = frozenset([
+    "APIServerConfigs.kubernetes.talos.dev",
+    "ApiCertificates.secrets.talos.dev",
+    "AuditPolicyConfigs.kubernetes.talos.dev",
+    "AuthenticationConfigs.kubernetes.talos.dev",
+    "AuthorizationConfigs.kubernetes.talos.dev",
+    "CertSANs.secrets.talos.dev",
+    "CustomizationConfigs.cri.talos.dev",
+    "DeviceConfigSpecs.net.talos.dev",
+    "DiscoveryConfigs.cluster.talos.dev",
+    "EncryptionSalts.secrets.talos.dev",
+    "EtcFileSpecs.files.talos.dev",
+    "EtcdEncryptionConfigs.kubernetes.talos.dev",
+    "EtcdRootSecrets.secrets.talos.dev",
+    "EtcdSecrets.secrets.talos.dev",
+    "ExtensionServiceConfigs.runtime.talos.dev",
+    "KubeSpanConfigs.kubespan.talos.dev",
+    "KubeSpanIdentities.kubespan.talos.dev",
+    "KubeletConfigs.kubernetes.talos.dev",
+    "KubeletSecrets.secrets.talos.dev",
+    "KubeletSpecs.kubernetes.talos.dev",
+    "KubernetesDynamicCerts.secrets.talos.dev",
+    "KubernetesRootSecrets.secrets.talos.dev",
+    "KubernetesSecrets.secrets.talos.dev",
+    "LinkSpecs.net.talos.dev",
+    "MachineConfigs.config.talos.dev",
+    "MaintenanceRootSecrets.secrets.talos.dev",
+    "NodeAnnotationSpecs.k8s.talos.dev",
+    "NodeCordonedSpecs.k8s.talos.dev",
+    "NodeLabelSpecs.k8s.talos.dev",
+    "NodeTaintSpecs.k8s.talos.dev",
+    "OOMActions.talos.dev",
+    "OSRootSecrets.secrets.talos.dev",
+    "OperatorSpecs.net.talos.dev",
+    "RegistryConfigs.cri.talos.dev",
+    "SiderolinkConfigs.siderolink.talos.dev",
+    "SiderolinkTunnels.siderolink.talos.dev",
+    "TrustdCertificates.secrets.talos.dev",
+    "VolumeConfigs.block.talos.dev",
+])
+# Namespaces whose every resource is a secret, whatever its type (Talos keeps its PKI and tokens in ``secrets``).
+SENSITIVE_NAMESPACES = frozenset(["secrets"])
 
 # Values that are secrets wherever they appear.
 _PEM_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
@@ -135,6 +184,27 @@ def _walk(value, path, secret_field, visit):
 def redact(value):
     """A copy of ``value`` (documents, a list of them, any structure) with every secret string replaced by REDACTED."""
     return _walk(value, (), False, lambda found: None)
+
+
+def is_sensitive_resource(resource_type, namespace=None):
+    """True for a COSI resource type (or namespace) whose every value is a secret."""
+    return resource_type in SENSITIVE_RESOURCE_TYPES or namespace in SENSITIVE_NAMESPACES
+
+
+def redact_resource_spec(spec, resource_type, namespace=None, sensitive=False):
+    """A resource's spec with its secrets redacted: every value when the type is sensitive (``is_sensitive_resource``,
+    or ``sensitive`` as the node's resource definition says), else what ``redact`` finds. The keys stay."""
+    if sensitive or is_sensitive_resource(resource_type, namespace):
+        return _redact_every_value(spec)
+    return redact(spec)
+
+
+def _redact_every_value(value):
+    if isinstance(value, dict):
+        return dict((key, _redact_every_value(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return [_redact_every_value(item) for item in value]
+    return None if value is None else REDACTED
 
 
 def secret_values(value):

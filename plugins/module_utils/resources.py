@@ -16,7 +16,7 @@ import re
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosTimeoutError
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact
+from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact_resource_spec
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen
 
 try:
@@ -34,11 +34,12 @@ _EXISTS_TERM = re.compile(r"^\s*(!?)\s*([^\s!=<>(),]+)\s*$")
 
 
 class ResourceKind:
-    """A resolved resource type: its full name and default namespace."""
+    """A resolved resource type: its full name, default namespace and whether the node marks it sensitive."""
 
-    def __init__(self, resource_type, default_namespace):
+    def __init__(self, resource_type, default_namespace, sensitive=False):
         self.type = resource_type
         self.default_namespace = default_namespace
+        self.sensitive = sensitive
 
 
 def _definition_spec(resource):
@@ -47,7 +48,8 @@ def _definition_spec(resource):
 
 
 def _kind_from_definition(spec, fallback_type):
-    return ResourceKind(spec.get("type") or fallback_type, spec.get("defaultNamespace"))
+    return ResourceKind(spec.get("type") or fallback_type, spec.get("defaultNamespace"),
+                        sensitive=spec.get("sensitivity") == "sensitive")
 
 
 def resolve_kind(client, type_ref, node=None):
@@ -123,10 +125,12 @@ def label_query(selectors):
     return query
 
 
-def redact_resource(resource):
-    """A resource dict with every secret in its spec redacted (MachineConfig, the secrets namespace, any type)."""
+def redact_resource(resource, sensitive=False):
+    """A resource dict with the secrets of its spec redacted: every value of a sensitive type (Talos's list,
+    the secrets namespace, or ``sensitive`` from the node's definition), secret-looking ones of any other."""
+    metadata = resource["metadata"]
     redacted = dict(resource)
-    redacted["spec"] = redact(resource["spec"])
+    redacted["spec"] = redact_resource_spec(resource["spec"], metadata.get("type"), metadata.get("namespace"), sensitive)
     return redacted
 
 
@@ -145,7 +149,7 @@ def read_resources(client, kind, namespace, resource_id=None, selectors=None, no
             found = [resource for resource in found if labels_match(resource["metadata"]["labels"], query)]
     else:
         found = client.list_resources(namespace, kind.type, node=node, label_query=label_query(selectors))
-    return [redact_resource(resource) for resource in found]
+    return [redact_resource(resource, kind.sensitive) for resource in found]
 
 
 def labels_match(labels, query):
@@ -310,7 +314,7 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, wai
                     current.pop(resource["metadata"]["id"], None)
         if not state["bootstrapped"]:
             return False
-        resources = [redact_resource(current[key]) for key in sorted(current)]
+        resources = [redact_resource(current[key], kind.sensitive) for key in sorted(current)]
         met, observed = condition_met(resources, condition)
         waiter.see(talos_node.short_label(node), observed)
         if met:

@@ -25,7 +25,18 @@ options:
       - The etcd member to manage - its name (the node's hostname) or its member ID in hexadecimal as
         C(talosctl etcd members) prints it.
       - Defaults to the member of O(node) itself, found by its hostname.
+      - The member is looked up in the member list of O(node), so a member whose machine is off (or gone) can be
+        named by its hostname too.
     type: str
+  member_id:
+    description:
+      - The etcd member to manage, by its member ID - a string is the ID in hexadecimal as C(talosctl etcd members)
+        prints it (an optional C(0x) prefix is allowed), an integer is the ID in decimal.
+      - Quote a hexadecimal ID that has only digits (V("1234")), or YAML reads it as a decimal integer.
+      - With O(state=absent), O(method=auto) removes the member with EtcdRemoveMemberByID through O(node), as
+        O(method=remove) does; a member that is not there any more is left alone.
+      - Mutually exclusive with O(member).
+    type: raw
   state:
     description:
       - V(present) changes nothing; it waits until O(member) is a voting (non-learner) member, for up to
@@ -45,9 +56,11 @@ options:
       - How O(state=absent) removes the member.
       - V(leave) calls EtcdLeaveCluster on the member's own node, which also stops etcd there and empties its data
         directory, as a graceful reset does. The member's node must answer.
-      - V(remove) calls EtcdRemoveMemberByID through another, healthy control plane. Meant for members whose node is
-        gone; etcd keeps running on the removed node if it still exists.
-      - V(auto) uses V(leave) when the member's node answers EtcdStatus, else V(remove).
+      - V(remove) calls EtcdRemoveMemberByID through O(node) (through another healthy control plane when O(node) is
+        the member's own node). Meant for members whose node is off or gone - only O(node) has to answer; etcd keeps
+        running on the removed node if it still exists.
+      - V(auto) uses V(leave) when the member's node answers EtcdStatus, else V(remove); with O(member_id) always
+        V(remove).
     type: str
     choices: [auto, leave, remove]
     default: auto
@@ -109,12 +122,18 @@ EXAMPLES = r"""
     state: present
     wait_timeout: 900
 
-- name: Remove the member of a control plane that is gone for good
+- name: Remove the member of a control plane that is gone for good (its machine may be off)
   talos_linux.talos.talos_etcd_member:
     node: 10.5.0.2
     member: cp-3
     state: absent
     method: remove
+
+- name: Remove a member by the ID talosctl etcd members prints
+  talos_linux.talos.talos_etcd_member:
+    node: 10.5.0.2
+    member_id: 8e9e05c52164694d
+    state: absent
 
 - name: Move etcd leadership away from a node before rebooting it
   talos_linux.talos.talos_etcd_member:
@@ -233,6 +252,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 SPEC = TaskSpec(
     argument_spec=dict(
         member=dict(type="str"),
+        member_id=dict(type="raw"),
         state=dict(type="str", default="present", choices=["present", "absent"]),
         method=dict(type="str", default="auto", choices=["auto", "leave", "remove"]),
         force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
@@ -241,6 +261,7 @@ SPEC = TaskSpec(
         snapshot=dict(type="path"),
     ),
     wait=True,
+    mutually_exclusive=[("member", "member_id")],
 )
 
 
@@ -248,11 +269,16 @@ def run(task):
     params = task.params
     client = task.client
     node = task.single_node("talks to one control-plane node")
-    ref = params["member"] or etcd.own_member_name(client, node)
+    method = params["method"]
+    if params["member_id"] is not None:
+        ref = etcd.member_id_option(params["member_id"])
+        method = "remove" if method == "auto" else method
+    else:
+        ref = params["member"] or etcd.own_member_name(client, node)
     snapshot = None
     if params["snapshot"]:
         snapshot = etcd.save_snapshot(client, node, params["snapshot"], check_mode=task.check_mode)
-    result = etcd.manage_member(client, node, ref, params["state"], params["method"],
+    result = etcd.manage_member(client, node, ref, params["state"], method,
                                 forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
                                 probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),
                                 wait_timeout=params["wait_timeout"] if params["wait"] else None,

@@ -19,6 +19,8 @@ description:
   - Contracts V(v1.9) to V(v1.11) give one v1alpha1 document; V(v1.12) and V(v1.13) add a C(HostnameConfig)
     document; V(v1.14) gives the multi-document layout of Talos 1.14 (Kubernetes settings in C(Kube*) documents,
     C(UnattendedInstallConfig), C(DiscoveryIdentityConfig), ...).
+  - The installer image and the install disk go in the v1alpha1 C(.machine.install) section or, from V(v1.14), in
+    the C(UnattendedInstallConfig) document, as O(install_home) chooses.
   - A worker configuration carries no CA private key; a control-plane configuration carries the CA keys, the
     service-account key and the encryption secret a control plane needs.
   - Runs on the controller and talks to no Talos node, so it takes none of the connection options and is not a
@@ -63,8 +65,25 @@ options:
     description:
       - Disk Talos installs to. Set to an empty string to leave the install disk out (a config for nodes installed
         otherwise).
+      - In C(.machine.install) it is C(disk); in the C(UnattendedInstallConfig) document it becomes the disk selector
+        C(provisioning.diskSelector.match) (C(disk.dev_path == "/dev/sda")). That document needs a disk selector, so
+        with O(install_disk) empty and O(install_home=unattended) no such document, and no installer image, is written.
+      - To select the disk otherwise, patch the home in use with O(config_patches) (C(machine.install.diskSelector),
+        or the C(UnattendedInstallConfig) document's C(provisioning.diskSelector.match), a CEL expression).
     type: str
     default: /dev/sda
+  install_home:
+    description:
+      - Where the configuration puts the installer image (O(install_image)) and the install disk (O(install_disk)).
+      - V(machine) is the v1alpha1 C(.machine.install) section (C(image), C(disk)), which every supported Talos
+        version reads; Talos v1.14 deprecates it but still installs from it.
+      - V(unattended) is the C(UnattendedInstallConfig) document of Talos v1.14 (C(installer.image) and
+        C(provisioning.diskSelector)); it needs O(talos_version) V(v1.14) or later, older contracts refuse it.
+      - Defaults to where C(talosctl gen config) of that release puts them, V(unattended) for V(v1.14) and
+        V(machine) before. Talos refuses a configuration with both, so a O(config_patches) entry that adds the other
+        home fails the task.
+    type: str
+    choices: [machine, unattended]
   install_image:
     description:
       - Installer image. Defaults to C(ghcr.io/siderolabs/installer:<talos_version>) for contracts up to v1.13 and to the
@@ -78,7 +97,7 @@ options:
   config_patches:
     description:
       - Patches applied in order after rendering, with the same forms and code as
-        O(talos_linux.talos.talos_apply_config#module:config_patches) - a mapping (strategic merge patch: a JSON merge
+        O(talos_linux.talos.talos_apply_config#module:config_patches) - a mapping (strategic merge patch; a JSON merge
         patch of the v1alpha1 document, or of the document whose C(kind) and C(name) it names), a list of RFC 6902
         operations on the v1alpha1 document, or YAML text of either.
       - For per-node settings such as the hostname on contracts v1.12 and later, patch the C(HostnameConfig)
@@ -170,6 +189,17 @@ EXAMPLES = r"""
     with_docs: true
     with_examples: true
     dest: "{{ playbook_dir }}/worker.yaml"
+
+- name: Render a v1.14 worker config that keeps the installer in .machine.install
+  talos_linux.talos.talos_machine_config:
+    secrets: "{{ playbook_dir }}/secrets.yaml"
+    machine_type: worker
+    cluster_name: prod
+    cluster_endpoint: https://k8s.example.com:6443
+    talos_version: v1.14.1
+    install_home: machine
+    install_disk: /dev/nvme0n1
+    dest: "{{ playbook_dir }}/worker.yaml"
 """
 
 RETURN = r"""
@@ -211,7 +241,7 @@ import hashlib
 import os
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation
-from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import contract_name
+from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import INSTALL_HOMES, contract_name
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, read_text, update_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, file_diff, patch_secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -228,6 +258,7 @@ SPEC = TaskSpec(
         kubernetes_version=dict(type="str"),
         install_disk=dict(type="str", default=config_generation.DEFAULT_INSTALL_DISK),
         install_image=dict(type="str"),
+        install_home=dict(type="str", choices=list(INSTALL_HOMES)),
         additional_sans=dict(type="list", elements="str", default=[]),
         config_patches=dict(type="list", elements="raw", default=[], no_log=True),
         with_docs=dict(type="bool", default=False),
@@ -250,7 +281,7 @@ def run(task):
         bundle, params["machine_type"], params["cluster_name"], params["cluster_endpoint"],
         talos_version=params["talos_version"], kubernetes_version=params["kubernetes_version"],
         install_disk=params["install_disk"], install_image=params["install_image"],
-        additional_sans=params["additional_sans"])
+        install_home=params["install_home"], additional_sans=params["additional_sans"])
     if bundle.aescbc_secret and gen.contract >= (1, 14):
         task.warn("The secrets bundle holds an aescbc encryption secret (made by talosctl before v1.3); the v1.14 "
                   "contract moves it into KubeEtcdEncryptionConfig, so prefer talos_version v1.13 for this cluster.")

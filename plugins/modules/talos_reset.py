@@ -15,9 +15,11 @@ description:
     system volumes) and user disks - then powers it off or, with O(reboot=true), reboots it.
   - A graceful reset (the default) cordons and drains the node and, on a control plane, makes it leave etcd first,
     as Talos does.
-  - Refused before any call, with a message saying why - a graceful reset of the last etcd member (Talos cannot
-    make it leave), a reset whose departure would cost etcd its quorum (unless O(force_quorum_loss=true)), user disks
-    with O(wipe_mode=system_disk), system volumes with O(wipe_mode=user_disks), and unknown volume labels.
+  - Refused before any call, with a message saying why - user disks with O(wipe_mode=system_disk) and system volumes
+    with O(wipe_mode=user_disks).
+  - Refused before the reset is sent, with a message saying why - a graceful reset of the last etcd member (Talos
+    cannot make it leave), a reset whose departure would cost etcd its quorum (unless O(force_quorum_loss=true)), and
+    a volume label the node does not have (the message lists the ones it has).
   - A node already in maintenance mode has no configuration to reset. When the reset would wipe the C(STATE) volume
     (where the configuration lives), the task reports no change and calls nothing; otherwise it fails, since Talos
     refuses Reset in maintenance mode.
@@ -63,8 +65,15 @@ options:
     default: all
   system_labels_to_wipe:
     description:
-      - System volumes to wipe instead of the whole system disk, by label - C(BOOT), C(EFI), C(EPHEMERAL), C(META)
-        or C(STATE), for example V([STATE, EPHEMERAL]). Empty wipes the whole system disk.
+      - Volumes to wipe instead of the whole system disk, by label, for example V([STATE, EPHEMERAL]). Empty wipes
+        the whole system disk.
+      - The labels are the IDs of the node's volumes as Talos reports them (C(talosctl get volumestatus), the
+        C(VolumeStatuses.block.talos.dev) resources) - on Talos v1.14 C(META), C(STATE) and C(EPHEMERAL), any
+        C(IMAGECACHE) or user volumes, and directory volumes such as C(ETCD) or C(LOG), which reside on C(EPHEMERAL)
+        and are wiped only together with it. The module reads them first, matches the labels case-insensitively and
+        refuses one the node does not have, listing the ones it has.
+      - The boot partitions (C(EFI) of a UEFI install, C(BIOS) and C(BOOT) of a GRUB install) have no volume status,
+        so Talos cannot wipe them by label; wipe the whole system disk instead.
     type: list
     elements: str
     default: []
@@ -129,7 +138,7 @@ wiped:
       description: True when the whole system disk is wiped.
       type: bool
     labels:
-      description: The system volumes wiped.
+      description: The volumes wiped by label, as the node names them; empty when the whole system disk is wiped.
       type: list
       elements: str
     user_disks:

@@ -21,8 +21,12 @@ description:
   - With O(wait=true) the module waits until O(wait_condition) holds on every targeted node, following the node's
     COSI Watch stream (or polling when the node cannot watch).
   - Read-only; never changes a node. Several O(nodes) are read in one task.
-  - Secrets are redacted - values under keys that look like secrets in every type, and every value of resources in the
-    C(secrets) namespace and of other types the node marks sensitive.
+  - Secrets are redacted - every value of a type Talos marks sensitive (C(MachineConfigs), C(OSRootSecrets),
+    C(KubeletSpecs), C(LinkSpecs), every type of the C(secrets) namespace, ..., and any type whose resource definition
+    on the node says C(sensitivity: sensitive)), whatever its keys are called; in other types the values under keys
+    that look like secrets, and values that are secrets by their shape (private keys, credentials).
+  - Waiting on a field of a sensitive type compares the redacted value, so only O(wait_condition.state) is useful
+    there.
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:

@@ -25,6 +25,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 )
 
@@ -39,6 +40,7 @@ type renderedConfig struct {
 	KubernetesVersion string   `json:"kubernetes_version"`
 	InstallDisk       string   `json:"install_disk"`
 	InstallImage      string   `json:"install_image"`
+	InstallHome       string   `json:"install_home"`
 	AdditionalSANs    []string `json:"additional_sans"`
 	Patches           []string `json:"patches_yaml"`
 	WithDocs          bool     `json:"with_docs"`
@@ -289,25 +291,29 @@ func TestCollectionConfigsMatchUpstreamGenerator(t *testing.T) {
 func upstreamConfig(t *testing.T, bundle *secrets.Bundle, contract *config.VersionContract, entry renderedConfig) []byte {
 	t.Helper()
 
-	input, err := generate.NewInput(entry.ClusterName, entry.ClusterEndpoint, entry.KubernetesVersion,
-		generate.WithSecretsBundle(bundle),
-		generate.WithVersionContract(contract),
-		generate.WithInstallDisk(entry.InstallDisk),
-		generate.WithInstallImage(entry.InstallImage),
-		generate.WithAdditionalSubjectAltNames(entry.AdditionalSANs),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// machinery's generator has no option for .machine.install on a contract with the
+	// UnattendedInstallConfig document: for install_home machine, it leaves the document out
+	// and the section comes from what it writes for the last contract without the document.
+	machineHome := entry.InstallHome == "machine" && contract.UnattendedInstallConfig()
 
 	machineType, err := machine.ParseType(entry.MachineType)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	provider, err := input.Config(machineType)
-	if err != nil {
-		t.Fatalf("the machinery generator: %v", err)
+	provider := generatedConfig(t, bundle, contract, entry, machineType, generate.WithSkipUnattendedInstallConfig(machineHome))
+
+	if machineHome {
+		install := generatedConfig(t, bundle, config.TalosVersion1_13, entry, machineType).RawV1Alpha1().MachineConfig.MachineInstall //nolint:staticcheck
+
+		provider, err = provider.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
+			cfg.MachineConfig.MachineInstall = install //nolint:staticcheck
+
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	patches, err := configpatcher.LoadPatches(entry.Patches)
@@ -331,6 +337,33 @@ func upstreamConfig(t *testing.T, bundle *secrets.Bundle, contract *config.Versi
 	}
 
 	return out
+}
+
+// generatedConfig is machinery's generator's config for entry's inputs under contract.
+func generatedConfig(t *testing.T, bundle *secrets.Bundle, contract *config.VersionContract, entry renderedConfig,
+	machineType machine.Type, options ...generate.Option,
+) config.Provider {
+	t.Helper()
+
+	input, err := generate.NewInput(entry.ClusterName, entry.ClusterEndpoint, entry.KubernetesVersion,
+		append([]generate.Option{
+			generate.WithSecretsBundle(bundle),
+			generate.WithVersionContract(contract),
+			generate.WithInstallDisk(entry.InstallDisk),
+			generate.WithInstallImage(entry.InstallImage),
+			generate.WithAdditionalSubjectAltNames(entry.AdditionalSANs),
+		}, options...)...,
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	provider, err := input.Config(machineType)
+	if err != nil {
+		t.Fatalf("the machinery generator: %v", err)
+	}
+
+	return provider
 }
 
 // difference is one place where our document differs from upstream's.

@@ -8,7 +8,8 @@
 
 ``plan`` writes OUT_DIR/manifest.json: one entry per supported version contract,
 machine type and patch set (and, unpatched, once more with with_docs and
-with_examples), with the inputs and the defaults talos_machine_config
+with_examples, and from v1.14 once more with the installer in .machine.install,
+install_home machine), with the inputs and the defaults talos_machine_config
 fills in (Kubernetes version, installer image), so that Talos's own generator can
 be given the same inputs; ``module_samples`` are the entries render_configs.yml
 renders through the module itself. ``render`` then renders every entry from
@@ -31,7 +32,7 @@ for _path in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.path.join(REPO, "
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import (  # noqa: E402
     SUPPORTED_CONTRACTS, contract_name, default_installer_image, kubernetes_version,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, images  # noqa: E402
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle  # noqa: E402
 
 CLUSTER_NAME = "conformance"
@@ -61,8 +62,10 @@ def plan():
     configs = []
     for contract in SUPPORTED_CONTRACTS:
         version = contract_name(contract)
+        # The other installer home than the contract's default, where there is one.
+        other_home = ("-machine-install",) if contract >= images.UNATTENDED_INSTALL_SINCE else ()
         for machine_type in config_generation.MACHINE_TYPES:
-            for variant in ("", "-patched", "-documented"):
+            for variant in ("", "-patched", "-documented") + other_home:
                 chosen = patches(contract) if variant == "-patched" else []
                 configs.append({
                     "file": "%s-%s%s.yaml" % (version, machine_type, variant),
@@ -71,13 +74,16 @@ def plan():
                     "cluster_name": CLUSTER_NAME, "cluster_endpoint": CLUSTER_ENDPOINT,
                     "kubernetes_version": kubernetes_version(None, contract),
                     "install_disk": INSTALL_DISK, "install_image": default_installer_image(version),
+                    "install_home": "machine" if variant == "-machine-install" else None,
                     "additional_sans": ADDITIONAL_SANS,
                     "patches": chosen,
                     "patches_yaml": [yaml.safe_dump(patch, sort_keys=False) for patch in chosen],
                 })
-    # The newest and the last single-document contract, patched, and one commented config go through the module.
+    # The newest and the last single-document contract, patched, one commented config and one with the
+    # other installer home go through the module.
     samples = [entry for entry in configs if entry["file"] in (
-        "v1.14-controlplane-patched.yaml", "v1.11-worker-patched.yaml", "v1.13-controlplane-documented.yaml")]
+        "v1.14-controlplane-patched.yaml", "v1.11-worker-patched.yaml", "v1.13-controlplane-documented.yaml",
+        "v1.14-worker-machine-install.yaml")]
     return {"secrets": "secrets.yaml", "configs": configs, "module_samples": samples}
 
 
@@ -87,7 +93,8 @@ def render(out_dir, manifest):
     for entry in manifest["configs"]:
         gen = config_generation.GenerationInput(
             bundle, entry["machine_type"], entry["cluster_name"], entry["cluster_endpoint"],
-            talos_version=entry["contract"], install_disk=entry["install_disk"], additional_sans=entry["additional_sans"])
+            talos_version=entry["contract"], install_disk=entry["install_disk"], additional_sans=entry["additional_sans"],
+            install_home=entry["install_home"])
         with open(os.path.join(out_dir, entry["file"]), "w") as handle:
             handle.write(config_generation.render(gen, entry["patches"], with_docs=entry["with_docs"],
                                                   with_examples=entry["with_examples"]))

@@ -78,7 +78,26 @@ def test_new_documents_refuse_their_legacy_fields(bundle):
     documents[0]["cluster"]["clusterName"] = "legacy"
     documents[0]["machine"]["install"] = {"disk": "/dev/sda"}
     message = refusal(documents).message
-    assert ".cluster.clusterName is already set" in message and ".machine.install is already set" in message
+    assert ".cluster.clusterName is already set" in message
+    assert "UnattendedInstallConfig config is incompatible with v1alpha1 config (.machine.install)" in message
+
+
+def test_either_installer_home_but_not_both(bundle):
+    for home in ("machine", "unattended"):
+        text = config_generation.generate_machine_config(bundle, "worker", "c", "https://10.5.0.2:6443",
+                                                         talos_version="v1.14", install_home=home)
+        configgen.parse_machine_config(text.encode(), "v1.14.0")
+    documents = generated(bundle, "worker", "v1.14")
+    # Even an empty section counts, as a non-nil MachineInstall in Talos.
+    documents[0]["machine"]["install"] = {}
+    assert "incompatible with v1alpha1 config (.machine.install)" in refusal(documents).message
+    documents = generated(bundle, "worker", "v1.14")
+    [unattended] = [document for document in documents if document.get("kind") == "UnattendedInstallConfig"]
+    del unattended["provisioning"]["diskSelector"]
+    assert "UnattendedInstallConfig: provisioning.volumeSelector.match is required" in refusal(documents).message
+    unattended["provisioning"]["diskSelectorr"] = {"match": "true"}
+    error = refusal(documents)
+    assert error.kind == "parse" and "UnattendedInstallConfig provisioning.diskSelectorr" in error.message
 
 
 def test_hostname_config_rules(bundle):

@@ -9,6 +9,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 M = "machine.MachineService/"
@@ -139,3 +140,73 @@ def test_recover_with_corrupt_snapshot_fails_etcd_unless_hash_check_skipped(emul
     admin.call(M + "EtcdRecover", [common_pb2.Data(bytes=b"raw data directory copy")])
     admin.call(M + "Bootstrap", machine_pb2.BootstrapRequest(recover_etcd=True, recover_skip_hash_check=True))
     assert cluster.etcd.keyspace == b"raw data directory copy"
+
+
+def test_a_powered_off_member_stays_until_removed_and_leadership_moves(emulator, api):
+    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True)
+    client = api(cluster)
+    cp1, cp2, cp3 = cluster.controlplanes
+    cluster.power_off(cp1)
+    # cp1 was the leader and the endpoint: ask through cp2.
+    members = _members(client, endpoint=cp2.endpoint)
+    assert sorted(member.hostname for member in members) == ["controlplane-1", "controlplane-2", "controlplane-3"]
+    assert cluster.etcd.leader().node is cp2
+    status = client.call(M + "EtcdStatus", endpoint=cp2.endpoint, node=cp3.address).messages[0].member_status
+    assert status.leader == cluster.etcd.member_of(cp2).id and list(status.errors) == []
+    members = client.call("cosi.resource.State/List", state_pb2.ListRequest(namespace="cluster", type="Members.cluster.talos.dev"),
+                          endpoint=cp2.endpoint)
+    assert sorted(member.resource.metadata.id for member in members) == ["controlplane-1", "controlplane-2", "controlplane-3",
+                                                                         "worker-1"]
+
+    member_id = cluster.etcd.member_of(cp1).id
+    client.call(M + "EtcdRemoveMemberByID", machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id), endpoint=cp2.endpoint)
+    assert sorted(member.hostname for member in _members(client, endpoint=cp2.endpoint)) == ["controlplane-2", "controlplane-3"]
+    assert _error(client, "EtcdRemoveMemberByID", machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id),
+                  endpoint=cp2.endpoint) == (
+        Status.NOT_FOUND, "failed to remove member %d: etcdserver: member not found" % member_id)
+
+
+def test_remove_by_id_is_refused_as_etcd_refuses_it(emulator, api):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    client = api(cluster)
+    cp1, cp2, cp3 = cluster.controlplanes
+    cluster.power_off(cp3)
+    # Removing a running member while another is down would leave 1 running of 2: etcd refuses.
+    running = cluster.etcd.member_of(cp2).id
+    request = machine_pb2.EtcdRemoveMemberByIDRequest(member_id=running)
+    assert _error(client, "EtcdRemoveMemberByID", request) == (
+        Status.UNKNOWN, "failed to remove member: failed to remove member %d: etcdserver: unhealthy cluster" % running)
+    # Without quorum there is no leader to ask.
+    cluster.power_off(cp2)
+    assert _error(client, "EtcdRemoveMemberByID", request) == (
+        Status.UNKNOWN, "failed to remove member: failed to remove member %d: etcdserver: no leader" % running)
+    assert len(cluster.etcd.members) == 3
+
+
+def test_defragment_shrinks_the_database_one_member_at_a_time(emulator, api):
+    cluster = emulator(controlplanes=2, bootstrapped=True)
+    client = api(cluster, role="operator")
+    cp1, cp2 = cluster.controlplanes
+    cluster.fragment_etcd(cp2, 1 << 20)
+
+    def status(node):
+        return client.call(M + "EtcdStatus", node=node.address).messages[0].member_status
+
+    before = status(cp2)
+    assert before.db_size - before.db_size_in_use == 1 << 20 and before.raft_applied_index == before.raft_index
+    client.call(M + "EtcdDefragment", node=cp2.address)
+    after = status(cp2)
+    assert after.db_size == after.db_size_in_use == before.db_size_in_use
+    assert status(cp1).db_size > status(cp1).db_size_in_use  # its own file is untouched
+    assert cluster.etcd.most_concurrent_defragments == 1
+
+
+def test_alarms_show_in_the_status_of_their_member(emulator, api):
+    cluster = emulator(controlplanes=2, bootstrapped=True)
+    client = api(cluster)
+    cp1, cp2 = cluster.controlplanes
+    cluster.raise_etcd_alarm(cp2, "CORRUPT")
+    member_id = cluster.etcd.member_of(cp2).id
+    assert list(client.call(M + "EtcdStatus", node=cp2.address).messages[0].member_status.errors) == [
+        "memberID:%d alarm:CORRUPT" % member_id]
+    assert list(client.call(M + "EtcdStatus", node=cp1.address).messages[0].member_status.errors) == []

@@ -66,8 +66,8 @@ def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, ch
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), playbook]
     cmd += ["-i", inventory or "localhost,"]
     # TALOS_TEST_DOOR=module runs every Talos task through the module door (AnsiballZ, on a local connection)
-    # instead of the controller door.
-    if os.environ.get("TALOS_TEST_DOOR") == "module":
+    # instead of the controller door; a test that needs one door sets it in ``env`` ("" for the default).
+    if dict(os.environ, **(env or {})).get("TALOS_TEST_DOOR") == "module":
         cmd += ["-e", json.dumps({"talos_door": "module", "ansible_connection": "local"})]
     if inventory is None:
         cmd += ["-c", "local"]

@@ -94,6 +94,51 @@ def test_from_nothing_to_a_bootstrapped_cluster(emulator, run_playbook, tmp_path
     assert talosconfig_key not in output
 
 
+def test_installer_in_either_home_on_v114_nodes(emulator, run_playbook, tmp_path):
+    """install_home puts the installer and its disk in the UnattendedInstallConfig document or in .machine.install;
+    v1.14 nodes take either home, and refuse a config with both."""
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True, reboot_seconds=0.1)
+    controlplane, worker = cluster.controlplanes[0], cluster.workers[0]
+    workdir = tmp_path / "generated"
+    workdir.mkdir()
+    tasks = generation_tasks(workdir, "homes", "https://%s:6443" % controlplane.address, [controlplane.endpoint])
+    tasks[1]["talos_linux.talos.talos_machine_config"].update(install_home="unattended", install_disk="/dev/nvme0n1")
+    tasks[2]["talos_linux.talos.talos_machine_config"].update(install_home="machine", install_disk="/dev/vda")
+    run_playbook(local_play(tasks))
+    controlplane_docs = list(yaml.safe_load_all((workdir / "controlplane.yaml").read_text()))
+    [unattended] = [document for document in controlplane_docs if document.get("kind") == "UnattendedInstallConfig"]
+    assert unattended["provisioning"]["diskSelector"]["match"] == 'disk.dev_path == "/dev/nvme0n1"'
+    assert "install" not in controlplane_docs[0]["machine"]
+    worker_docs = list(yaml.safe_load_all((workdir / "worker.yaml").read_text()))
+    assert worker_docs[0]["machine"]["install"]["disk"] == "/dev/vda"
+    assert "UnattendedInstallConfig" not in [document.get("kind") for document in worker_docs]
+    # The worker's config with the controlplane's UnattendedInstallConfig document added: both homes.
+    both = workdir / "both.yaml"
+    both.write_text((workdir / "worker.yaml").read_text() + "---\n" + yaml.safe_dump(unattended, sort_keys=False))
+
+    talosconfig = "%s/talosconfig" % workdir
+
+    def apply(name, node, config_file, **options):
+        task = {"name": name, "talos_linux.talos.talos_apply_config": dict(
+            talosconfig=talosconfig, endpoints=[node.endpoint], node=node.address, insecure=True,
+            config_file=str(config_file), wait_timeout=60)}
+        task.update(options)
+        return task
+
+    run = run_playbook(local_play([
+        apply("both homes", worker, both, ignore_errors=True),
+        apply("unattended home", controlplane, workdir / "controlplane.yaml"),
+        apply("machine home", worker, workdir / "worker.yaml"),
+    ]))
+    refused = run.task("both homes")
+    assert refused["status"] == "failed"
+    assert "UnattendedInstallConfig config is incompatible with v1alpha1 config (.machine.install)" in refused["result"]["msg"]
+    assert run.task("unattended home")["status"] == "changed" and run.task("machine home")["status"] == "changed"
+    assert controlplane.config_bytes == (workdir / "controlplane.yaml").read_bytes()
+    assert worker.config_bytes == (workdir / "worker.yaml").read_bytes()
+    assert worker.config["machine"]["install"]["disk"] == "/dev/vda"
+
+
 def test_check_mode_creates_no_bundle(run_playbook, tmp_path):
     play = local_play(generation_tasks(tmp_path, "check", "https://10.5.0.2:6443", [])[:1])
     run = run_playbook(play, check=True, diff=True)
@@ -167,6 +212,8 @@ def test_commented_config_is_written_once(run_playbook, tmp_path):
 @pytest.mark.parametrize("options,message", [
     ({"cluster_endpoint": "http://10.5.0.2:6443"}, "must use https"),
     ({"talos_version": "v1.8"}, "talos_version v1.8 is not supported"),
+    ({"talos_version": "v1.13.4", "install_home": "unattended"},
+     "install_home unattended needs talos_version v1.14 or later: Talos v1.13 has no UnattendedInstallConfig document"),
     ({"config_patches": [[{"op": "add", "path": "/machine/certSANs/-", "value": "api.example.com"}]]},
      "config_patches[0] is a JSON patch (RFC 6902), which cannot be applied to a multi-document machine config"),
 ])

@@ -86,6 +86,11 @@ class Inventory(object):
         return plain_listing(proc.stdout)
 
 
+def squeezed(text):
+    """``text`` without whitespace: ansible-core 2.16 wraps warnings at 79 columns, even inside a path."""
+    return "".join(text.split())
+
+
 def groups_of(listing):
     return dict((name, sorted(group.get("hosts", []))) for name, group in listing.items()
                 if name not in ("_meta", "all") and group.get("hosts"))
@@ -195,9 +200,18 @@ def test_cache_serves_the_last_listing_until_flushed(cluster, inventory, tmp_pat
     assert groups_of(inventory.list(source))["workers"] == ["worker-1", "worker-2"]
     for endpoint in cluster.controlplanes:
         cluster.faults.make_reachable(endpoint)
-    proc = inventory.run(source, "--list", "--flush-cache")
-    assert proc.returncode == 0, proc.stderr
-    assert groups_of(plain_listing(proc.stdout))["workers"] == ["worker-1", "worker-2", "worker-3"]
+    if "--flush-cache" in inventory.run(source, "--help").stdout:
+        proc = inventory.run(source, "--list", "--flush-cache")
+        assert proc.returncode == 0, proc.stderr
+        listing = plain_listing(proc.stdout)
+    else:  # ansible-core 2.16: ansible-inventory has no --flush-cache; ansible-playbook's reads the cluster again
+        play = tmp_path / "noop.yml"
+        play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks: []\n")
+        proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", source, "--flush-cache", str(play)],
+                              capture_output=True, text=True, env=inventory.env, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        listing = inventory.list(source)
+    assert groups_of(listing)["workers"] == ["worker-1", "worker-2", "worker-3"]
 
 
 @pytest.mark.parametrize("case", ["missing", "unreadable", "not_yaml", "no_context", "unreachable", "wrong_ca", "permission", "env",
@@ -247,7 +261,7 @@ def test_bad_sources_fail_with_one_sentence_naming_the_file(cluster, inventory, 
         pytest.skip("running as a user who reads every file")
     proc = inventory.run(source, "--list", env=env)
     assert proc.returncode != 0 and "_meta" not in proc.stdout
-    assert source in proc.stderr and expected in proc.stderr, proc.stderr
+    assert squeezed(source) in squeezed(proc.stderr) and squeezed(expected) in squeezed(proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     secrets = [yaml.safe_load(open(cluster.talosconfig_path()).read())["contexts"]["emulated"][key] for key in ("crt", "key")]
     assert not any(secret[:40] in proc.stderr + proc.stdout for secret in secrets)

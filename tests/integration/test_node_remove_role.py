@@ -2,10 +2,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The node_remove role against the emulator: a control plane leaves etcd and is wiped,
-a worker is wiped, check mode sends nothing and the quorum guard stops a removal."""
+a worker is wiped, check mode sends nothing, the quorum guard stops a removal, and a
+powered-off control plane has its member removed through another one."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
+
+from test_robustness import assert_no_secret, cluster_secrets
 
 
 def remove_play(cluster, node, **role_vars):
@@ -62,3 +65,40 @@ def test_quorum_guard_stops_the_removal_before_any_change(emulator, run_playbook
     assert "Make the node's etcd member leave etcd" in failed["task"]
     assert failed["result"]["msg"].startswith("Refusing to remove etcd member controlplane-1")
     assert cluster.audit() == []
+
+
+def test_a_powered_off_control_plane_is_removed_through_another(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True)
+    cp1, _cp2, cp3 = cluster.controlplanes
+    cluster.power_off(cp3)
+    assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-1", "controlplane-2", "controlplane-3"]
+
+    check = run_playbook(remove_play(cluster, cp3), check=True)
+    assert cluster.audit() == [] and len(cluster.etcd.members) == 3
+    assert _report(check) == (
+        "Check mode: would remove %s, which is unreachable. etcd: member controlplane-3 would be removed through the "
+        "talosconfig endpoints. Reset and wipe: skipped because the node is unreachable; wipe its disks before the "
+        "machine is used again." % cp3.address)
+
+    run = run_playbook(remove_play(cluster, cp3), verbosity=3)
+    assert_no_secret(run.stdout + run.stderr, cluster_secrets(cluster))
+    assert [(e["method"], e["code"]) for e in cluster.audit()] == [("machine.MachineService/EtcdRemoveMemberByID", "OK")]
+    assert cluster.audit()[0]["node"] != cp3.name
+    assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-1", "controlplane-2"]
+    assert _report(run).startswith("Removed %s, which is unreachable. etcd: member controlplane-3 was removed through "
+                                   "the talosconfig endpoints. Reset and wipe: skipped because the node is unreachable"
+                                   % cp3.address)
+
+    again = run_playbook(remove_play(cluster, cp3, node_remove_via=cp1.address))
+    assert again.changed_count == 0 and len(cluster.audit()) == 1
+    assert "etcd: no member of it (removed already, or not a control plane)." in _report(again)
+
+
+def test_a_powered_off_first_endpoint_is_removed_through_the_next_one(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cp1, cp2, _cp3 = cluster.controlplanes
+    cluster.power_off(cp1)
+    run = run_playbook(remove_play(cluster, cp1, node_remove_via=cp2.address))
+    assert [(e["method"], e["node"]) for e in cluster.audit()] == [("machine.MachineService/EtcdRemoveMemberByID", cp2.name)]
+    assert "etcd: member controlplane-1 was removed through %s." % cp2.address in _report(run)
+    assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-2", "controlplane-3"]

@@ -192,3 +192,50 @@ def test_reader_and_operator_get_the_role_they_need(emulator, run_playbook):
         assert "EtcdLeaveCluster" in message
         assert "it needs role os:admin and the client certificate carries role os:%s" % role in message
     assert cluster.audit() == [] and len(cluster.etcd.members) == 3
+
+
+def test_member_id_removes_a_powered_off_member_through_the_tasks_node(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, second, third = cluster.controlplanes
+    cluster.power_off(third)
+    member_id = cluster.etcd.member_of(third).id
+
+    check = run_playbook(member_play(cluster, second.address, member_id="0x%016X" % member_id, state="absent"),
+                         check=True).task("etcd")
+    assert check["status"] == "changed" and check["result"]["method"] == "remove"
+    assert check["result"]["member"]["hostname"] == third.hostname
+    assert cluster.audit() == [] and len(cluster.etcd.members) == 3
+
+    result = run_playbook(member_play(cluster, second.address, member_id="%016x" % member_id, state="absent")).task("etcd")
+    assert result["status"] == "changed" and result["result"]["quorum"]["safe"] is True
+    assert [(e["method"], e["node"], e["member_id"]) for e in cluster.audit()] == [
+        ("machine.MachineService/EtcdRemoveMemberByID", second.name, member_id)]
+    assert names(result["result"]["members_after"]) == sorted([first.hostname, second.hostname])
+
+    # An integer is the decimal ID; the member is gone now, so nothing changes.
+    again = run_playbook(member_play(cluster, second.address, member_id=member_id, state="absent")).task("etcd")
+    assert again["status"] == "ok" and again["result"]["member"] is None and len(cluster.audit()) == 1
+
+
+def test_a_powered_off_member_is_found_by_hostname_for_method_remove(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True)
+    first, _second, third = cluster.controlplanes
+    cluster.power_off(third)
+    result = run_playbook(member_play(cluster, first.address, member=third.hostname, state="absent",
+                                      method="remove")).task("etcd")
+    assert result["status"] == "changed"
+    assert [(e["method"], e["node"]) for e in cluster.audit()] == [("machine.MachineService/EtcdRemoveMemberByID", first.name)]
+    again = run_playbook(member_play(cluster, first.address, member=third.hostname, state="absent", method="remove"))
+    assert again.task("etcd")["status"] == "ok" and len(cluster.audit()) == 1
+
+
+def test_a_member_id_that_is_no_id_is_refused_before_any_call(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, bootstrapped=True)
+    node = cluster.controlplanes[0]
+    run = run_playbook(member_play(cluster, node.address, member_id="cp-3", state="absent"), expect_rc=2)
+    assert run.task("etcd")["result"]["msg"] == (
+        "member_id 'cp-3' is not an etcd member ID: give it in hexadecimal as talosctl etcd members prints it "
+        "(8e9e05c52164694d, 0x allowed) or as a decimal integer.")
+    both = run_playbook(member_play(cluster, node.address, member_id="1", member="cp-1"), expect_rc=2)
+    assert "mutually exclusive" in both.task("etcd")["result"]["msg"]
+    assert cluster.audit() == []

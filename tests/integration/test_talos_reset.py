@@ -65,8 +65,6 @@ def test_bad_input_is_refused_before_any_call(emulator, run_playbook):
     play = module_play(cluster, "talos_reset", {"wipe_mode": "system_disk", "user_disks_to_wipe": ["/dev/sdb"]},
                        node, "disks with system_disk", ignore_errors=True)
     play["tasks"] += [
-        {"name": "unknown label", "ignore_errors": True,
-         "talos_linux.talos.talos_reset": {"system_labels_to_wipe": ["STATE", "DATA"]}},
         {"name": "labels with user_disks", "ignore_errors": True,
          "talos_linux.talos.talos_reset": {"wipe_mode": "user_disks", "system_labels_to_wipe": ["STATE"],
                                            "user_disks_to_wipe": ["/dev/sdb"]}},
@@ -74,11 +72,30 @@ def test_bad_input_is_refused_before_any_call(emulator, run_playbook):
     run = run_playbook(play)
     assert run.task("disks with system_disk")["result"]["msg"].startswith(
         "user_disks_to_wipe cannot be used with wipe_mode: system_disk")
-    assert run.task("unknown label")["result"]["msg"] == (
-        "system_labels_to_wipe has unknown volume label(s) DATA: Talos system volumes are BOOT, EFI, EPHEMERAL, META, STATE.")
     assert run.task("labels with user_disks")["result"]["msg"].startswith(
         "system_labels_to_wipe cannot be used with wipe_mode: user_disks")
     assert cluster.audit() == []
+
+
+def test_labels_are_the_nodes_volumes(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1)
+    worker = cluster.workers[0]
+    volumes = ("EPHEMERAL, META, STATE (and, together with EPHEMERAL: CRI, ETCD, KUBELET, LOG)")
+    for labels, message in (
+            (["EFI", "STATE", "boot"], "system_labels_to_wipe names EFI, boot, which node %s does not have; its volumes "
+                                       "are %s." % (worker.address, volumes)),
+            (["etcd"], "system_labels_to_wipe names ETCD, which resides on EPHEMERAL of node %s and is wiped only "
+                       "together with it; add EPHEMERAL to system_labels_to_wipe." % worker.address)):
+        refused = run_playbook(reset_play(cluster, worker.address, system_labels_to_wipe=labels), check=True).task("reset")
+        assert refused["status"] == "failed" and refused["result"]["msg"] == message
+    assert cluster.audit() == []
+
+    # A directory volume goes with the volume it resides on, as Talos v1.14 allows.
+    result = run_playbook(reset_play(cluster, worker.address, reboot=True, wipe_mode="system_disk",
+                                     system_labels_to_wipe=["etcd", "ephemeral"])).task("reset")
+    assert result["status"] == "changed", result["result"]
+    assert result["result"]["wiped"]["labels"] == ["EPHEMERAL", "ETCD"]
+    assert cluster.audit()[0]["system_partitions_to_wipe"] == ["ETCD", "EPHEMERAL"] and cluster.audit()[0]["code"] == "OK"
 
 
 def test_graceful_reset_of_a_control_plane_leaves_etcd_and_powers_off(emulator, run_playbook):

@@ -6,7 +6,8 @@ A row is ``case(id, module, args, expect, ...)``:
 
 - ``args`` are the module's options; ``{name}`` in any string is replaced by
   the context (see ``test_robustness.context``): ``{cp}`` and ``{worker}``
-  (node addresses), ``{other_worker}``, ``{tmp}``, ``{admin}``, ``{reader}``,
+  (node addresses), ``{cp_member_id}`` (the control plane's etcd member ID),
+  ``{other_worker}``, ``{tmp}``, ``{admin}``, ``{reader}``,
   ``{wrong_ca}``, ``{mismatched_key}``, ``{binary}``, ``{bad_port}``,
   ``{cp_config}`` (a file with the control plane's own config, full of secrets),
   ``{registry_password}`` (a secret that only the patches carry).
@@ -44,6 +45,25 @@ def _redacted_diff(result):
 def _redacted_resource(result):
     items = result["ansible_facts"]["talos"]["resources"][0]["items"]
     assert items and "<redacted>" in repr(items[0]["spec"]), items
+
+
+def _etcd_info_of_a_control_plane_and_a_worker(result):
+    assert [member["hostname"] for member in result["members"]] == ["controlplane-1"], result["members"]
+    control_plane, worker = result["status"]
+    assert control_plane["member_id"] == result["members"][0]["id"] and control_plane["db_size"] > 0, control_plane
+    assert worker["member_id"] is None and "only available on control plane nodes" in worker["errors"][0], worker
+    assert result["warnings"], result
+
+
+def _defragment_planned(result):
+    (member,) = result["members"]
+    assert member["selected"] and member["leader"] and not member["defragmented"], member
+    assert result["defragmented"] == [] and result["alarms_disarmed"] == [], result
+
+
+def _sensitive_type_fully_redacted(result):
+    (resource,) = result["resources"]
+    assert resource["spec"] == "<redacted>", resource
 
 
 REGISTRY_PATCH = {"machine": {"registries": {"config": {"registry.example.com": {"auth": {
@@ -154,6 +174,26 @@ MODULE_CASES = [
     case("etcd-member-empty-snapshot", "talos_etcd_member", {"state": "absent", "snapshot": " "}, r"^snapshot is empty"),
     case("etcd-member-wrong-ca", "talos_etcd_member", {"state": "present", "talosconfig": "{wrong_ca}"},
          r"^Certificate verification of endpoint", group="node"),
+    case("etcd-member-id-that-is-no-id", "talos_etcd_member", {"member_id": "cp-3", "state": "absent"},
+         r"^member_id 'cp-3' is not an etcd member ID"),
+    case("etcd-member-id-and-member", "talos_etcd_member", {"member_id": "1", "member": "cp-1", "state": "absent"},
+         r"mutually exclusive"),
+    case("etcd-member-id-of-the-last-member", "talos_etcd_member", {"member_id": "{cp_member_id}", "state": "absent"},
+         r"is the last voting etcd member", group="node", check_mode=True),
+    case("etcd-member-remove-by-address-of-the-last-member", "talos_etcd_member",
+         {"member": "{cp}", "state": "absent", "method": "remove"}, r"is the last voting etcd member", group="node"),
+
+    # talos_etcd_info and talos_etcd_maintenance
+    case("etcd-info-reads-members-status-alarms", "talos_etcd_info", {"nodes": ["{cp}", "{worker}"]}, r"", group="node",
+         outcome="ok", result=_etcd_info_of_a_control_plane_and_a_worker),
+    case("etcd-info-from-a-worker", "talos_etcd_info", {"node": "{worker}"},
+         r"etcd status is only available on control plane nodes", group="node"),
+    case("etcd-maintenance-ratio-above-one", "talos_etcd_maintenance", {"defragment": True, "defragment_min_free_ratio": 1.5},
+         r"^defragment_min_free_ratio must be at most 1"),
+    case("etcd-maintenance-plan-in-check-mode", "talos_etcd_maintenance", {"defragment": True, "disarm_alarms": True},
+         r"", group="node", outcome="changed", check_mode=True, result=_defragment_planned),
+    case("etcd-maintenance-reader-role", "talos_etcd_maintenance", {"defragment": True, "talosconfig": "{reader}"},
+         r"Permission denied for machine.MachineService/EtcdDefragment .*needs role os:admin or os:operator", group="node"),
 
     # talos_kubeconfig
     case("kubeconfig-dest-is-a-directory", "talos_kubeconfig", {"dest": "{tmp}"},
@@ -189,7 +229,11 @@ MODULE_CASES = [
     case("logs-empty-service", "talos_logs", {"service": ""}, r"^service is empty"),
     case("resource-info-empty-type", "talos_resource_info", {"type": " "}, r"^type is empty"),
     case("resource-info-machine-config-is-redacted", "talos_resource_info",
-         {"type": "MachineConfigs.config.talos.dev", "namespace": "config", "id": "v1alpha1"}, r"", group="node", outcome="ok"),
+         {"type": "MachineConfigs.config.talos.dev", "namespace": "config", "id": "v1alpha1"}, r"", group="node", outcome="ok",
+         result=_sensitive_type_fully_redacted),
+    case("reset-label-the-node-has-no-volume-for", "talos_reset", {"node": "{worker}", "system_labels_to_wipe": ["EFI"]},
+         r"^system_labels_to_wipe names EFI, which node .* does not have; its volumes are EPHEMERAL, META, STATE",
+         group="node", check_mode=True),
 
     # Config generation on the controller: unreadable inputs, and a patch failure over the cluster's own secrets.
     case("machine-config-json-patch-over-the-cluster-secrets", "talos_machine_config",

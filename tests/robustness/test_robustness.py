@@ -89,6 +89,7 @@ def context(cluster, files):
         files,
         cp=cluster.controlplanes[0].address,
         cp_endpoint=cluster.controlplanes[0].endpoint,
+        cp_member_id="%016x" % cluster.etcd.member_of(cluster.controlplanes[0]).id,
         worker=workers[0].address,
         worker_endpoint=workers[0].endpoint,
         other_worker=workers[-1].address,

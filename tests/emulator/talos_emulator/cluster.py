@@ -33,11 +33,12 @@ from .node import EmulatedNode
 from .pki import CertificateAuthority
 
 DEFAULT_TALOS_VERSION = "v1.14.0"
-# What ``talos-emulator fault`` may ask of a running cluster: the fault injection API and power_on.
+# What ``talos-emulator fault`` may ask of a running cluster: the fault injection API and the cluster's own calls.
+_CLUSTER_CALLS = frozenset(["power_on", "power_off", "add_node", "raise_etcd_alarm", "fragment_etcd"])
 CONTROL_CALLS = frozenset([
     "make_unreachable", "make_reachable", "set_latency", "fail", "cut_stream", "pause", "fail_installer",
-    "mark_image_unavailable", "clear", "power_on", "add_node",
-])
+    "mark_image_unavailable", "clear",
+]) | _CLUSTER_CALLS
 ROLES = {"admin": ("os:admin",), "operator": ("os:operator",), "reader": ("os:reader",)}
 
 # Loopback addresses handed out to the clusters of this process, so that they
@@ -249,7 +250,7 @@ class EmulatedCluster:
             try:
                 if request["call"] not in CONTROL_CALLS:
                     raise ValueError("unknown control call %r" % request["call"])
-                target = self if request["call"] in ("power_on", "add_node") else self.faults
+                target = self if request["call"] in _CLUSTER_CALLS else self.faults
                 getattr(target, request["call"])(*request.get("args", []), **request.get("kwargs", {}))
                 outcome = {"ok": True}
             except Exception as error:  # reported to the command line, which exits non-zero
@@ -307,6 +308,13 @@ class EmulatedCluster:
         if not node.powered:
             self.run(node.boot())
 
+    def power_off(self, node):
+        """Cut a node's power, as a machine that dies does: no shutdown sequence, it stays an etcd member and a
+        discovery member of the others until it is removed."""
+        node = self.node(node)
+        if node.powered:
+            self.run(node.power_off())
+
     def bootstrap(self, node=None):
         """Bootstrap etcd directly, as if Bootstrap had been called (a fixture shortcut)."""
         self.call(self.bootstrap_etcd, self.node(node) if node is not None else self.controlplanes[0])
@@ -330,8 +338,15 @@ class EmulatedCluster:
         self.call(self.node(node).resource_labels.__setitem__, (resource_type, resource_id), dict(labels))
 
     def raise_etcd_alarm(self, node, alarm="NOSPACE"):
+        """An etcd alarm (NOSPACE, CORRUPT) on the node's member, as etcd raises it."""
         member = self.etcd.member_of(self.node(node))
         self.call(self.etcd.alarms.append, (member.id, machine_pb2.EtcdMemberAlarm.AlarmType.Value(alarm)))
+
+    def fragment_etcd(self, node, free_bytes):
+        """Give the node's etcd database ``free_bytes`` of free pages: EtcdStatus db_size exceeds db_size_in_use by
+        that much until a defragmentation."""
+        member = self.etcd.member_of(self.node(node))
+        self.call(setattr, member, "free_bytes", int(free_bytes))
 
     # Files for clients.
 

@@ -70,6 +70,15 @@ DOCUMENT_KEYS = {
     "RegistryTLSConfig": ("name", "clientIdentity", "ca", "insecureSkipVerify"),
 }
 
+# Keys of the nested mappings the node decodes strictly, per kind (path of the mapping: its keys).
+NESTED_KEYS = {
+    "UnattendedInstallConfig": {
+        ("installer",): ("image",),
+        ("provisioning",): ("diskSelector", "wipe"),
+        ("provisioning", "diskSelector"): ("match",),
+    },
+}
+
 # The release that first registers a kind; kinds not listed are older than v1.9.
 _KINDS_SINCE = {
     "v1.12.0": ("HostnameConfig", "RegistryMirrorConfig", "RegistryTLSConfig", "RegistryAuthConfig"),
@@ -97,7 +106,6 @@ _CONFLICTS = {
     "KubeClusterConfig": (("cluster", "clusterName"), ("cluster", "controlPlane", "endpoint")),
     "DiscoveryIdentityConfig": (("cluster", "id"), ("cluster", "secret")),
     "DiscoveryServiceConfig": (("cluster", "discovery"),),
-    "UnattendedInstallConfig": (("machine", "install"),),
     "KubeAPIServerCAConfig": (("cluster", "ca"),),
     "KubeAggregatorCAConfig": (("cluster", "aggregatorCA"),),
     "KubeServiceAccountConfig": (("cluster", "serviceAccount"),),
@@ -109,6 +117,13 @@ def registered(kind, talos_version):
         if kind in kinds:
             return not older_than(talos_version, since)
     return kind in _OLDER_KINDS
+
+
+def _lookup(document, path):
+    value = document
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def _unknown_keys(mapping, allowed, prefix):
@@ -131,6 +146,10 @@ def decode_problems(documents, talos_version):
                 continue
             allowed = DOCUMENT_KEYS.get(kind)
             unknown = _unknown_keys(document, allowed + ("apiVersion", "kind"), "") if allowed else []
+            for path, keys in NESTED_KEYS.get(kind, {}).items():
+                nested = _lookup(document, path)
+                if isinstance(nested, dict):
+                    unknown += _unknown_keys(nested, keys, ".".join(path) + ".")
         if unknown:
             problems.append("unknown keys found during decoding: %s%s" % ("%s " % kind if kind else "", ", ".join(unknown)))
     return problems
@@ -208,6 +227,11 @@ def _document_problems(kind, document):
         issuer = document.get("issuer") or {}
         problems = _pem_problems(issuer.get("privateKey"), "service account key", private=True)
         return problems + ([] if issuer.get("issuerURL") else ["issuer URL must be specified"])
+    if kind == "UnattendedInstallConfig":
+        # runtime.ProvisioningSpec.Validate; the node also parses the CEL expression, which is not imitated here.
+        match = _lookup(document, ("provisioning", "diskSelector", "match"))
+        if not match or not isinstance(match, str):
+            return ["UnattendedInstallConfig: provisioning.volumeSelector.match is required"]
     if kind == "HostnameConfig":
         if document.get("auto") and document.get("hostname"):
             return ["'auto' and 'hostname' cannot be set at the same time"]
@@ -238,6 +262,9 @@ def document_problems(documents, config):
             if _has(config, path):
                 problems.append("%s: .%s is already set in the v1alpha1 config, remove it to use the %s document"
                                 % (kind, ".".join(path), kind))
+        # Any .machine.install section, even an empty one, is refused next to this document.
+        if kind == "UnattendedInstallConfig" and machine.get("install") is not None:
+            problems.append("UnattendedInstallConfig config is incompatible with v1alpha1 config (.machine.install)")
         if kind == "HostnameConfig":
             if (machine.get("network") or {}).get("hostname"):
                 problems.append("static hostname is already set in v1alpha1 config")

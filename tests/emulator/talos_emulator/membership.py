@@ -101,13 +101,13 @@ class EtcdCluster:
         return len(self.running_members()) >= len(self.members) // 2 + 1
 
     def leader(self):
-        """The leader: the current one while its node runs etcd, else a running member elected while the running
-        members keep quorum; None without quorum."""
+        """The leader while the running members keep quorum (None otherwise): the current one while its node runs
+        etcd, else a running member elected in its place."""
+        if not self.members or not self.has_quorum():
+            return None
         for member in self.members:
             if member.id == self.leader_id and member.node.etcd_running:
                 return member
-        if not self.members or not self.has_quorum():
-            return None
         self.leader_id = self.running_members()[0].id
         return self.running_members()[0]
 

@@ -127,3 +127,20 @@ def image_factory_schematic(spec):
 
 def security_state(spec):
     return _number(1, spec["secureBoot"]) + _number(5, spec.get("bootedWithUKI", False))
+
+
+# Talos's enums.BlockVolumePhase, BlockVolumeType and BlockFilesystemType numbers.
+_VOLUME_PHASES = {"waiting": 0, "failed": 1, "missing": 2, "located": 3, "provisioned": 4, "prepared": 5, "ready": 6, "closed": 7}
+_VOLUME_TYPES = {"partition": 0, "disk": 1, "tmpfs": 2, "directory": 3, "symlink": 4, "overlay": 5, "external": 6}
+_FILESYSTEMS = {"none": 0, "xfs": 1, "vfat": 2, "ext4": 3}
+
+
+def volume_status(spec):
+    mount = spec.get("mountSpec")
+    mount_spec = b"" if mount is None else _message(15, _bytes(1, mount["targetPath"]) + _bytes(2, mount["selinuxLabel"])
+                                                       + _number(3, mount["projectQuotaSupport"])
+                                                       + _bytes(4, mount.get("parentId", "")))
+    return (_number(1, _VOLUME_PHASES[spec["phase"]]) + _bytes(2, spec.get("location", ""))
+            + _bytes(7, spec.get("parentLocation", "")) + _number(8, spec.get("partitionIndex", 0))
+            + _number(10, _FILESYSTEMS[spec.get("filesystem", "none")]) + mount_spec
+            + _number(16, _VOLUME_TYPES[spec["type"]]))

@@ -21,6 +21,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.r
 
 from .. import authz, configgen, image_factory, resource_specs
 from ..context import current_call
+from . import volumes
 
 _NAMESPACES = frozenset([
     "meta", "runtime", "config", "network", "k8s", "cluster", "secrets", "etcd", "v1alpha1", "hardware", "block", "cri",
@@ -96,12 +97,17 @@ def _has_discovery_service_document(config_bytes):
 
 
 def _members(node):
-    """The configured, powered nodes that take part in discovery, named by nodename as Talos's MemberController does."""
+    """The configured nodes that take part in discovery, named by nodename as Talos's MemberController does.
+
+    A node that is off stays a member, as the discovery service keeps it until
+    its TTL runs out; one whose reset wiped its configuration (STATE) is gone
+    (the TTL is not modelled).
+    """
     if not _discovery_enabled(node):
         return []
     members = []
     for member in node.cluster.nodes:
-        if not (member.powered and _discovery_enabled(member)):
+        if not (_discovery_enabled(member) and (member.powered or member.persistent_config_bytes is not None)):
             continue
         spec = {
             "nodeId": member.identity,
@@ -153,6 +159,8 @@ _KINDS = [
           image_factory.image_factory_schematics, resource_specs.image_factory_schematic),
     _Kind("SecurityStates.talos.dev", "runtime", [], [("SecureBoot", "{.secureBoot}")], image_factory.security_states,
           resource_specs.security_state),
+    _Kind("VolumeStatuses.block.talos.dev", "runtime", ["volumestatus"], [("Type", "{.type}"), ("Phase", "{.phase}"),
+          ("Location", "{.location}")], volumes.volume_statuses, resource_specs.volume_status),
 ]
 
 

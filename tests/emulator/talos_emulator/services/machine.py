@@ -29,9 +29,11 @@ from .common import new_actor_id, require_machine_type, send_chunks
 from .etcd import EtcdRPCs
 from .image import LegacyImageRPCs
 from .logs import LogRPCs
+from . import volumes
 from .storage import SYSTEM_DISK, USER_DISKS
 
-# Volumes a Reset may name in system_partitions_to_wipe.
+# The partitions a Reset without system_partitions_to_wipe wipes: the whole system disk (volumes.py says which
+# of them a Reset may name).
 _SYSTEM_VOLUMES = ("EFI", "BOOT", "META", "STATE", "EPHEMERAL")
 
 _DIRECTORIES = ("/", "/etc", "/proc", "/proc/sys", "/system", "/var", "/var/lib", "/var/log")
@@ -117,9 +119,9 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, LegacyImageRPCs, LogRPCs, 
             raise GRPCError(Status.UNKNOWN, "reset failed: invalid input, wipe mode SYSTEM_DISK doesn't support UserDisksToWipe parameter")
         if request.mode == wipe_mode.USER_DISKS and request.system_partitions_to_wipe:
             raise GRPCError(Status.UNKNOWN, "reset failed: invalid input, wipe mode USER_DISKS doesn't support SystemPartitionsToWipe parameter")
-        for spec in request.system_partitions_to_wipe:
-            if spec.label not in _SYSTEM_VOLUMES:
-                raise GRPCError(Status.UNKNOWN, "failed to get volume status with label %s" % spec.label)
+        refusal = volumes.reset_refusal(node, [spec.label for spec in request.system_partitions_to_wipe if spec.wipe])
+        if refusal is not None:
+            raise GRPCError(Status.UNKNOWN, refusal)
         for device in request.user_disks_to_wipe:
             if device == SYSTEM_DISK:
                 raise GRPCError(Status.UNKNOWN, "reset user disk failed: device %s is the system disk" % device)

@@ -13,7 +13,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.talos_linux.talos.plugins.inventory import talos
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from fake_talos import LIST, FakeTalos, fails_with
 
 DEFAULTS = dict(
     talosconfig=None, context=None, endpoints=None, node=None, nodes=None, ca=None, crt=None, key=None, insecure=False,
@@ -142,41 +143,23 @@ def test_strict_compose_fails_on_an_undefined_variable():
         inventory_plugin._populate(CLUSTER[:1])
 
 
-class Client:
-    def __init__(self, settings, error=None, nodes=()):
-        self.settings = settings
-        self.error = error
-        self.found = list(nodes)
-        self.nodes = list(settings.nodes)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        pass
-
-    def list_resources(self, namespace, resource_type, node=None, deadline=None):
-        if self.error:
-            raise self.error
-        return self.found
-
-    def call(self, method, request=None, node=None, **_kwargs):
-        return []
-
-
-def discovering(monkeypatch, error=None, found=(), **options):
+def discovering(monkeypatch, error=None, **options):
+    """The plugin with ``options``, its clients answering Members with nothing (or ``error``) and an empty etcd."""
     inventory_plugin = plugin(endpoints=["10.5.0.2"], insecure=True, **options)
     clients = []
 
     def make_client(settings):
-        clients.append(Client(settings, error, found))
+        clients.append(FakeTalos(settings=settings, answers={
+            LIST: error or [],
+            "machine.MachineService/EtcdMemberList": [machine_pb2.EtcdMembers()],
+        }))
         return clients[-1]
     monkeypatch.setattr(inventory_plugin, "_client", make_client)
     return inventory_plugin, clients
 
 
 def test_discovery_errors_name_the_source_in_one_sentence(monkeypatch):
-    error = from_status("PermissionDenied", "not authorized", "cosi.resource.State/List", None, client_roles=["os:impersonator"])
+    error = fails_with("PermissionDenied", "not authorized", client_roles=["os:impersonator"])
     inventory_plugin, _clients = discovering(monkeypatch, error=error)
     with pytest.raises(AnsibleParserError) as raised:
         inventory_plugin._discover("/srv/cluster.talos.yml")

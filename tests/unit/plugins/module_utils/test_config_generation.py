@@ -134,6 +134,74 @@ def test_options(bundle):
     assert "UnattendedInstallConfig" not in kinds(documents)
 
 
+def test_v114_installer_in_either_home(bundle):
+    default, documents = render(bundle, "worker", "v1.14", install_image="registry.example/installer:v1.14.1")
+    unattended, _docs = render(bundle, "worker", "v1.14", install_image="registry.example/installer:v1.14.1",
+                               install_home="unattended")
+    assert unattended == default and "install" not in documents[0]["machine"]
+    [document] = [document for document in documents if document.get("kind") == "UnattendedInstallConfig"]
+    assert document == {"apiVersion": "v1alpha1", "kind": "UnattendedInstallConfig",
+                        "installer": {"image": "registry.example/installer:v1.14.1"},
+                        "provisioning": {"diskSelector": {"match": 'disk.dev_path == "/dev/sda"'}, "wipe": False}}
+
+    text, documents = render(bundle, "worker", "v1.14", install_image="registry.example/installer:v1.14.1",
+                             install_disk="/dev/nvme0n1", install_home="machine")
+    assert "UnattendedInstallConfig" not in kinds(documents)
+    assert documents[0]["machine"]["install"] == {"disk": "/dev/nvme0n1", "image": "registry.example/installer:v1.14.1",
+                                                  "wipe": False, "grubUseUKICmdline": True}
+    # Go's field order: install between certSANs and features.
+    assert "    certSANs: []\n    install:\n        disk: /dev/nvme0n1\n" in text and "\n    features:\n" in text
+    # Every other document is the same as with the default home.
+    assert documents[1:] == [
+        document for document in list(yaml.safe_load_all(default))[1:] if document["kind"] != "UnattendedInstallConfig"]
+
+
+def test_unattended_home_without_a_disk_writes_no_document(bundle):
+    _text, documents = render(bundle, "controlplane", "v1.14", install_disk="", install_home="unattended")
+    assert "UnattendedInstallConfig" not in kinds(documents) and "install" not in documents[0]["machine"]
+
+
+@pytest.mark.parametrize("version", ["v1.9", "v1.13"])
+def test_contracts_before_v114_keep_the_machine_home(bundle, version):
+    default, documents = render(bundle, "worker", version)
+    machine, _docs = render(bundle, "worker", version, install_home="machine")
+    assert default == machine and documents[0]["machine"]["install"]["disk"] == "/dev/sda"
+    with pytest.raises(TalosConfigError) as caught:
+        render(bundle, "worker", version, install_home="unattended")
+    assert caught.value.message == (
+        "install_home unattended needs talos_version v1.14 or later: Talos %s has no UnattendedInstallConfig document, so "
+        "its installer and install disk go in .machine.install (install_home machine)." % version)
+
+
+def test_unknown_install_home(bundle):
+    with pytest.raises(TalosConfigError) as caught:
+        render(bundle, "worker", "v1.14", install_home="meta")
+    assert caught.value.message == "install_home must be one of machine, unattended, got 'meta'."
+
+
+@pytest.mark.parametrize("home,patch", [
+    (None, {"machine": {"install": {"extraKernelArgs": ["console=ttyS0"]}}}),
+    ("machine", {"apiVersion": "v1alpha1", "kind": "UnattendedInstallConfig", "installer": {"image": "x/installer:v1"}}),
+])
+def test_patches_may_not_add_the_other_home(bundle, home, patch):
+    with pytest.raises(TalosConfigError) as caught:
+        render(bundle, "worker", "v1.14", install_home=home, config_patches=[patch])
+    assert caught.value.message.startswith(
+        "config_patches give the machine config both a .machine.install section and an UnattendedInstallConfig document, "
+        "which Talos refuses together: patch only the home install_home chooses (%s here)" % (home or "unattended"))
+
+
+def test_patches_select_the_disk_in_the_home_in_use(bundle):
+    _text, documents = render(bundle, "worker", "v1.14", install_home="machine", install_disk="", config_patches=[
+        {"machine": {"install": {"diskSelector": {"size": ">= 100GB"}}}}])
+    assert documents[0]["machine"]["install"]["diskSelector"] == {"size": ">= 100GB"}
+    _text, documents = render(bundle, "worker", "v1.14", config_patches=[
+        {"apiVersion": "v1alpha1", "kind": "UnattendedInstallConfig",
+         "provisioning": {"diskSelector": {"match": 'disk.transport == "nvme"'}}}])
+    [document] = [document for document in documents if document.get("kind") == "UnattendedInstallConfig"]
+    assert document["provisioning"] == {"diskSelector": {"match": 'disk.transport == "nvme"'}, "wipe": False}
+
+
 def test_patches_reuse_apply_patches(bundle):
     _text, documents = render(bundle, "controlplane", "v1.14", config_patches=[
         {"machine": {"certSANs": ["a.example"]}},

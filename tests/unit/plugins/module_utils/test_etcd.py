@@ -22,6 +22,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from fake_talos import FakeTalos, fails_with
 
 
 def member(name, member_id, address=None, learner=False):
@@ -386,3 +387,117 @@ def test_a_directory_in_the_way_is_reported(tmp_path):
     (tmp_path / "etcd.snapshot").mkdir()
     with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*etcd.snapshot: it is a directory; set snapshot to a file path."):
         etcd.save_snapshot(SnapshotClient(b"data"), None, str(tmp_path / "etcd.snapshot"))
+
+
+# Member IDs from options, health and maintenance (talos_etcd_info, talos_etcd_maintenance)
+
+def test_member_id_option_reads_hex_strings_and_decimal_integers():
+    assert etcd.member_id_option("8e9e05c52164694d") == 0x8e9e05c52164694d
+    assert etcd.member_id_option("0X1F") == 31
+    assert etcd.member_id_option(31) == 31
+    assert etcd.describe_ref(31) == "000000000000001f" and etcd.describe_ref("cp-1") == "cp-1"
+
+
+def test_find_member_by_the_address_of_its_node():
+    members = [member("cp-1", ONE), member("cp-2", TWO)]
+    assert etcd.find_member(members, "10.5.0.2")["hostname"] == "cp-2"
+    assert etcd.find_member(members, 2)["hostname"] == "cp-2"
+    assert etcd.find_member(members, 9) is None
+
+
+CP1, CP2, CP3 = "10.5.0.1", "10.5.0.2", "10.5.0.3"
+
+
+def status_reply(member_id, leader, db_size=1000, in_use=400, errors=()):
+    return [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+        member_id=member_id, leader=leader, db_size=db_size, db_size_in_use=in_use, raft_index=7, raft_term=2,
+        raft_applied_index=7, protocol_version="3.6.5", errors=list(errors)))]
+
+
+def etcd_cluster(sizes=None, leader=1, **per_node):
+    """A FakeTalos of three control planes (member IDs 1-3 at CP1-CP3); ``sizes`` maps a node to (db_size, in use)."""
+    fake = FakeTalos(nodes=[CP1, CP2, CP3])
+    for index, node in enumerate((CP1, CP2, CP3), 1):
+        db_size, in_use = (sizes or {}).get(node, (1000, 400))
+        fake.answer(etcd.STATUS, per_node.get(node) or status_reply(index, leader, db_size, in_use), node=node)
+    fake.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+        machine_pb2.EtcdMember(id=index, hostname="cp-%d" % index, client_urls=["https://%s:2379" % node])
+        for index, node in enumerate((CP1, CP2, CP3), 1)])])
+    fake.answer(etcd.ALARM_LIST, [machine_pb2.EtcdAlarm(member_alarms=[
+        machine_pb2.EtcdMemberAlarm(member_id=2, alarm=machine_pb2.EtcdMemberAlarm.NOSPACE),
+        machine_pb2.EtcdMemberAlarm(member_id=3, alarm=machine_pb2.EtcdMemberAlarm.NONE)])])
+    fake.answer(etcd.DEFRAGMENT, [machine_pb2.EtcdDefragment()])
+    fake.answer(etcd.ALARM_DISARM, [machine_pb2.EtcdAlarmDisarm(member_alarms=[
+        machine_pb2.EtcdMemberAlarm(member_id=2, alarm=machine_pb2.EtcdMemberAlarm.NOSPACE)])])
+    return fake
+
+
+def test_info_has_a_status_per_node_and_keeps_the_one_that_did_not_answer():
+    fake = etcd_cluster(**{CP2: fails_with("Unavailable", "connection refused")})
+    warnings = []
+    info = etcd.read_info(fake, [CP1, CP2, CP3], warn=warnings.append)
+    assert [m["hostname"] for m in info["members"]] == ["cp-1", "cp-2", "cp-3"]
+    assert info["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
+    first, second, third = info["status"]
+    assert first == {"node": CP1, "member_id": ONE, "leader": ONE, "is_learner": False, "db_size": 1000, "db_size_in_use": 400,
+                     "raft_term": 2, "raft_index": 7, "raft_applied_index": 7, "protocol_version": "3.6.5",
+                     "storage_version": "", "errors": []}
+    assert second["node"] == CP2 and second["member_id"] is None and second["db_size"] is None
+    assert len(second["errors"]) == 1 and warnings == ["Node %s did not answer EtcdStatus: %s" % (CP2, second["errors"][0])]
+    assert third["member_id"] == THREE
+
+
+def test_info_fails_with_the_error_when_no_node_answers():
+    fake = etcd_cluster(**{CP1: fails_with("Unimplemented", "etcd status is only available on control plane nodes")})
+    with pytest.raises(TalosUnimplementedError):
+        etcd.read_info(fake, [CP1])
+
+
+def test_defragment_runs_one_member_at_a_time_the_leader_last():
+    fake = etcd_cluster(leader=2)
+    lines = []
+    result = etcd.maintain(fake, [CP1, CP2, CP3], defragment=True, progress=lines.append)
+    assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP1, CP3, CP2]
+    assert all(call.via == "call" for call in fake.calls_to(etcd.DEFRAGMENT))
+    assert result["changed"] is True and result["defragmented"] == [CP1, CP3, CP2]
+    assert [(m["node"], m["leader"], m["free_ratio"], m["defragmented"]) for m in result["members"]] == [
+        (CP1, False, 0.6, True), (CP3, False, 0.6, True), (CP2, True, 0.6, True)]
+    assert lines[-1] == "%s: defragmenting etcd member %s, the leader (600 of 1000 bytes free)" % (CP2, TWO)
+
+
+def test_defragment_only_members_with_enough_free_space_and_nothing_in_check_mode():
+    fake = etcd_cluster(sizes={CP1: (1000, 900), CP2: (1000, 500), CP3: (0, 0)})
+    result = etcd.maintain(fake, [CP1, CP2, CP3], defragment=True, min_free_ratio=0.5, check_mode=True)
+    assert [(m["node"], m["selected"]) for m in result["members"]] == [(CP2, True), (CP3, False), (CP1, False)]
+    assert result["changed"] is True and result["defragmented"] == [] and fake.calls_to(etcd.DEFRAGMENT) == []
+
+    nothing = etcd.maintain(fake, [CP1, CP3], defragment=True, min_free_ratio=0.5)
+    assert nothing["changed"] is False and fake.calls_to(etcd.DEFRAGMENT) == []
+
+
+def test_defragment_stops_at_a_failure_and_needs_every_status_first():
+    fake = etcd_cluster()
+    fake.answer(etcd.DEFRAGMENT, fails_with("DeadlineExceeded", "context deadline exceeded"), node=CP2)
+    with pytest.raises(etcd.MaintenanceFailed) as raised:
+        etcd.maintain(fake, [CP2, CP3, CP1], defragment=True)
+    assert raised.value.message.startswith("Defragmenting etcd on node %s failed: " % CP2)
+    assert raised.value.message.endswith("The members after it were not defragmented.")
+    assert raised.value.to_result()["defragmented"] == [] and raised.value.code == "DeadlineExceeded"
+    assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP2]
+
+    down = etcd_cluster(**{CP3: fails_with("Unavailable", "connection refused")})
+    with pytest.raises(etcd.MaintenanceFailed, match="^Cannot defragment etcd: node 10.5.0.3 did not answer EtcdStatus"):
+        etcd.maintain(down, [CP1, CP2, CP3], defragment=True)
+    assert down.calls_to(etcd.DEFRAGMENT) == []
+
+
+def test_alarms_are_disarmed_only_when_there_are_some():
+    fake = etcd_cluster()
+    result = etcd.maintain(fake, [CP1], disarm_alarms=True, check_mode=True)
+    assert result["changed"] is True and result["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
+    assert fake.calls_to(etcd.ALARM_DISARM) == []
+    result = etcd.maintain(fake, [CP1], disarm_alarms=True)
+    assert result["alarms_disarmed"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
+    fake.answer(etcd.ALARM_LIST, [machine_pb2.EtcdAlarm()])
+    again = etcd.maintain(fake, [CP1], disarm_alarms=True)
+    assert again["changed"] is False and len(fake.calls_to(etcd.ALARM_DISARM)) == 1

@@ -9,17 +9,22 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import health, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
+from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
 
 CP1, CP2, W1 = "10.5.0.2", "10.5.0.3", "10.5.0.5"
+MEMBERS = [
+    resource("cluster", "Members.cluster.talos.dev", "cp-1", {"hostname": "cp-1", "addresses": [CP1], "machineType": "controlplane"}),
+    resource("cluster", "Members.cluster.talos.dev", "w-1", {"hostname": "w-1", "addresses": [W1], "machineType": "worker"}),
+]
 
 
-class FakeCluster:
-    """Every node healthy unless told: ``down``, ``services`` overrides, ``members`` (addresses), ``diagnostics``."""
+class ClusterState:
+    """Every node healthy unless told: ``down``, ``services`` overrides, etcd ``members`` (addresses), ``diagnostics``,
+    ``stage``; the answers of ``talos(state)`` read it at every call."""
 
     def __init__(self):
         self.down = set()
@@ -28,48 +33,49 @@ class FakeCluster:
         self.diagnostics = {}
         self.stage = {}
 
-    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None):
-        answers = {}
-        for node in nodes:
-            try:
-                answers[node] = self._answer(method, request, node)
-            except TalosError as error:
-                answers[node] = error
-        return answers
 
-    def _answer(self, method, request, node):
-        if node in self.down:
-            raise from_status("Unavailable", "connection refused", method, node)
-        name = method.rsplit("/", 1)[-1]
-        if name == "ServiceList":
-            services = []
-            for service_id in ("etcd", "kubelet"):
-                state, healthy = self.services.get((node, service_id), ("Running", True))
-                services.append(machine_pb2.ServiceInfo(id=service_id, state=state, health=machine_pb2.ServiceHealth(healthy=healthy)))
-            return [machine_pb2.ServiceList(services=services)]
-        if name == "EtcdMemberList":
-            members = [machine_pb2.EtcdMember(id=index + 1, hostname="cp-%d" % index, client_urls=["https://%s:2379" % address])
-                       for index, address in enumerate(self.members)]
-            return [machine_pb2.EtcdMembers(members=members)]
-        if name == "Version":
-            return [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]
-        if name == "Memory":
-            return [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000))]
-        if name == "Disks":
-            return [storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda")])]
-        if name == "Get":
-            spec = "stage: %s\nstatus:\n  ready: true\n" % self.stage.get(node, "running")
-            return [state_pb2.GetResponse(resource=resource_pb2.Resource(spec=resource_pb2.Spec(yaml_spec=spec)))]
-        raise AssertionError(method)
+def talos(cluster):
+    """A client of the cluster in ``cluster`` (a ClusterState)."""
+    def service_list(_request, node):
+        services = []
+        for service_id in ("etcd", "kubelet"):
+            state, healthy = cluster.services.get((node, service_id), ("Running", True))
+            services.append(machine_pb2.ServiceInfo(id=service_id, state=state, health=machine_pb2.ServiceHealth(healthy=healthy)))
+        return [machine_pb2.ServiceList(services=services)]
 
-    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
-        if resource_type == health.DIAGNOSTICS_TYPE:
-            return [{"metadata": {"id": key}, "spec": {"message": text, "details": []}} for key, text in self.diagnostics.get(node, {}).items()]
-        assert resource_type == "Members.cluster.talos.dev"
-        return [
-            {"metadata": {"id": "cp-1"}, "spec": {"hostname": "cp-1", "addresses": [CP1], "machineType": "controlplane"}},
-            {"metadata": {"id": "w-1"}, "spec": {"hostname": "w-1", "addresses": [W1], "machineType": "worker"}},
-        ]
+    def etcd_members(_request, _node):
+        members = [machine_pb2.EtcdMember(id=index + 1, hostname="cp-%d" % index, client_urls=["https://%s:2379" % address])
+                   for index, address in enumerate(cluster.members)]
+        return [machine_pb2.EtcdMembers(members=members)]
+
+    def machine_status(request, node):
+        status = resource("runtime", "MachineStatuses.runtime.talos.dev", "machine",
+                          "stage: %s\nstatus:\n  ready: true\n" % cluster.stage.get(node, "running"))
+        return cosi_state(status)(request, node)
+
+    def listed(request, node):
+        diagnostics = [resource("runtime", health.DIAGNOSTICS_TYPE, key, {"message": text, "details": []})
+                       for key, text in cluster.diagnostics.get(node, {}).items()]
+        return cosi_state(*MEMBERS + diagnostics)(request, node)
+
+    def unless_down(answer):
+        def on_node(request, node):
+            return fails_with("Unavailable", "connection refused") if node in cluster.down else answer(request, node)
+        return on_node
+
+    def always(replies):
+        return lambda _request, _node: replies
+
+    answers = {
+        "machine.MachineService/ServiceList": service_list,
+        "machine.MachineService/EtcdMemberList": etcd_members,
+        "machine.MachineService/Version": always([machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]),
+        "machine.MachineService/Memory": always([machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000))]),
+        "storage.StorageService/Disks": always([storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda")])]),
+        GET: machine_status,
+        LIST: listed,
+    }
+    return FakeTalos(answers={method: unless_down(answer) for method, answer in answers.items()})
 
 
 NODES = health.ClusterNodes([CP1, CP2], [W1], "options")
@@ -80,16 +86,16 @@ def states(checks):
 
 
 def test_node_lists_from_options_or_discovery():
-    nodes = health.nodes_to_check(FakeCluster(), [CP1], None, None)
+    nodes = health.nodes_to_check(talos(ClusterState()), [CP1], None, None)
     assert (nodes.control_planes, nodes.workers, nodes.source) == ([CP1], [], "options")
-    nodes = health.nodes_to_check(FakeCluster(), None, None, CP1)
+    nodes = health.nodes_to_check(talos(ClusterState()), None, None, CP1)
     assert (nodes.control_planes, nodes.workers, nodes.source) == ([CP1], [W1], "discovery")
     with pytest.raises(TalosConfigError, match="worker_nodes needs control_plane_nodes"):
-        health.nodes_to_check(FakeCluster(), None, [W1], None)
+        health.nodes_to_check(talos(ClusterState()), None, [W1], None)
 
 
 def test_healthy_cluster_passes_every_check():
-    checks, elapsed = health.run_talos_checks(FakeCluster(), NODES, timeout=0)
+    checks, elapsed = health.run_talos_checks(talos(ClusterState()), NODES, timeout=0)
     assert states(checks) == [(name, "passed") for name, _description in health.TALOS_CHECKS]
 
 
@@ -103,10 +109,10 @@ def test_healthy_cluster_passes_every_check():
     (lambda c: c.stage.update({W1: "booting"}), "boot_sequence_done", W1, "stage booting"),
 ])
 def test_a_failing_check_is_named_and_later_ones_pend(breaks, check, node, text):
-    cluster = FakeCluster()
+    cluster = ClusterState()
     breaks(cluster)
     with pytest.raises(health.HealthFailure) as raised:
-        health.run_talos_checks(cluster, NODES, timeout=0)
+        health.run_talos_checks(talos(cluster), NODES, timeout=0)
     failure = raised.value
     names = [name for name, _description in health.TALOS_CHECKS]
     position = names.index(check)
@@ -117,7 +123,7 @@ def test_a_failing_check_is_named_and_later_ones_pend(breaks, check, node, text)
 
 
 def test_rounds_repeat_until_the_fault_is_gone(monkeypatch):
-    cluster = FakeCluster()
+    cluster = ClusterState()
     cluster.down.add(W1)
     sleeps = []
 
@@ -125,12 +131,12 @@ def test_rounds_repeat_until_the_fault_is_gone(monkeypatch):
         sleeps.append(seconds)
         cluster.down.clear()
     monkeypatch.setattr(waits.time, "sleep", sleep)
-    checks, _elapsed = health.run_talos_checks(cluster, NODES, timeout=60, interval=2)
+    checks, _elapsed = health.run_talos_checks(talos(cluster), NODES, timeout=60, interval=2)
     assert sleeps == [2] and {check["state"] for check in checks} == {"passed"}
 
 
 def test_a_long_wait_shows_which_check_holds_it_up(monkeypatch):
-    cluster = FakeCluster()
+    cluster = ClusterState()
     cluster.services[(CP2, "etcd")] = ("Preparing", False)
     clock = {"now": 1000.0}
 
@@ -141,38 +147,30 @@ def test_a_long_wait_shows_which_check_holds_it_up(monkeypatch):
     monkeypatch.setattr(waits.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(waits.time, "sleep", sleep)
     lines = []
-    health.run_talos_checks(cluster, NODES, timeout=60, interval=2, progress=lines.append)
+    health.run_talos_checks(talos(cluster), NODES, timeout=60, interval=2, progress=lines.append)
     assert lines == ["cluster: waiting for etcd_healthy on 10.5.0.3 (6 s)",
                      "cluster: waiting for etcd_healthy on 10.5.0.3 → all checks passed (8 s)"]
 
 
-class FakeServer:
-    def __init__(self, messages, error=None):
-        self.messages = messages
-        self.error = error
-        self.request = None
-
-    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None, retry_unreachable=False):
-        assert method == health.HEALTH_CHECK
-        self.request = request
-        for message in self.messages:
-            on_message(cluster_pb2.HealthCheckProgress(message=message))
-        if self.error:
-            raise self.error
+def progress(*messages):
+    return [cluster_pb2.HealthCheckProgress(message=message) for message in messages]
 
 
 def test_server_progress_becomes_checks():
-    server = FakeServer(["waiting for etcd to be healthy: ...", "waiting for etcd to be healthy: OK",
-                         "waiting for coredns to report ready: ...", "waiting for coredns to report ready: OK"])
+    server = FakeTalos(answers={health.HEALTH_CHECK: progress(
+        "waiting for etcd to be healthy: ...", "waiting for etcd to be healthy: OK",
+        "waiting for coredns to report ready: ...", "waiting for coredns to report ready: OK")})
     checks, _elapsed = health.server_health_check(server, NODES, None, 300)
     assert states(checks) == [("etcd_healthy", "passed"), ("coredns_to_report_ready", "passed")]
-    assert list(server.request.cluster_info.control_plane_nodes) == [CP1, CP2] and server.request.wait_timeout.seconds == 300
+    request = server.requests(health.HEALTH_CHECK)[0]
+    assert list(request.cluster_info.control_plane_nodes) == [CP1, CP2] and request.wait_timeout.seconds == 300
 
 
 def test_server_failure_names_the_unfinished_check():
-    error = from_status("DeadlineExceeded", "context deadline exceeded", health.HEALTH_CHECK, None)
-    server = FakeServer(["waiting for etcd to be healthy: OK", "waiting for apid to be ready: ...",
-                         "waiting for apid to be ready: 1 error occurred:\n\t* 10.5.0.5: connection refused\n\n"], error)
+    server = FakeTalos(answers={health.HEALTH_CHECK: progress(
+        "waiting for etcd to be healthy: OK", "waiting for apid to be ready: ...",
+        "waiting for apid to be ready: 1 error occurred:\n\t* 10.5.0.5: connection refused\n\n",
+    ) + [fails_with("DeadlineExceeded", "context deadline exceeded")]})
     with pytest.raises(health.HealthFailure) as raised:
         health.server_health_check(server, NODES, None, 5)
     assert states(raised.value.checks) == [("etcd_healthy", "passed"), ("apid_ready", "failed")]

@@ -19,6 +19,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosUnimplementedError,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from fake_talos import FakeTalos, cosi_state, fails_with, resource as fake_resource
 
 
 class NodeClient:
@@ -104,10 +105,10 @@ def test_a_refused_rollback_changed_nothing():
 
 
 @pytest.mark.parametrize("mode, labels, disks, reboot, expected", [
-    ("all", [], [], False, {"system_disk": True, "labels": list(lifecycle.SYSTEM_LABELS), "user_disks": [],
-                            "partitions": [], "ends": "off"}),
-    ("all", ["state", "EPHEMERAL"], ["/dev/sdb"], True,
-     {"system_disk": False, "labels": ["EPHEMERAL", "STATE"], "user_disks": ["/dev/sdb"], "partitions": ["STATE", "EPHEMERAL"],
+    ("all", [], [], False, {"system_disk": True, "labels": [], "user_disks": [], "partitions": [], "ends": "off"}),
+    ("all", [], [], True, {"system_disk": True, "labels": [], "user_disks": [], "partitions": [], "ends": "maintenance"}),
+    ("all", ["state", "EPHEMERAL", "state"], ["/dev/sdb"], True,
+     {"system_disk": False, "labels": ["EPHEMERAL", "state"], "user_disks": ["/dev/sdb"], "partitions": ["state", "EPHEMERAL"],
       "ends": "maintenance"}),
     ("system_disk", ["EPHEMERAL"], [], True, {"system_disk": False, "labels": ["EPHEMERAL"], "user_disks": [],
                                               "partitions": ["EPHEMERAL"], "ends": "configured"}),
@@ -122,15 +123,57 @@ def test_reset_plan(mode, labels, disks, reboot, expected):
     ("system_disk", [], ["/dev/sdb"], "user_disks_to_wipe cannot be used with wipe_mode: system_disk"),
     ("user_disks", ["STATE"], ["/dev/sdb"], "system_labels_to_wipe cannot be used with wipe_mode: user_disks"),
     ("user_disks", [], [], "wipe_mode: user_disks needs the devices to wipe"),
-    ("all", ["STATE", "DATA", "u-x"], [], "system_labels_to_wipe has unknown volume label(s) DATA, U-X"),
 ])
 def test_reset_plan_refusals(mode, labels, disks, message):
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         lifecycle.reset_plan(mode, labels, disks, False)
 
 
+VOLUMES_V114 = [
+    ("META", {"type": "partition", "location": "/dev/sda2"}),
+    ("STATE", {"type": "partition", "location": "/dev/sda3"}),
+    ("EPHEMERAL", {"type": "partition", "location": "/dev/sda4"}),
+    ("u-data", {"type": "partition", "location": "/dev/sdb1"}),
+    ("ETCD", {"type": "directory", "mountSpec": {"targetPath": "/var/lib/etcd", "parentId": "EPHEMERAL"}}),
+    ("/var/run", {"type": "overlay", "parentID": "/var/lib"}),
+    ("/var/lib", {"type": "directory", "mountSpec": {"targetPath": "/var/lib", "parentId": "EPHEMERAL"}}),
+    ("orphan", {"type": "directory"}),
+]
+
+
+def volume_client(volumes=VOLUMES_V114, answer=None):
+    fake = FakeTalos(nodes=["10.5.0.9"])
+    fake.answer("cosi.resource.State/List", answer or cosi_state(*[
+        fake_resource("runtime", "VolumeStatuses.block.talos.dev", volume_id, spec) for volume_id, spec in volumes]))
+    return fake
+
+
+def test_wipeable_volumes_follow_talos_volume_statuses():
+    assert lifecycle.wipeable_volumes(volume_client(), "10.5.0.9") == {
+        "META": None, "STATE": None, "EPHEMERAL": None, "u-data": None, "ETCD": "EPHEMERAL", "/var/run": "EPHEMERAL",
+        "/var/lib": "EPHEMERAL"}
+    refused = volume_client(answer=fails_with("PermissionDenied", 'resource type "VolumeStatuses.block.talos.dev" is not supported'))
+    assert lifecycle.wipeable_volumes(refused, "10.5.0.9") is None
+    assert lifecycle.wipeable_volumes(volume_client(volumes=[]), "10.5.0.9") is None
+
+
+def test_labels_are_resolved_against_the_nodes_volumes():
+    volumes = lifecycle.wipeable_volumes(volume_client(), "10.5.0.9")
+    plan = lifecycle.resolve_labels(lifecycle.reset_plan("all", ["state", "U-DATA", "etcd", "ephemeral"], [], True),
+                                    volumes, "10.5.0.9")
+    assert plan["partitions"] == ["STATE", "u-data", "ETCD", "EPHEMERAL"]
+    assert plan["labels"] == ["EPHEMERAL", "ETCD", "STATE", "u-data"] and plan["ends"] == "maintenance"
+    with pytest.raises(ValueError) as unknown:
+        lifecycle.resolve_labels(lifecycle.reset_plan("all", ["EFI", "STATE"], [], False), volumes, "10.5.0.9")
+    assert str(unknown.value) == (
+        "system_labels_to_wipe names EFI, which node 10.5.0.9 does not have; its volumes are EPHEMERAL, META, STATE, "
+        "u-data (and, together with EPHEMERAL: /var/lib, /var/run, ETCD).")
+    with pytest.raises(ValueError, match="names ETCD, which resides on EPHEMERAL of node 10.5.0.9 and is wiped only together"):
+        lifecycle.resolve_labels(lifecycle.reset_plan("all", ["ETCD"], [], False), volumes, "10.5.0.9")
+
+
 def test_reset_request_is_what_talosctl_sends():
-    request = lifecycle.reset_request(lifecycle.reset_plan("system_disk", ["state"], [], True), "system_disk", True)
+    request = lifecycle.reset_request(lifecycle.reset_plan("system_disk", ["STATE"], [], True), "system_disk", True)
     assert request.graceful and request.reboot and request.mode == machine_pb2.ResetRequest.SYSTEM_DISK
     assert [(spec.label, spec.wipe) for spec in request.system_partitions_to_wipe] == [("STATE", True)]
     whole_disk = lifecycle.reset_request(lifecycle.reset_plan("all", [], ["/dev/sdb"], False), "all", False)

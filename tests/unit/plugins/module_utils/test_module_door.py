@@ -24,6 +24,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import (
     TaskSpec,
     execute,
 )
+from fake_talos import FakeTalos
 
 try:
     from ansible.module_utils.testing import patch_module_args
@@ -139,17 +140,9 @@ def test_target_nodes(capsys):
 
 
 def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
-    closed = []
+    built = []
     seen = {}
-
-    class RecordingClient(object):
-        def __init__(self, settings):
-            self.settings = settings
-
-        def close(self):
-            closed.append(self)
-
-    monkeypatch.setattr(client_module, "TalosClient", RecordingClient)
+    monkeypatch.setattr(client_module, "TalosClient", lambda settings: built.append(FakeTalos(settings=settings)) or built[-1])
 
     def body(task):
         seen["before"] = task._client
@@ -159,7 +152,7 @@ def test_client_is_built_lazily_and_always_closed(capsys, monkeypatch):
     result = run_module(capsys, dict(INSECURE), body)
     assert result["failed"] is True
     assert seen["before"] is None
-    assert closed == [seen["client"]]
+    assert built == [seen["client"]] and seen["client"].closed
     assert seen["client"].settings.endpoints == ["127.0.0.1:50000"]
 
 

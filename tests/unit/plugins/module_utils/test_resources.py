@@ -11,9 +11,11 @@ import re
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import resources, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosTimeoutError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
+from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, in_turn
+from fake_talos import resource as cosi_resource
 
 OP = resource_pb2.LabelTerm.Operation
 
@@ -77,38 +79,34 @@ class TestConditions:
         assert resources.field_value({"addresses": ["10.0.0.1/8"]}, "addresses.0") == "10.0.0.1/8"
 
 
-class FakeDefinitions:
-    def __init__(self):
-        self.calls = []
+DEFINITIONS = "ResourceDefinitions.meta.cosi.dev"
 
-    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
-        self.calls.append(("get", resource_id))
-        if resource_id == "members.cluster.talos.dev":
-            return {"metadata": {"id": resource_id}, "spec": {"type": "Members.cluster.talos.dev", "defaultNamespace": "cluster"}}
-        raise from_status("NotFound", "doesn't exist", "cosi.resource.State/Get", node)
 
-    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
-        self.calls.append(("list", resource_type))
-        return [{"metadata": {"id": "machinestatuses.runtime.talos.dev"},
-                 "spec": {"type": "MachineStatuses.runtime.talos.dev", "defaultNamespace": "runtime",
-                          "aliases": ["machinestatus"], "allAliases": ["MachineStatus", "machinestatus", "machinestatuses"]}}]
+def definitions():
+    """A node knowing the resource types Members (read by its ID) and MachineStatuses (with aliases)."""
+    state = cosi_state(
+        cosi_resource("meta", DEFINITIONS, "members.cluster.talos.dev", {"type": "Members.cluster.talos.dev", "defaultNamespace": "cluster"}),
+        cosi_resource("meta", DEFINITIONS, "machinestatuses.runtime.talos.dev", {
+            "type": "MachineStatuses.runtime.talos.dev", "defaultNamespace": "runtime",
+            "aliases": ["machinestatus"], "allAliases": ["MachineStatus", "machinestatus", "machinestatuses"]}))
+    return FakeTalos(answers={GET: state, LIST: state})
 
 
 class TestResolveKind:
     def test_full_type_is_read_directly(self):
-        client = FakeDefinitions()
+        client = definitions()
         kind = resources.resolve_kind(client, "Members.cluster.talos.dev")
         assert (kind.type, kind.default_namespace) == ("Members.cluster.talos.dev", "cluster")
-        assert client.calls == [("get", "members.cluster.talos.dev")]
+        assert [(call.method, call.request.id) for call in client.calls] == [(GET, "members.cluster.talos.dev")]
 
     @pytest.mark.parametrize("alias", ["MachineStatus", "machinestatus", "MACHINESTATUSES"])
     def test_aliases_any_case(self, alias):
-        kind = resources.resolve_kind(FakeDefinitions(), alias)
+        kind = resources.resolve_kind(definitions(), alias)
         assert (kind.type, kind.default_namespace) == ("MachineStatuses.runtime.talos.dev", "runtime")
 
     def test_unknown_type(self):
         with pytest.raises(TalosConfigError, match="'nope' is not a resource type"):
-            resources.resolve_kind(FakeDefinitions(), "nope")
+            resources.resolve_kind(definitions(), "nope")
 
     def test_namespace_default_and_missing(self):
         assert resources.namespace_for(resources.ResourceKind("X", "runtime"), None) == "runtime"
@@ -126,18 +124,42 @@ def test_redaction_of_machine_config_and_secrets():
     assert config["spec"]["machine"]["token"] == "abcdef.0123456789abcdef"
 
 
-class PolledNode:
-    """A node that cannot watch (Watch is Unimplemented) and answers Get with the stages in ``stages``."""
+@pytest.mark.parametrize("resource_type, namespace", [
+    ("OSRootSecrets.secrets.talos.dev", "secrets"),
+    ("KubeletSpecs.kubernetes.talos.dev", "k8s"),
+    ("SomethingNew.secrets.talos.dev", "secrets"),
+])
+def test_every_value_of_a_sensitive_type_is_redacted_whatever_its_keys(resource_type, namespace):
+    spec = {"issuingCA": {"crt": "LS0tLS1CRUdJTiBDRVJU", "pem": "raw"}, "certSANIPs": ["10.5.0.2"], "port": 50000,
+            "enabled": True, "nothing": None}
+    found = {"metadata": {"id": "os", "namespace": namespace, "type": resource_type, "labels": {}}, "spec": spec}
+    assert resources.redact_resource(found)["spec"] == {
+        "issuingCA": {"crt": REDACTED, "pem": REDACTED}, "certSANIPs": [REDACTED], "port": REDACTED, "enabled": REDACTED,
+        "nothing": None}
+    config = {"metadata": {"id": "v1alpha1", "namespace": "config", "type": "MachineConfigs.config.talos.dev"},
+              "spec": "version: v1alpha1\nmachine:\n  type: worker\n"}
+    assert resources.redact_resource(config)["spec"] == REDACTED
 
-    def __init__(self, stages):
-        self.stages = list(stages)
 
-    def stream(self, method, request=None, node=None, on_message=None, deadline=None):
-        raise from_status("Unimplemented", "unknown method", method, node)
+def test_a_type_the_node_marks_sensitive_is_redacted_whole():
+    definition = {"type": "Futures.example.talos.dev", "defaultNamespace": "runtime", "sensitivity": "sensitive"}
+    state = cosi_state(cosi_resource("meta", DEFINITIONS, "futures.example.talos.dev", definition),
+                       cosi_resource("runtime", "Futures.example.talos.dev", "one", {"plain": "value"}))
+    client = FakeTalos(answers={GET: state, LIST: state})
+    kind = resources.resolve_kind(client, "Futures.example.talos.dev")
+    assert kind.sensitive is True
+    assert [found["spec"] for found in resources.read_resources(client, kind, "runtime", "one")] == [{"plain": REDACTED}]
+    plain = resources.ResourceKind("Futures.example.talos.dev", "runtime")
+    assert [found["spec"] for found in resources.read_resources(client, plain, "runtime", "one")] == [{"plain": "value"}]
 
-    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
-        stage = self.stages.pop(0) if len(self.stages) > 1 else self.stages[0]
-        return resource(resource_id, {"stage": stage})
+
+def polled_node(stages):
+    """A node that cannot watch (Watch is Unimplemented) and answers Get with the stages in ``stages``, in turn."""
+    return FakeTalos(answers={
+        "cosi.resource.State/Watch": fails_with("Unimplemented", "unknown method"),
+        GET: in_turn(*[[state_pb2.GetResponse(resource=cosi_resource("runtime", STATUS.type, "machine", {"stage": stage}))]
+                       for stage in stages]),
+    })
 
 
 STATUS = resources.ResourceKind("MachineStatuses.runtime.talos.dev", "runtime")
@@ -150,7 +172,7 @@ def test_a_node_that_cannot_watch_is_polled_with_progress(monkeypatch):
     monkeypatch.setattr(waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
     lines = []
     waiter = waits.Waiter(60, interval=1, progress=lines.append)
-    found = resources.wait_for_condition(PolledNode(["booting"] * 6 + ["running"]), STATUS, "runtime", "machine", [],
+    found = resources.wait_for_condition(polled_node(["booting"] * 6 + ["running"]), STATUS, "runtime", "machine", [],
                                          RUNNING, "10.5.0.3", waiter)
     assert found[0]["spec"] == {"stage": "running"}
     assert lines == ["10.5.0.3: machine: stage=booting (5 s)", "10.5.0.3: machine: stage=booting → machine: stage=running (6 s)"]
@@ -158,7 +180,7 @@ def test_a_node_that_cannot_watch_is_polled_with_progress(monkeypatch):
 
 def test_a_condition_that_never_holds_times_out_naming_it():
     with pytest.raises(TalosTimeoutError) as raised:
-        resources.wait_for_condition(PolledNode(["booting"]), STATUS, "runtime", "machine", [], RUNNING, "10.5.0.3",
+        resources.wait_for_condition(polled_node(["booting"]), STATUS, "runtime", "machine", [], RUNNING, "10.5.0.3",
                                      waits.Waiter(0))
     assert raised.value.message == ("Timed out after 0 seconds waiting for MachineStatuses.runtime.talos.dev machine on "
                                     "node 10.5.0.3 to be present with stage=running; last observed: machine: stage=booting.")

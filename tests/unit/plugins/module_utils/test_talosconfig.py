@@ -114,6 +114,16 @@ def test_options_alone_need_no_file(tmp_path, pki, monkeypatch):
     assert settings.crt.strip() == pki["crt"].strip()
 
 
+def test_no_file_and_no_endpoints_says_where_the_talosconfig_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(TalosConfigError) as raised:
+        ConnectionSettings.from_params(params(), environ={"TALOS_HOME": "/opt/talos"})
+    assert raised.value.message == (
+        "No Talos endpoint is configured and no talosconfig file was found: the talosconfig option and TALOSCONFIG are "
+        "unset and neither /opt/talos/config nor /var/run/secrets/talos.dev/config exists. Point one of them at a "
+        "talosconfig file, or give the endpoints, ca, crt and key options.")
+
+
 def test_talosconfig_environment_variable_is_used(tmp_path, pki):
     path = write_config(tmp_path, pki, name="from-env")
     settings = ConnectionSettings.from_params(params(), environ={"TALOSCONFIG": path})

@@ -11,42 +11,29 @@ import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
-    TalosApiError,
     TalosConnectionError,
     TalosPermissionError,
     TalosTimeoutError,
     TalosTLSError,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+from fake_talos import GET, FakeTalos, fails_with, in_turn, resource
+
+READ = "machine.MachineService/Read"
+VERSION = "machine.MachineService/Version"
+SYSTEM_STAT = "machine.MachineService/SystemStat"
+SERVICE_LIST = "machine.MachineService/ServiceList"
 
 
-class ScriptedClient(object):
-    """Answers get_resource/read_bytes/call from scripts; an exception in a script is raised."""
+def statuses(*specs):
+    """An answer to Get: the node's MachineStatus with each spec in turn (an error in their place is the answer)."""
+    return in_turn(*[[state_pb2.GetResponse(resource=resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", spec))]
+                     if isinstance(spec, dict) else spec for spec in specs])
 
-    def __init__(self, statuses=(), boot_ids=(), versions=()):
-        self.statuses = list(statuses)
-        self.boot_ids = list(boot_ids)
-        self.versions = list(versions)
-        self.calls = []
 
-    @staticmethod
-    def _next(script):
-        answer = script.pop(0) if len(script) > 1 else script[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
-        self.calls.append(("get_resource", namespace, resource_type, resource_id, node))
-        return {"metadata": {}, "spec": self._next(self.statuses)}
-
-    def read_bytes(self, method, request=None, node=None, deadline=None):
-        self.calls.append(("read_bytes", method, request.path, node))
-        return self._next(self.boot_ids)
-
-    def call(self, method, request=None, node=None, deadline=None):
-        self.calls.append(("call", method, node))
-        return [self._next(self.versions)]
+def version(tag="v1.14.0"):
+    return [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag))]
 
 
 RUNNING = {"stage": "running", "status": {"ready": True}}
@@ -136,34 +123,36 @@ def test_call_deadline_is_bounded_by_what_is_left(clock):
 
 
 def test_read_boot_id_reads_the_kernel_file():
-    client = ScriptedClient(boot_ids=[b"1b2c\n"])
+    client = FakeTalos(answers={READ: b"1b2c\n"})
     assert waits.read_boot_id(client, "10.5.0.2") == "1b2c"
-    assert client.calls == [("read_bytes", "machine.MachineService/Read", "/proc/sys/kernel/random/boot_id", "10.5.0.2")]
+    assert [(call.via, call.method, call.request.path, call.node) for call in client.calls] == [
+        ("read_bytes", READ, "/proc/sys/kernel/random/boot_id", "10.5.0.2")]
 
 
 def test_read_boot_id_is_none_without_permission():
-    client = ScriptedClient(boot_ids=[TalosPermissionError("denied", code="PermissionDenied")])
+    client = FakeTalos(answers={READ: fails_with("PermissionDenied", "denied")})
     assert waits.read_boot_id(client, "10.5.0.2") is None
 
 
 def test_wait_for_reboot_tolerates_the_node_going_away_and_needs_a_new_boot_id():
-    client = ScriptedClient(
-        statuses=[
+    client = FakeTalos(answers={
+        GET: statuses(
             RUNNING,  # still the old boot: the boot ID below has not changed
-            TalosConnectionError("gone", code="Unavailable"),
-            TalosApiError("canceled", code="Canceled"),
+            fails_with("Unavailable", "gone"),
+            fails_with("Canceled", "canceled"),
             {"stage": "booting", "status": {"ready": False}},
             RUNNING,
-        ],
-        boot_ids=[b"old\n", b"new\n"])
+        ),
+        READ: in_turn(b"old\n", b"new\n"),
+    })
     assert waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(10, interval=0)) == "new"
-    reads = [call for call in client.calls if call[0] == "read_bytes"]
-    assert len(reads) == 2
-    assert ("get_resource", "runtime", "MachineStatuses.runtime.talos.dev", "machine", "10.5.0.2") in client.calls
+    assert len(client.calls_to(READ)) == 2
+    assert ("get_resource", "runtime", "MachineStatuses.runtime.talos.dev", "machine", "10.5.0.2") in [
+        (call.via, call.request.namespace, call.request.type, call.request.id, call.node) for call in client.calls_to(GET)]
 
 
 def test_wait_for_reboot_times_out_with_the_last_stage():
-    client = ScriptedClient(statuses=[{"stage": "rebooting", "status": {"ready": False}}])
+    client = FakeTalos(answers={GET: statuses({"stage": "rebooting", "status": {"ready": False}})})
     with pytest.raises(TalosTimeoutError) as err:
         waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(0, interval=0))
     assert "node 10.5.0.2 to reboot and become ready" in err.value.message
@@ -171,109 +160,86 @@ def test_wait_for_reboot_times_out_with_the_last_stage():
 
 
 def test_wait_for_reboot_raises_errors_that_are_not_transient():
-    client = ScriptedClient(statuses=[TalosPermissionError("denied", code="PermissionDenied")])
+    client = FakeTalos(answers={GET: fails_with("PermissionDenied", "denied")})
     with pytest.raises(TalosPermissionError):
         waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(10, interval=0))
 
 
 def test_wait_for_secure_api_waits_out_handshake_failures():
-    version = object()
-    client = ScriptedClient(versions=[TalosTLSError("maintenance certificate"), TalosConnectionError("restarting"), version])
-    assert waits.wait_for_secure_api(client, None, waits.Waiter(10, interval=0)) is version
-    assert [call[0] for call in client.calls] == ["call", "call", "call"]
+    answered = version()
+    client = FakeTalos(answers={VERSION: in_turn(TalosTLSError("maintenance certificate"), fails_with("Unavailable", "restarting"),
+                                                 answered)})
+    assert waits.wait_for_secure_api(client, None, waits.Waiter(10, interval=0)) is answered[0]
+    assert [call.via for call in client.calls] == ["call", "call", "call"]
 
 
 def test_wait_for_secure_api_timeout_reports_the_last_failure():
-    client = ScriptedClient(versions=[TalosTLSError("Certificate verification of endpoint 10.5.0.2:50000 failed.")])
+    client = FakeTalos(answers={VERSION: TalosTLSError("Certificate verification of endpoint 10.5.0.2:50000 failed.")})
     with pytest.raises(TalosTimeoutError) as err:
         waits.wait_for_secure_api(client, "10.5.0.2", waits.Waiter(0, interval=0))
     assert "last observed: Certificate verification of endpoint 10.5.0.2:50000 failed." in err.value.message
 
 
-class BootTimeClient(ScriptedClient):
-    """Read is refused (os:operator); SystemStat answers the boot times in ``boot_times``."""
-
-    def __init__(self, statuses, boot_times):
-        super(BootTimeClient, self).__init__(statuses=statuses, boot_ids=[TalosPermissionError("not authorized")])
-        self.boot_times = list(boot_times)
-
-    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
-        assert method.endswith("/SystemStat")
-        return [machine_pb2.SystemStat(boot_time=self._next(self.boot_times))]
+def boot_times(*seconds):
+    """A node that refuses Read (os:operator), running, whose SystemStat answers each boot time in turn."""
+    return FakeTalos(answers={
+        READ: fails_with("PermissionDenied", "not authorized"),
+        GET: statuses(RUNNING),
+        SYSTEM_STAT: in_turn(*[[machine_pb2.SystemStat(boot_time=boot_time)] for boot_time in seconds]),
+    })
 
 
 def test_boot_marker_falls_back_to_the_boot_time_without_read():
-    client = BootTimeClient([RUNNING], [1700000000])
+    client = boot_times(1700000000)
     assert waits.read_boot_marker(client, "10.5.0.2") == "boot-time:1700000000"
 
 
 def test_reboot_wait_compares_boot_times_when_read_is_refused():
     # Still running on the old boot twice, then on a new one.
-    client = BootTimeClient([RUNNING], [1700000000, 1700000000, 1700000090])
+    client = boot_times(1700000000, 1700000000, 1700000090)
     assert waits.wait_for_reboot(client, "10.5.0.2", "boot-time:1700000000", waits.Waiter(5, interval=0)) == "boot-time:1700000090"
 
 
-class VersionClient(object):
-    def __init__(self, answers):
-        self.answers = list(answers)
-        self.retry_codes = []
-
-    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
-        self.retry_codes.append(retry_codes)
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return [answer]
-
-
 def test_unreachable_wait_ends_at_the_first_connection_failure_without_retries():
-    client = VersionClient(["v", "v", TalosConnectionError("connection refused", code="Unavailable")])
+    client = FakeTalos(answers={VERSION: in_turn(version(), version(), fails_with("Unavailable", "connection refused"))})
     waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(5, interval=0))
-    assert client.answers == [] and client.retry_codes == [(), (), ()]
+    assert [call.kwargs["retry_codes"] for call in client.calls] == [(), (), ()]
 
 
 def test_unreachable_wait_passes_permanent_errors_through():
-    client = VersionClient([TalosApiError("not authorized", code="PermissionDenied")])
-    with pytest.raises(TalosApiError):
+    client = FakeTalos(answers={VERSION: fails_with("PermissionDenied", "not authorized")})
+    with pytest.raises(TalosPermissionError):
         waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(5, interval=0))
 
 
 def test_unreachable_wait_times_out_naming_the_node():
-    client = VersionClient(["v"] * 1000)
+    client = FakeTalos(answers={VERSION: version()})
     with pytest.raises(TalosTimeoutError, match="waiting for node 10.5.0.2 to stop answering; last observed: the node still answers"):
         waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(0.05, interval=0.01))
 
 
-class ServiceClient(object):
-    """ServiceList answers from ``script``: each entry is ``{id: (state, healthy or None)}`` or an exception."""
-
-    def __init__(self, script):
-        self.script = list(script)
-
-    def call(self, method, request=None, node=None, deadline=None):
-        assert method == "machine.MachineService/ServiceList"
-        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        if isinstance(answer, Exception):
-            raise answer
-        infos = [machine_pb2.ServiceInfo(id=name, state=state,
-                                         health=machine_pb2.ServiceHealth(unknown=healthy is None, healthy=bool(healthy)))
-                 for name, (state, healthy) in answer.items()]
-        return [machine_pb2.ServiceList(services=infos)]
+def service_lists(*script):
+    """A node whose ServiceList answers each entry of ``script`` in turn: ``{id: (state, healthy or None)}`` or an error."""
+    def service_list(services):
+        return [machine_pb2.ServiceList(services=[
+            machine_pb2.ServiceInfo(id=name, state=state, health=machine_pb2.ServiceHealth(unknown=healthy is None, healthy=bool(healthy)))
+            for name, (state, healthy) in services.items()])]
+    return FakeTalos(answers={SERVICE_LIST: in_turn(*[service_list(entry) if isinstance(entry, dict) else entry for entry in script])})
 
 
 def test_services_wait_needs_every_service_up_and_healthy_when_checked():
-    client = ServiceClient([
+    client = service_lists(
         {"etcd": ("Preparing", None)},
-        TalosConnectionError("gone", code="Unavailable"),
+        fails_with("Unavailable", "gone"),
         {"etcd": ("Running", False), "ext-foo": ("Running", None)},
         {"etcd": ("Running", True), "ext-foo": ("Running", None)},
-    ])
+    )
     assert waits.wait_for_services(client, "10.5.0.2", ["etcd", "ext-foo"], waits.Waiter(10, interval=0)) == {
         "etcd": "Running, healthy", "ext-foo": "Running, unknown"}
 
 
 def test_services_wait_times_out_naming_the_waiting_services():
-    client = ServiceClient([{"etcd": ("Running", True)}])
+    client = service_lists({"etcd": ("Running", True)})
     with pytest.raises(TalosTimeoutError) as err:
         waits.wait_for_services(client, None, ["etcd", "ext-foo"], waits.Waiter(0, interval=0))
     assert err.value.message == ("Timed out after 0 seconds waiting for services etcd, ext-foo on the endpoint node to be "
@@ -281,7 +247,7 @@ def test_services_wait_times_out_naming_the_waiting_services():
 
 
 def test_service_wait_reports_progress_under_the_node_and_service(clock):
-    client = ServiceClient([{"kubelet": ("Finished", None)}] * 4 + [{"kubelet": ("Running", True)}])
+    client = service_lists(*[{"kubelet": ("Finished", None)}] * 4 + [{"kubelet": ("Running", True)}])
     lines = []
     info = waits.wait_for_service(client, "10.5.0.3", "kubelet", "started", waits.Waiter(60, progress=lines.append))
     assert info.state == "Running"

@@ -10,9 +10,10 @@ import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import machine_config
 from ansible_collections.talos_linux.talos.plugins.module_utils import waits as talos_waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
+from fake_talos import FakeTalos, fails_with
 from module_fakes import run_module
 
 Mode = machine_pb2.ApplyConfigurationRequest.Mode
@@ -52,68 +53,42 @@ def dry_run_details(diff, text="Applied configuration without a reboot"):
     return "Dry run summary:\n%s (skipped in dry-run).\nConfig diff:\n\n%s" % (text, diff)
 
 
-class FakeNode:
-    """A node answering ApplyConfiguration like Talos ``version`` does; records every call."""
+APPLY = "machine.MachineService/ApplyConfiguration"
+VERSION = "machine.MachineService/Version"
+READ = "machine.MachineService/Read"
+REBOOT = "machine.MachineService/Reboot"
 
-    def __init__(self, version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None, warnings=(), auto_reboots=False):
-        self.version = version
-        self.auto_reboots = auto_reboots
-        self.diff = diff
-        self.maintenance = maintenance
-        self.apply_error = apply_error
-        self.warnings = list(warnings)
-        self.calls = []
-        self.secure_clients = []
-        self.insecure = maintenance
 
-    def _resolve(self, mode):
-        v114 = self.version >= "v1.14"
+def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None, warnings=(), auto_reboots=False):
+    """A node answering ApplyConfiguration like Talos ``version`` does."""
+    v114 = version >= "v1.14"
+
+    def apply(request, _node):
+        if apply_error:
+            return fails_with(*apply_error)
+        mode = request.mode
         if mode == Mode.REBOOT and v114:
-            if not self.maintenance:
-                raise from_status("Unimplemented", "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead",
-                                  machine_config.APPLY, None)
-            return Mode.NO_REBOOT
-        if mode == Mode.AUTO:
+            if not maintenance:
+                return fails_with("Unimplemented", "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
+            mode = Mode.NO_REBOOT
+        elif mode == Mode.AUTO:
             # Before v1.14, AUTO falls back to a reboot for changes that cannot be applied live.
-            return Mode.REBOOT if self.auto_reboots and not v114 else Mode.NO_REBOOT
-        return mode
+            mode = Mode.REBOOT if auto_reboots and not v114 else Mode.NO_REBOOT
+        if request.dry_run:
+            return [machine_pb2.ApplyConfiguration(mode=mode, mode_details=dry_run_details(diff))]
+        return [machine_pb2.ApplyConfiguration(mode=mode, mode_details="Applied configuration without a reboot",
+                                               warnings=warnings)]
 
-    def call(self, method, request=None, node=None, retry_codes=None, deadline=None):
-        name = method.rsplit("/", 1)[-1]
-        self.calls.append((name, request, node, retry_codes))
-        if name == "Version":
-            return [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=self.version))]
-        if name == "Reboot":
-            return [machine_pb2.Reboot(actor_id="actor")]
-        if name == "ApplyConfiguration":
-            if self.apply_error:
-                raise from_status(self.apply_error[0], self.apply_error[1], method, node)
-            mode = self._resolve(request.mode)
-            if request.dry_run:
-                return [machine_pb2.ApplyConfiguration(mode=mode, mode_details=dry_run_details(self.diff))]
-            return [machine_pb2.ApplyConfiguration(mode=mode, mode_details="Applied configuration without a reboot",
-                                                   warnings=self.warnings)]
-        raise AssertionError("unexpected call %s" % method)
+    return FakeTalos(insecure=maintenance, answers={
+        VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=version))],
+        APPLY: apply,
+        READ: b"boot-1\n",
+        REBOOT: [machine_pb2.Reboot(actor_id="actor")],
+    })
 
-    def read_bytes(self, method, request=None, node=None, deadline=None):
-        self.calls.append(("Read", request, node, None))
-        return b"boot-1\n"
 
-    def with_settings(self, **overrides):
-        self.secure_clients.append(overrides)
-        return self
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return False
-
-    def called(self):
-        return [name for name, _request, _node, _codes in self.calls]
-
-    def applies(self):
-        return [request for name, request, _node, _codes in self.calls if name == "ApplyConfiguration"]
+def applies(client):
+    return client.requests(APPLY)
 
 
 @pytest.fixture
@@ -136,54 +111,54 @@ def run(client, nodes=("10.5.0.3",), **kwargs):
 
 class TestDecision:
     def test_changed_config_is_dry_run_then_applied(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, _task = run(client)
         assert ok and result["changed"] is True and result["rebooted"] is False
         assert result["mode"] == "no_reboot" and result["node"] == "10.5.0.3"
-        assert [request.dry_run for request in client.applies()] == [True, False]
-        assert all(request.mode == Mode.AUTO and request.data == CONFIG.encode() for request in client.applies())
-        assert "Reboot" not in client.called() and waits == []
+        assert [request.dry_run for request in applies(client)] == [True, False]
+        assert all(request.mode == Mode.AUTO and request.data == CONFIG.encode() for request in applies(client))
+        assert "Reboot" not in client.names() and waits == []
 
     def test_apply_is_retried_on_concurrent_apply(self, waits):
-        client = FakeNode()
+        client = talos_node()
         run(client)
-        assert all(codes == ("FailedPrecondition",) for name, _r, _n, codes in client.calls if name == "ApplyConfiguration")
+        assert all(call.kwargs["retry_codes"] == ("FailedPrecondition",) for call in client.calls_to(APPLY))
 
     def test_no_changes_means_unchanged_and_nothing_applied(self, waits):
-        client = FakeNode(diff="No changes.")
+        client = talos_node(diff="No changes.")
         ok, result, _task = run(client, diff=True)
         assert ok and result["changed"] is False
-        assert [request.dry_run for request in client.applies()] == [True]
+        assert [request.dry_run for request in applies(client)] == [True]
         assert "diff" not in result
 
     def test_check_mode_stops_after_the_dry_run(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, _task = run(client, check_mode=True, diff=True, mode="reboot")
         assert ok and result["changed"] is True and result["rebooted"] is False
-        assert client.called() == ["Version", "ApplyConfiguration"]
-        assert client.applies()[0].dry_run is True
+        assert client.names() == ["Version", "ApplyConfiguration"]
+        assert applies(client)[0].dry_run is True
         assert "hostname: worker-0" in result["diff"]["before"] and "hostname: worker-1" in result["diff"]["after"]
 
     def test_invalid_config_fails_before_any_call(self, waits):
-        client = FakeNode()
+        client = talos_node()
         with pytest.raises(TalosError, match=r"^config_patches\[0\] is not valid YAML"):
             run(client, config_patches=["machine: [unclosed"])
         assert client.calls == []
 
     def test_server_refusal_is_raised(self, waits):
-        client = FakeNode(apply_error=("PermissionDenied", "not authorized"))
+        client = talos_node(apply_error=("PermissionDenied", "not authorized"))
         with pytest.raises(TalosError) as raised:
             run(client)
         assert "os:admin" in raised.value.message
-        assert [request.dry_run for request in client.applies()] == [True]
+        assert [request.dry_run for request in applies(client)] == [True]
 
     def test_try_mode_sends_the_rollback_timeout(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, _task = run(client, mode="try", try_timeout=120)
-        assert ok and all(request.mode == Mode.TRY and request.try_mode_timeout.seconds == 120 for request in client.applies())
+        assert ok and all(request.mode == Mode.TRY and request.try_mode_timeout.seconds == 120 for request in applies(client))
 
     def test_json_patch_on_a_multi_document_config_is_refused_before_any_call(self, waits):
-        client = FakeNode()
+        client = talos_node()
         multi = CONFIG + "---\napiVersion: v1alpha1\nkind: KubeNodeConfig\nlabels:\n  rack: r1\n"
         with pytest.raises(TalosError, match=r"^config_patches\[0\] is a JSON patch \(RFC 6902\), which cannot be applied "
                                              r"to a multi-document machine config \(v1alpha1, KubeNodeConfig\): use a "
@@ -192,57 +167,57 @@ class TestDecision:
         assert client.calls == []
 
     def test_merge_patches_of_every_document_still_apply_to_a_multi_document_config(self, waits):
-        client = FakeNode()
+        client = talos_node()
         multi = CONFIG + "---\napiVersion: v1alpha1\nkind: KubeNodeConfig\nlabels:\n  rack: r1\n"
         ok, result, _task = run(client, config=multi, config_patches=[
             {"machine": {"network": {"hostname": "patched"}}},
             {"apiVersion": "v1alpha1", "kind": "KubeNodeConfig", "labels": {"rack": "r2"}},
         ])
         assert ok and result["changed"] is True
-        sent = client.applies()[1].data.decode()
+        sent = applies(client)[1].data.decode()
         assert "hostname: patched" in sent and "rack: r2" in sent
 
     def test_patches_change_what_is_sent(self, waits):
-        client = FakeNode()
+        client = talos_node()
         run(client, config_patches=[{"machine": {"network": {"hostname": "patched"}}}])
-        assert b"hostname: patched" in client.applies()[1].data
+        assert b"hostname: patched" in applies(client)[1].data
 
 
 class TestRebootMode:
     def test_v114_applies_without_reboot_then_reboots_and_waits(self, waits):
-        client = FakeNode(version="v1.14.1")
+        client = talos_node(version="v1.14.1")
         ok, result, _task = run(client, mode="reboot")
         assert ok and result["changed"] is True and result["rebooted"] is True and result["mode"] == "no_reboot"
-        assert client.called() == ["Version", "ApplyConfiguration", "Read", "ApplyConfiguration", "Reboot"]
-        assert all(request.mode == Mode.NO_REBOOT for request in client.applies())
+        assert client.names() == ["Version", "ApplyConfiguration", "Read", "ApplyConfiguration", "Reboot"]
+        assert all(request.mode == Mode.NO_REBOOT for request in applies(client))
         assert waits == [("reboot", "10.5.0.3", "boot-1", 30)]
 
     def test_older_versions_reboot_in_the_apply(self, waits):
-        client = FakeNode(version="v1.12.4")
+        client = talos_node(version="v1.12.4")
         ok, result, _task = run(client, mode="reboot")
         assert ok and result["rebooted"] is True and result["mode"] == "reboot"
-        assert all(request.mode == Mode.REBOOT for request in client.applies())
-        assert "Reboot" not in client.called()
+        assert all(request.mode == Mode.REBOOT for request in applies(client))
+        assert "Reboot" not in client.names()
         assert waits == [("reboot", "10.5.0.3", "boot-1", 30)]
 
     def test_auto_mode_reboot_chosen_by_older_talos_is_waited_for(self, waits):
-        client = FakeNode(version="v1.13.2", auto_reboots=True)
+        client = talos_node(version="v1.13.2", auto_reboots=True)
         ok, result, _task = run(client)
         assert ok and result["rebooted"] is True and result["mode"] == "reboot"
-        assert all(request.mode == Mode.AUTO for request in client.applies())
-        assert "Reboot" not in client.called()
+        assert all(request.mode == Mode.AUTO for request in applies(client))
+        assert "Reboot" not in client.names()
         assert waits == [("reboot", "10.5.0.3", "boot-1", 30)]
 
     def test_no_wait(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, _task = run(client, mode="reboot", wait=False)
-        assert ok and result["rebooted"] is True and "Reboot" in client.called() and waits == []
+        assert ok and result["rebooted"] is True and "Reboot" in client.names() and waits == []
 
     def test_unchanged_config_is_not_rebooted(self, waits):
-        client = FakeNode(diff="No changes.")
+        client = talos_node(diff="No changes.")
         ok, result, _task = run(client, mode="reboot")
         assert ok and result["changed"] is False and result["rebooted"] is False
-        assert "Reboot" not in client.called() and waits == []
+        assert "Reboot" not in client.names() and waits == []
 
     @pytest.mark.parametrize("mode, maintenance, tag, expected", [
         ("reboot", False, "v1.14.0", "no_reboot"),
@@ -261,30 +236,30 @@ class TestRebootMode:
 
 class TestMaintenance:
     def test_always_changed_and_waits_for_the_secure_api(self, waits):
-        client = FakeNode(maintenance=True, diff="No changes.")
+        client = talos_node(maintenance=True, diff="No changes.")
         ok, result, _task = run(client, insecure=True)
         assert ok and result["changed"] is True and result["mode"] == "no_reboot" and result["rebooted"] is True
-        assert [request.dry_run for request in client.applies()] == [True, False]
-        assert client.secure_clients == [{"insecure": False}]
+        assert [request.dry_run for request in applies(client)] == [True, False]
+        assert client.settings_changes == [{"insecure": False}]
         assert waits == [("secure_api", "10.5.0.3", 30)]
 
     def test_reboot_mode_is_sent_as_is_and_talos_applies_without_reboot(self, waits):
-        client = FakeNode(maintenance=True)
+        client = talos_node(maintenance=True)
         ok, result, _task = run(client, insecure=True, mode="reboot")
         assert ok and result["mode"] == "no_reboot" and result["rebooted"] is True
-        assert all(request.mode == Mode.REBOOT for request in client.applies())
-        assert "Version" not in client.called() and "Reboot" not in client.called()
+        assert all(request.mode == Mode.REBOOT for request in applies(client))
+        assert "Version" not in client.names() and "Reboot" not in client.names()
 
     def test_check_mode_in_maintenance(self, waits):
-        client = FakeNode(maintenance=True)
+        client = talos_node(maintenance=True)
         ok, result, _task = run(client, insecure=True, check_mode=True)
         assert ok and result["changed"] is True and result["rebooted"] is False
-        assert len(client.applies()) == 1 and waits == []
+        assert len(applies(client)) == 1 and waits == []
 
 
 class TestRedaction:
     def test_diff_and_details_have_no_secret(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, task = run(client, diff=True, check_mode=True)
         text = repr(result)
         for secret in (TOKEN, CA_KEY, OLD_KEY):
@@ -294,43 +269,39 @@ class TestRedaction:
         assert {TOKEN, CA_KEY} <= task.no_log_values
 
     def test_maintenance_diff_is_the_redacted_config(self, waits):
-        client = FakeNode(maintenance=True, diff="Node is running in maintenance mode")
+        client = talos_node(maintenance=True, diff="Node is running in maintenance mode")
         ok, result, _task = run(client, insecure=True, diff=True, check_mode=True)
         assert result["diff"]["before"] == ""
         assert "hostname: worker-1" in result["diff"]["after"] and TOKEN not in result["diff"]["after"]
 
     def test_show_secrets(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, task = run(client, diff=True, check_mode=True, show_secrets=True)
         assert "key: %s" % OLD_KEY in result["diff"]["before"] and "key: %s" % CA_KEY in result["diff"]["after"]
         assert task.no_log_values == set()
         assert CA_KEY not in result["mode_details"]
 
     def test_server_warnings_are_redacted_and_shown(self, waits):
-        client = FakeNode(warnings=["token %s is deprecated" % TOKEN])
+        client = talos_node(warnings=["token %s is deprecated" % TOKEN])
         ok, result, task = run(client)
         assert task.warnings == ["Node 10.5.0.3: token <redacted> is deprecated"]
 
 
 class TestSeveralNodes:
     def test_results_per_node(self, waits):
-        client = FakeNode()
+        client = talos_node()
         ok, result, _task = run(client, nodes=["10.5.0.3", "10.5.0.4"], diff=True)
         assert ok and result["changed"] is True
         assert [entry["node"] for entry in result["results"]] == ["10.5.0.3", "10.5.0.4"]
-        assert [node for name, _r, node, _c in client.calls if name == "ApplyConfiguration"] == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
+        assert [call.node for call in client.calls_to(APPLY)] == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
         assert isinstance(result["diff"], list) and len(result["diff"]) == 2
         assert "mode" not in result
 
     def test_stops_at_the_first_failing_node(self, waits):
-        class SecondNodeRefuses(FakeNode):
-            def call(self, method, request=None, node=None, retry_codes=None, deadline=None):
-                if node == "10.5.0.4":
-                    raise from_status("Unavailable", "connection refused", method, node)
-                return FakeNode.call(self, method, request, node, retry_codes, deadline)
-
-        client = SecondNodeRefuses()
+        client = talos_node()
+        for method in (VERSION, APPLY, READ, REBOOT):
+            client.answer(method, fails_with("Unavailable", "connection refused"), node="10.5.0.4")
         ok, result, _task = run(client, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
         assert not ok and result["node"] == "10.5.0.4" and result["changed"] is True
         assert [entry["node"] for entry in result["results"]] == ["10.5.0.3"]
-        assert "10.5.0.5" not in [node for _name, _r, node, _c in client.calls]
+        assert "10.5.0.5" not in [call.node for call in client.calls]

@@ -80,7 +80,7 @@ class FakeCluster:
         return [m["hostname"] for m in self.members]
 
 
-DEFAULTS = dict(member=None, state="present", method="auto", force_quorum_loss=False, forfeit_leadership=False,
+DEFAULTS = dict(member=None, member_id=None, state="present", method="auto", force_quorum_loss=False, forfeit_leadership=False,
                 snapshot=None, wait=False, wait_timeout=5, timeout=5)
 
 
@@ -231,4 +231,40 @@ def test_several_nodes_are_refused():
     cluster.nodes = ["10.5.0.1", "10.5.0.2"]
     ok, result = run(cluster, member="cp-2", state="absent")
     assert not ok and "talks to one control-plane node but 2 nodes are targeted" in result["msg"]
+    assert cluster.calls == []
+
+
+@pytest.mark.parametrize("member_id", ["0000000000000003", "0x3", "3", 3])
+def test_member_id_removes_through_the_tasks_node_even_while_the_member_answers(member_id):
+    cluster = FakeCluster()
+    cluster.nodes = ["10.5.0.2"]
+    ok, result = run(cluster, member_id=member_id, state="absent")
+    assert ok and result["changed"] is True and result["method"] == "remove"
+    assert result["member"]["hostname"] == "cp-3"
+    assert cluster.mutations() == [("EtcdRemoveMemberByID", "10.5.0.2")]
+
+    cluster.calls = []
+    ok, result = run(cluster, member_id=member_id, state="absent")
+    assert ok and result["changed"] is False and cluster.mutations() == []
+
+
+def test_member_id_in_check_mode_removes_nothing():
+    cluster = FakeCluster(down=["10.5.0.3"])
+    ok, result = run(cluster, check_mode=True, member_id=3, state="absent")
+    assert ok and result["changed"] is True and result["method"] == "remove"
+    assert cluster.mutations() == [] and cluster.names() == ["cp-1", "cp-2", "cp-3"]
+
+
+def test_member_by_address_of_a_node_that_is_off():
+    cluster = FakeCluster(down=["10.5.0.3"])
+    ok, result = run(cluster, member="10.5.0.3", state="absent", method="remove")
+    assert ok and result["member"]["hostname"] == "cp-3"
+    assert cluster.mutations() == [("EtcdRemoveMemberByID", "10.5.0.1")]
+
+
+@pytest.mark.parametrize("member_id", ["cp-3", "", 0, -1, 2 ** 64, True, "0x"])
+def test_a_member_id_that_is_no_id_is_refused_before_any_call(member_id):
+    cluster = FakeCluster()
+    with pytest.raises(TalosError, match="is not an etcd member ID"):
+        run(cluster, member_id=member_id, state="absent")
     assert cluster.calls == []

@@ -9,144 +9,85 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import facts as facts_utils
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, from_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_hash
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
+from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_module
 
 CONFIG_TEXT = "version: v1alpha1\nmachine:\n  type: %s\n  token: abcdef.0123456789abcdef\ncluster:\n  secret: c2VjcmV0\n"
+MACHINE_CONFIGS = "MachineConfigs.config.talos.dev"
 
 
-def resource(namespace, resource_type, resource_id, yaml_spec):
-    return resource_pb2.Resource(metadata=resource_pb2.Metadata(namespace=namespace, type=resource_type, id=resource_id, version="1"),
-                                 spec=resource_pb2.Spec(yaml_spec=yaml_spec))
+def node_answers(node, machine_type, hostname, role):
+    """What a node of ``machine_type`` (controlplane/worker/None for maintenance) answers a caller with ``role``."""
+    control_plane = machine_type == "controlplane"
+    version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0", sha="abc", arch="amd64"),
+                                  platform=machine_pb2.PlatformInfo(name="metal", mode="metal"))
+    if machine_type:
+        version.features.rbac = True
+    services = [machine_pb2.ServiceInfo(id="apid", state="Running", health=machine_pb2.ServiceHealth(healthy=True))]
+    if control_plane:
+        services.append(machine_pb2.ServiceInfo(id="etcd", state="Running", health=machine_pb2.ServiceHealth(healthy=True)))
+    if not machine_type:
+        etcd_refusal = fails_with("Unimplemented", "machine type is not set, cannot use etcd API")
+    elif not control_plane:
+        etcd_refusal = fails_with("Unimplemented", "etcd is only available on control plane nodes")
+    else:
+        etcd_refusal = None
+
+    addresses = "addresses:\n  - %s/24\n" % node
+    stored = [
+        resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", "stage: %s\nstatus:\n  ready: %s\n  unmetConditions: []\n"
+                 % ("running" if machine_type else "maintenance", "true" if machine_type else "false")),
+        resource("config", "MachineTypes.config.talos.dev", "machine-type", "%s\n" % (machine_type or "unknown")),
+        resource("meta", "ResourceDefinitions.meta.cosi.dev", "members.cluster.talos.dev",
+                 "type: Members.cluster.talos.dev\ndefaultNamespace: cluster\n"),
+        resource("k8s", "KubeletSpecs.k8s.talos.dev", "kubelet", "image: kubelet\nclientKey: c2VjcmV0LWtleQ==\n"),
+        resource("network", "NodeAddresses.net.talos.dev", "current", addresses),
+        resource("network", "NodeAddresses.net.talos.dev", "default", addresses),
+        resource("cluster", "Members.cluster.talos.dev", "cp-1", "hostname: cp-1\nmachineType: controlplane\n"),
+    ]
+    if machine_type:
+        stored.append(resource("config", MACHINE_CONFIGS, "v1alpha1", CONFIG_TEXT % machine_type
+                               + "---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: x\n"))
+    state = cosi_state(*stored)
+
+    def get(request, node):
+        if request.type == MACHINE_CONFIGS and role != "os:admin":
+            return fails_with("PermissionDenied", "not authorized")
+        return state(request, node)
+
+    return {
+        "machine.MachineService/Version": [version],
+        "machine.MachineService/Hostname": [machine_pb2.Hostname(hostname=hostname or "talos-" + node.rsplit(".", 1)[-1])],
+        "machine.MachineService/ServiceList": [machine_pb2.ServiceList(services=services)],
+        "machine.MachineService/EtcdMemberList": etcd_refusal or [machine_pb2.EtcdMembers(members=[
+            machine_pb2.EtcdMember(id=10, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"])])],
+        "machine.MachineService/EtcdStatus": etcd_refusal or [machine_pb2.EtcdStatus(
+            member_status=machine_pb2.EtcdMemberStatus(leader=10, member_id=10))],
+        "storage.StorageService/Disks": [storage_pb2.Disks(disks=[
+            storage_pb2.Disk(device_name="/dev/sda", size=10, type=storage_pb2.Disk.SSD, system_disk=True)])],
+        "machine.MachineService/Memory": [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000, memfree=1000))],
+        "machine.MachineService/Mounts": [machine_pb2.Mounts(stats=[
+            machine_pb2.MountStat(filesystem="/dev/sda6", size=100, available=50, mounted_on="/var")])],
+        GET: get,
+        LIST: state,
+    }
 
 
-class FakeCluster:
-    """Nodes by address: ``type`` (controlplane/worker/None for maintenance), ``down``, and the caller's role."""
-
-    def __init__(self, nodes, role="os:admin"):
-        self.nodes = nodes
-        self.role = role
-        self.calls = []
-        self.concurrency = []
-
-    def _answer(self, method, request, node):
-        spec = self.nodes[node]
-        name = method.rsplit("/", 1)[-1]
-        self.calls.append((name, node, getattr(request, "type", None)))
-        if spec.get("down"):
-            raise from_status("Unavailable", "connection refused", method, node)
-        if spec.get("error"):
-            raise spec["error"](method, node)
-        machine_type = spec.get("type")
-        control_plane = machine_type == "controlplane"
-        if name == "Version":
-            reply = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0", sha="abc", arch="amd64"),
-                                        platform=machine_pb2.PlatformInfo(name="metal", mode="metal"))
-            if machine_type:
-                reply.features.rbac = True
-            return [reply]
-        if name == "Hostname":
-            return [machine_pb2.Hostname(hostname=spec.get("hostname", "talos-" + node.rsplit(".", 1)[-1]))]
-        if name == "ServiceList":
-            services = [machine_pb2.ServiceInfo(id="apid", state="Running", health=machine_pb2.ServiceHealth(healthy=True))]
-            if control_plane:
-                services.append(machine_pb2.ServiceInfo(id="etcd", state="Running", health=machine_pb2.ServiceHealth(healthy=True)))
-            return [machine_pb2.ServiceList(services=services)]
-        if name in ("EtcdMemberList", "EtcdStatus"):
-            if not machine_type:
-                raise from_status("Unimplemented", "machine type is not set, cannot use etcd API", method, node)
-            if not control_plane:
-                raise from_status("Unimplemented", "etcd is only available on control plane nodes", method, node)
-            if name == "EtcdStatus":
-                return [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(leader=10, member_id=10))]
-            return [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(id=10, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"])])]
-        if name == "Disks":
-            return [storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda", size=10, type=storage_pb2.Disk.SSD, system_disk=True)])]
-        if name == "Memory":
-            return [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000, memfree=1000))]
-        if name == "Mounts":
-            return [machine_pb2.Mounts(stats=[machine_pb2.MountStat(filesystem="/dev/sda6", size=100, available=50, mounted_on="/var")])]
-        if name == "Get":
-            return [state_pb2.GetResponse(resource=self._get(method, request, node, machine_type))]
-        raise AssertionError("unexpected call %s" % method)
-
-    def _get(self, method, request, node, machine_type):
-        if request.type == "MachineStatuses.runtime.talos.dev":
-            stage = "running" if machine_type else "maintenance"
-            return resource("runtime", request.type, "machine", "stage: %s\nstatus:\n  ready: %s\n  unmetConditions: []\n"
-                            % (stage, "true" if machine_type else "false"))
-        if request.type == "MachineTypes.config.talos.dev":
-            return resource("config", request.type, "machine-type", "%s\n" % (machine_type or "unknown"))
-        if request.type == "MachineConfigs.config.talos.dev":
-            if self.role != "os:admin":
-                raise from_status("PermissionDenied", "not authorized", method, node)
-            if not machine_type:
-                raise from_status("NotFound", "resource doesn't exist", method, node)
-            return resource("config", request.type, "v1alpha1", CONFIG_TEXT % machine_type
-                            + "---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: x\n")
-        if request.type == "ResourceDefinitions.meta.cosi.dev":
-            if request.id == "members.cluster.talos.dev":
-                return resource("meta", request.type, request.id, "type: Members.cluster.talos.dev\ndefaultNamespace: cluster\n")
-            raise from_status("NotFound", "resource doesn't exist", method, node)
-        if request.type == "KubeletSpecs.k8s.talos.dev" and request.id == "kubelet":
-            return resource(request.namespace, request.type, request.id, "image: kubelet\nclientKey: c2VjcmV0LWtleQ==\n")
-        raise from_status("NotFound", "resource doesn't exist", method, node)
-
-    def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
-        self.concurrency.append(max_concurrency)
-        results = {}
-        for node in nodes:
-            try:
-                results[node] = self._answer(method, request, node)
-            except TalosError as error:
-                results[node] = error
-        return results
-
-    def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None):
-        self.calls.append(("List", node, request.type))
-        if self.nodes[node].get("down"):
-            raise from_status("Unavailable", "connection refused", method, node)
-        if self.nodes[node].get("error"):
-            raise self.nodes[node]["error"](method, node)
-        if request.type == "NodeAddresses.net.talos.dev":
-            return [state_pb2.ListResponse(resource=resource("network", request.type, resource_id, "addresses:\n  - %s/24\n" % node))
-                    for resource_id in ("current", "default")]
-        if request.type == "Members.cluster.talos.dev":
-            return [state_pb2.ListResponse(resource=resource("cluster", request.type, "cp-1", "hostname: cp-1\nmachineType: controlplane\n"))]
-        if request.type == "ResourceDefinitions.meta.cosi.dev":
-            return [state_pb2.ListResponse(resource=self._get(method, state_pb2.GetRequest(type=request.type, id="members.cluster.talos.dev"),
-                                                              node, None))]
-        raise AssertionError("unexpected list %s" % request.type)
-
-    def stream_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None):
-        self.concurrency.append(max_concurrency)
-        results = {}
-        for node in nodes:
-            try:
-                results[node] = self.stream(method, request, node=node)
-            except TalosError as error:
-                results[node] = error
-        return results
-
-    # The COSI helpers of TalosClient, on the same answers.
-
-    def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None):
-        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
-        answer = self.call_many("cosi.resource.State/Get", request, nodes=[node])[node]
-        if isinstance(answer, TalosError):
-            raise answer
-        return resource_to_dict(answer[0].resource)
-
-    def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None):
-        request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
-        return [resource_to_dict(reply.resource) for reply in self.stream("cosi.resource.State/List", request, node=node)]
+def cluster(specs, role="os:admin"):
+    """Nodes by address: ``type``, ``hostname``, ``down`` or ``error`` (the answer to every call); the caller's ``role``."""
+    client = FakeTalos()
+    for node, spec in specs.items():
+        answers = node_answers(node, spec.get("type"), spec.get("hostname"), role)
+        failure = fails_with("Unavailable", "connection refused") if spec.get("down") else spec.get("error")
+        for method, answer in answers.items():
+            client.answer(method, failure or answer, node=node)
+    return client
 
 
 CP = "10.5.0.2"
@@ -180,7 +121,7 @@ class TestSubsets:
 
 class TestOneNode:
     def test_control_plane_facts(self):
-        ok, result = run(FakeCluster({CP: {"type": "controlplane", "hostname": "cp-1"}}), [CP])
+        ok, result = run(cluster({CP: {"type": "controlplane", "hostname": "cp-1"}}), [CP])
         assert ok and result["changed"] is False
         facts = result["ansible_facts"]["talos"]
         assert facts["node"] == CP and facts["maintenance"] is False and "unavailable" not in facts
@@ -197,7 +138,7 @@ class TestOneNode:
         assert facts["mounts"] == [{"filesystem": "/dev/sda6", "size": 100, "available": 50, "mounted_on": "/var"}]
 
     def test_config_is_a_version_and_hash_without_secrets(self):
-        ok, result = run(FakeCluster({CP: {"type": "controlplane"}}), [CP], gather_subset=["config"])
+        ok, result = run(cluster({CP: {"type": "controlplane"}}), [CP], gather_subset=["config"])
         config = result["ansible_facts"]["talos"]["config"]
         expected_hash = config_hash({"version": "v1alpha1", "machine": {"type": "controlplane", "token": "abcdef.0123456789abcdef"},
                                      "cluster": {"secret": "c2VjcmV0"}})
@@ -206,21 +147,21 @@ class TestOneNode:
         assert "abcdef.0123456789abcdef" not in repr(result) and "c2VjcmV0" not in repr(result)
 
     def test_worker_has_no_etcd_and_is_not_asked(self):
-        client = FakeCluster({WORKER: {"type": "worker"}})
+        client = cluster({WORKER: {"type": "worker"}})
         ok, result = run(client, [WORKER])
         facts = result["ansible_facts"]["talos"]
         assert "etcd" not in facts and "unavailable" not in facts
-        assert not [call for call in client.calls if call[0].startswith("Etcd")]
+        assert not [name for name in client.names() if name.startswith("Etcd")]
         assert facts["machine"]["type"] == "worker"
 
     def test_only_the_requested_subsets_are_read(self):
-        client = FakeCluster({CP: {"type": "controlplane"}})
+        client = cluster({CP: {"type": "controlplane"}})
         ok, result = run(client, [CP], gather_subset=["version"])
         assert set(result["ansible_facts"]["talos"]) == {"node", "maintenance", "version"}
-        assert {call[0] for call in client.calls} == {"Get", "Version"}
+        assert set(client.names()) == {"Get", "Version"}
 
     def test_maintenance_node(self):
-        ok, result = run(FakeCluster({WORKER: {"type": None}}), [WORKER], insecure=True)
+        ok, result = run(cluster({WORKER: {"type": None}}), [WORKER], insecure=True)
         facts = result["ansible_facts"]["talos"]
         assert facts["maintenance"] is True
         assert facts["machine"]["configured"] is False and facts["machine"]["stage"] == "maintenance"
@@ -229,30 +170,30 @@ class TestOneNode:
         assert "etcd" not in facts and "unavailable" not in facts
 
     def test_refused_subset_is_listed_not_fatal(self):
-        ok, result = run(FakeCluster({CP: {"type": "controlplane"}}, role="os:reader"), [CP])
+        ok, result = run(cluster({CP: {"type": "controlplane"}}, role="os:reader"), [CP])
         facts = result["ansible_facts"]["talos"]
         assert ok and "config" not in facts
         assert "Permission denied" in facts["unavailable"]["config"]
         assert facts["hostname"]
 
     @pytest.mark.parametrize("error, message", [
-        (lambda method, node: from_status("PermissionDenied", "no request forwarding", method, node, endpoint="10.5.0.3:50000"),
+        (fails_with("PermissionDenied", "no request forwarding", endpoint="10.5.0.3:50000"),
          r"^Endpoint 10.5.0.3:50000 refused to forward .* endpoints must be control-plane nodes"),
-        (lambda method, node: TalosConfigError("The client certificate and key from talosconfig context 'a' cannot be loaded."),
+        (TalosConfigError("The client certificate and key from talosconfig context 'a' cannot be loaded."),
          r"^The client certificate and key .* cannot be loaded"),
-        (lambda method, node: from_status("PermissionDenied", "not authorized", method, node, client_roles=[]),
+        (fails_with("PermissionDenied", "not authorized", client_roles=[]),
          r"^Permission denied for .* the client certificate carries no role"),
     ], ids=["routing", "configuration", "every-call-refused"])
     def test_a_node_that_answered_nothing_fails_the_task(self, error, message):
         with pytest.raises(TalosError, match=message):
-            run(FakeCluster({CP: {"error": error}}), [CP])
+            run(cluster({CP: {"error": error}}), [CP])
 
     def test_unreachable_node_fails_the_task(self):
         with pytest.raises(TalosError, match="unavailable"):
-            run(FakeCluster({CP: {"down": True}}), [CP])
+            run(cluster({CP: {"down": True}}), [CP])
 
     def test_resources(self):
-        client = FakeCluster({CP: {"type": "controlplane"}})
+        client = cluster({CP: {"type": "controlplane"}})
         ok, result = run(client, [CP], gather_subset=["!all", "!min"], resources=[
             {"type": "Members.cluster.talos.dev", "namespace": None, "id": None},
             {"type": "KubeletSpecs.k8s.talos.dev", "namespace": "k8s", "id": "kubelet"},
@@ -266,13 +207,13 @@ class TestOneNode:
 
     def test_resource_without_definition_needs_a_namespace(self):
         with pytest.raises(TalosConfigError, match="set namespace"):
-            run(FakeCluster({CP: {"type": "controlplane"}}), [CP], gather_subset=["min"],
+            run(cluster({CP: {"type": "controlplane"}}), [CP], gather_subset=["min"],
                 resources=[{"type": "Unknown.example.dev", "namespace": None, "id": None}])
 
 
 class TestSeveralNodes:
     def test_facts_per_node(self):
-        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
+        client = cluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
         ok, result = run(client, [CP, WORKER])
         assert ok and set(result["nodes"]) == {CP, WORKER}
         assert result["ansible_facts"] == {"talos_nodes": result["nodes"]}
@@ -280,35 +221,34 @@ class TestSeveralNodes:
         assert result["nodes"][WORKER]["network"]["addresses"] == ["%s/24" % WORKER]
 
     def test_one_failed_node_is_reported_not_fatal(self):
-        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
+        client = cluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
         ok, result = run(client, [CP, WORKER])
         assert ok and result["nodes"][WORKER]["failed"] is True and "unavailable" in result["nodes"][WORKER]["msg"]
         assert result["nodes"][CP]["hostname"]
         # A node that is down is not asked again after its first failure.
-        assert len([call for call in client.calls if call[1] == WORKER]) == 1
+        assert len([call for call in client.calls if call.node == WORKER]) == 1
 
     def test_fail_on_node_error(self):
-        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
+        client = cluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
         ok, result = run(client, [CP, WORKER], fail_on_node_error=True)
         assert not ok and result["msg"].startswith("Could not read 1 of 2 nodes (%s)" % WORKER)
         assert result["nodes"][CP]["hostname"]
 
     def test_a_refused_route_fails_that_node_only(self):
-        def refuse(method, node):
-            return from_status("PermissionDenied", "no request forwarding", method, node, endpoint="10.5.0.9:50000")
-
-        ok, result = run(FakeCluster({CP: {"type": "controlplane"}, WORKER: {"error": refuse}}), [CP, WORKER])
+        refuse = fails_with("PermissionDenied", "no request forwarding", endpoint="10.5.0.9:50000")
+        ok, result = run(cluster({CP: {"type": "controlplane"}, WORKER: {"error": refuse}}), [CP, WORKER])
         assert ok and result["nodes"][WORKER]["failed"] is True and "refused to forward" in result["nodes"][WORKER]["msg"]
         assert "unavailable" not in result["nodes"][CP]
 
     def test_every_node_failed(self):
-        ok, result = run(FakeCluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
+        ok, result = run(cluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
         assert not ok and result["msg"].startswith("Could not read 2 of 2 nodes")
 
 
 class TestConcurrency:
     def test_max_concurrency_reaches_every_concurrent_read(self):
-        client = FakeCluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
+        client = cluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
         ok, result = run(client, [CP, WORKER], gather_subset=["min", "etcd", "network"], max_concurrency=5)
-        assert ok and client.concurrency and set(client.concurrency) == {5}
+        concurrency = [call.kwargs["max_concurrency"] for call in client.calls if call.via in ("call_many", "stream_many")]
+        assert ok and concurrency and set(concurrency) == {5}
         assert result["nodes"][WORKER]["network"]["addresses"] == ["%s/24" % WORKER]

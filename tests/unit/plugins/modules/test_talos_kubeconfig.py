@@ -14,23 +14,17 @@ import yaml
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.modules import talos_kubeconfig
+from fake_talos import FakeTalos
 from kubeconfig_samples import archive, certificate, kubeconfig
 from module_fakes import run_module
 
+KUBECONFIG = "machine.MachineService/Kubeconfig"
 
-class FakeClient:
-    """Answers Kubeconfig with a fresh kubeconfig (new credentials) on every call, as Talos does."""
 
-    nodes = ["10.5.0.2"]
-
-    def __init__(self, ca="Q0EK"):
-        self.ca = ca
-        self.calls = 0
-
-    def read_bytes(self, method, request=None, node=None):
-        assert method == "machine.MachineService/Kubeconfig" and node == "10.5.0.2"
-        self.calls += 1
-        return archive(yaml.safe_dump(kubeconfig(ca=self.ca)))
+def node_with(ca="Q0EK"):
+    """A control plane answering Kubeconfig with a fresh kubeconfig (new credentials) on every call, as Talos does."""
+    return FakeTalos(nodes=["10.5.0.2"]).answer(KUBECONFIG, lambda _request, _node: archive(yaml.safe_dump(kubeconfig(ca=ca))),
+                                                node="10.5.0.2")
 
 
 DEFAULTS = dict(dest=None, server=None, context_name=None, cluster_name=None)
@@ -42,7 +36,7 @@ def run(client, **params):
 
 def test_writes_0600_then_is_idempotent(tmp_path):
     dest = tmp_path / "kubeconfig"
-    client = FakeClient()
+    client = node_with()
     ok, result = run(client, dest=str(dest), server="https://lb:6443", context_name="prod")
     assert ok and result["changed"] is True and "kubeconfig" not in result
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600
@@ -54,51 +48,51 @@ def test_writes_0600_then_is_idempotent(tmp_path):
     content = dest.read_bytes()
     ok, result = run(client, dest=str(dest), server="https://lb:6443", context_name="prod")
     assert ok and result["changed"] is False and dest.read_bytes() == content
-    assert client.calls == 2
+    assert len(client.calls) == 2
     assert os.listdir(str(tmp_path)) == ["kubeconfig"]
 
 
 def test_check_mode_writes_nothing(tmp_path):
     dest = tmp_path / "kubeconfig"
-    ok, result = run(FakeClient(), check_mode=True, dest=str(dest))
+    ok, result = run(node_with(), check_mode=True, dest=str(dest))
     assert ok and result["changed"] is True and not dest.exists()
 
 
 def test_new_cluster_ca_rewrites_the_file(tmp_path):
     dest = tmp_path / "kubeconfig"
-    run(FakeClient(), dest=str(dest))
-    ok, result = run(FakeClient(ca="TkVXQ0EK"), dest=str(dest))
+    run(node_with(), dest=str(dest))
+    ok, result = run(node_with(ca="TkVXQ0EK"), dest=str(dest))
     assert ok and result["changed"] is True
     assert yaml.safe_load(dest.read_text())["clusters"][0]["cluster"]["certificate-authority-data"] == "TkVXQ0EK"
 
 
 def test_without_dest_returns_the_kubeconfig_unchanged():
-    ok, result = run(FakeClient())
+    ok, result = run(node_with())
     assert ok and result["changed"] is False
     assert yaml.safe_load(result["kubeconfig"])["current-context"] == "admin@demo"
 
 
 def test_missing_directory_fails_before_fetching(tmp_path):
-    client = FakeClient()
+    client = node_with()
     with pytest.raises(TalosError, match=r"^Cannot write the kubeconfig to .*: directory .*missing does not exist\.$"):
         run(client, dest=str(tmp_path / "missing" / "kubeconfig"))
-    assert client.calls == 0
+    assert client.calls == []
 
 
 def test_directory_as_dest_is_refused(tmp_path):
-    client = FakeClient()
+    client = node_with()
     with pytest.raises(TalosError) as raised:
         run(client, dest=str(tmp_path))
     assert raised.value.message == "Cannot write the kubeconfig to %s: it is a directory; set dest to a file path." % tmp_path
-    assert client.calls == 0
+    assert client.calls == []
 
 
 def test_wider_mode_is_narrowed_and_the_credentials_kept(tmp_path):
     dest = tmp_path / "kubeconfig"
-    run(FakeClient(), dest=str(dest))
+    run(node_with(), dest=str(dest))
     dest.chmod(0o644)
     content = dest.read_bytes()
-    ok, result = run(FakeClient(), dest=str(dest))
+    ok, result = run(node_with(), dest=str(dest))
     assert ok and result["changed"] is True
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600 and dest.read_bytes() == content
 
@@ -107,6 +101,6 @@ def test_expiring_credentials_are_replaced(tmp_path):
     dest = tmp_path / "kubeconfig"
     dest.write_text(yaml.safe_dump(kubeconfig(cert=certificate(0))))
     dest.chmod(0o600)
-    ok, result = run(FakeClient(), dest=str(dest))
+    ok, result = run(node_with(), dest=str(dest))
     assert ok and result["changed"] is True
     assert yaml.safe_load(dest.read_text())["users"][0]["user"]["client-certificate-data"] != kubeconfig()["users"][0]

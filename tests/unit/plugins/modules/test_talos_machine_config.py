@@ -15,7 +15,7 @@ from module_fakes import run_module
 
 DEFAULTS = dict(secrets=None, machine_type="controlplane", cluster_name="c", cluster_endpoint="https://10.5.0.2:6443",
                 talos_version="v1.14.1", kubernetes_version=None, install_disk="/dev/sda", install_image=None,
-                additional_sans=[], config_patches=[], with_docs=False, with_examples=False,
+                install_home=None, additional_sans=[], config_patches=[], with_docs=False, with_examples=False,
                 dest=None)
 
 
@@ -110,3 +110,22 @@ def test_json_patch_applies_on_single_document_contracts(bundle_path):
     ok, result, _task = run(secrets=bundle_path, talos_version="v1.11", config_patches=[patch])
     assert ok and result["documents"] == ["v1alpha1"]
     assert "api.example.com" in yaml.safe_load(result["config"])["machine"]["certSANs"]
+
+
+def test_install_home_moves_the_installer(bundle_path, tmp_path):
+    dest = tmp_path / "worker.yaml"
+    ok, unattended, _task = run(secrets=bundle_path, machine_type="worker", dest=str(dest))
+    assert ok and "UnattendedInstallConfig" in unattended["documents"]
+    ok, machine, _task = run(secrets=bundle_path, machine_type="worker", dest=str(dest), install_home="machine",
+                             install_image="registry.example/installer:v1.14.1")
+    assert ok and machine["changed"] and "UnattendedInstallConfig" not in machine["documents"]
+    assert yaml.safe_load(dest.read_text().split("---")[0])["machine"]["install"]["image"] == "registry.example/installer:v1.14.1"
+
+
+def test_unattended_home_is_refused_before_v114(bundle_path, tmp_path):
+    dest = tmp_path / "worker.yaml"
+    with pytest.raises(TalosError) as raised:
+        run(secrets=bundle_path, machine_type="worker", talos_version="v1.13.4", install_home="unattended", dest=str(dest))
+    assert raised.value.message.startswith("install_home unattended needs talos_version v1.14 or later: Talos v1.13 has no "
+                                           "UnattendedInstallConfig document")
+    assert not dest.exists()

@@ -12,26 +12,32 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import node as t
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
+from fake_talos import FakeTalos
 from module_fakes import run_module
 
+SERVICE_LIST = "machine.MachineService/ServiceList"
+# Each control call and the state it leaves the service in.
+CONTROLS = {"ServiceStart": (machine_pb2.ServiceStart, "Running"), "ServiceStop": (machine_pb2.ServiceStop, "Finished"),
+            "ServiceRestart": (machine_pb2.ServiceRestart, "Running")}
 
-class FakeClient:
-    """Serves ServiceList from ``services`` ({id: state}); start/stop/restart change it."""
 
-    def __init__(self, services, nodes=("10.5.0.3",)):
-        self.services = dict(services)
-        self.nodes = list(nodes)
-        self.calls = []
+def node_with(services, nodes=("10.5.0.3",)):
+    """A node serving ServiceList from ``services`` ({id: state}); start, stop and restart change that dict."""
+    def service_list(_request, _node):
+        infos = [machine_pb2.ServiceInfo(id=name, state=state, health=machine_pb2.ServiceHealth(unknown=True))
+                 for name, state in services.items()]
+        return [machine_pb2.ServiceList(services=infos)]
 
-    def call(self, method, request=None, node=None, deadline=None):
-        self.calls.append(method.rsplit("/", 1)[-1])
-        if method.endswith("/ServiceList"):
-            infos = [machine_pb2.ServiceInfo(id=name, state=state, health=machine_pb2.ServiceHealth(unknown=True))
-                     for name, state in self.services.items()]
-            return [machine_pb2.ServiceList(services=infos)]
-        new_state = {"ServiceStart": "Running", "ServiceStop": "Finished", "ServiceRestart": "Running"}[self.calls[-1]]
-        self.services[request.id] = new_state
-        return [machine_pb2.ServiceStart(resp="Service %r done" % request.id)]
+    def control(reply_type, new_state):
+        def answer(request, _node):
+            services[request.id] = new_state
+            return [reply_type(resp="Service %r done" % request.id)]
+        return answer
+
+    client = FakeTalos(nodes=list(nodes), answers={SERVICE_LIST: service_list})
+    for name, (reply_type, new_state) in CONTROLS.items():
+        client.answer("machine.MachineService/" + name, control(reply_type, new_state))
+    return client
 
 
 DEFAULTS = dict(name=None, state=None, wait=False, wait_timeout=5)
@@ -56,62 +62,64 @@ def test_allowed_operations(name, state):
     ("apid", "started", "every other service is managed by Talos itself"),
 ])
 def test_refused_operations_fail_before_any_call(name, state, words):
-    client = FakeClient({name: "Running"})
+    client = node_with({name: "Running"})
     ok, result = run(client, name=name, state=state)
     assert not ok and words in result["msg"]
-    assert client.calls == []
+    assert client.names() == []
 
 
 def test_started_when_stopped_changes_then_is_idempotent():
-    client = FakeClient({"ext-tailscale": "Finished"})
+    services = {"ext-tailscale": "Finished"}
+    client = node_with(services)
     ok, result = run(client, name="ext-tailscale", state="started")
     assert ok and result["changed"] is True
     assert result["before"]["state"] == "Finished" and result["state"] == "Running"
     assert result["diff"] == {"before": {"state": "Finished"}, "after": {"state": "Running"}}
-    assert client.calls == ["ServiceList", "ServiceStart", "ServiceList"]
+    assert client.names() == ["ServiceList", "ServiceStart", "ServiceList"]
 
-    client.calls = []
+    client = node_with(services)
     ok, result = run(client, name="ext-tailscale", state="started")
-    assert ok and result["changed"] is False and client.calls == ["ServiceList"]
+    assert ok and result["changed"] is False and client.names() == ["ServiceList"]
 
 
 @pytest.mark.parametrize("state", ["Preparing", "Waiting", "Starting", "Running"])
 def test_started_accepts_a_service_on_its_way_up(state):
-    client = FakeClient({"kubelet": state})
+    client = node_with({"kubelet": state})
     ok, result = run(client, name="kubelet", state="started")
-    assert ok and result["changed"] is False and client.calls == ["ServiceList"]
+    assert ok and result["changed"] is False and client.names() == ["ServiceList"]
 
 
 def test_stopped_is_idempotent_for_finished_and_failed_services():
     for state in ("Finished", "Failed", "Skipped"):
-        client = FakeClient({"ext-foo": state})
+        client = node_with({"ext-foo": state})
         ok, result = run(client, name="ext-foo", state="stopped")
-        assert ok and result["changed"] is False and client.calls == ["ServiceList"]
+        assert ok and result["changed"] is False and client.names() == ["ServiceList"]
 
 
 def test_restarted_always_changes():
-    client = FakeClient({"kubelet": "Running"})
+    client = node_with({"kubelet": "Running"})
     ok, result = run(client, name="kubelet", state="restarted")
-    assert ok and result["changed"] is True and "ServiceRestart" in client.calls
+    assert ok and result["changed"] is True and "ServiceRestart" in client.names()
 
 
 def test_check_mode_predicts_without_calling():
-    client = FakeClient({"ext-foo": "Running"})
+    services = {"ext-foo": "Running"}
+    client = node_with(services)
     ok, result = run(client, check_mode=True, name="ext-foo", state="stopped")
     assert ok and result["changed"] is True and result["state"] == "Finished"
-    assert client.calls == ["ServiceList"] and client.services["ext-foo"] == "Running"
+    assert client.names() == ["ServiceList"] and services["ext-foo"] == "Running"
 
 
 def test_unknown_service_names_the_services_the_node_has():
-    client = FakeClient({"kubelet": "Running", "ext-foo": "Running"})
+    client = node_with({"kubelet": "Running", "ext-foo": "Running"})
     ok, result = run(client, name="ext-bar", state="started")
     assert not ok
     assert result["msg"].startswith("Service ext-bar is not defined on node 10.5.0.3 (its services are: ext-foo, kubelet)")
-    assert client.calls == ["ServiceList"]
+    assert client.names() == ["ServiceList"]
 
 
 def test_several_nodes_are_refused():
-    client = FakeClient({"kubelet": "Running"}, nodes=["10.5.0.3", "10.5.0.4"])
+    client = node_with({"kubelet": "Running"}, nodes=["10.5.0.3", "10.5.0.4"])
     ok, result = run(client, name="kubelet", state="started")
     assert not ok and "one node per task but 2 nodes are targeted" in result["msg"]
 
@@ -141,14 +149,13 @@ def test_reached_stopped_waits_out_stopping():
 
 
 def test_wait_timeout_names_the_state_last_seen():
-    class StuckClient(FakeClient):
-        def call(self, method, request=None, node=None, deadline=None):
-            items = super(StuckClient, self).call(method, request, node)
-            if method.endswith("/ServiceStart"):
-                self.services[request.id] = "Starting"
-            return items
+    services = {"ext-foo": "Finished"}
+    client = node_with(services)
 
-    client = StuckClient({"ext-foo": "Finished"})
+    def start_stuck_in_starting(request, _node):
+        services[request.id] = "Starting"
+        return [machine_pb2.ServiceStart(resp="Service %r started" % request.id)]
+    client.answer("machine.MachineService/ServiceStart", start_stuck_in_starting)
     with pytest.raises(TalosTimeoutError) as raised:
         run(client, name="ext-foo", state="started", wait=True, wait_timeout=0)
     assert raised.value.message == ("Timed out after 0 seconds waiting for service ext-foo on node 10.5.0.3 to be started; "

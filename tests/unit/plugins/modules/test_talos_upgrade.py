@@ -8,10 +8,10 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, upgrade
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosApiError, TalosConfigError, TalosUnimplementedError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
+from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_module
 
 
@@ -77,40 +77,11 @@ def test_has_lifecycle_api(tag, expected):
     assert upgrade.has_lifecycle_api(tag) is expected
 
 
-# The step flow, against a scripted client
+# The step flow, against a fake client
 
-class ScriptedClient(object):
-    """Answers calls from a script and records them; an Exception in the script is raised."""
-
-    def __init__(self, **answers):
-        self.answers = answers
-        self.calls = []
-
-    def _answer(self, method):
-        answer = self.answers[method]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def call(self, method, request=None, node=None, **kwargs):
-        self.calls.append(method)
-        return self._answer(method)
-
-    def stream(self, method, request=None, node=None, on_message=None, **kwargs):
-        self.calls.append(method)
-        frames = self._answer(method)
-        for frame in frames:
-            if on_message:
-                on_message(frame)
-        return frames
-
-    def list_resources(self, namespace, resource_type, node=None, **kwargs):
-        self.calls.append(resource_type)
-        return self._answer(resource_type)
-
-    def get_resource(self, namespace, resource_type, resource_id, node=None, **kwargs):
-        self.calls.append(resource_type)
-        return self._answer(resource_type)
+def asked(client):
+    """What the client was asked, in order: the RPC path, or the resource type that get_resource or list_resources read."""
+    return [call.request.type if call.via in ("get_resource", "list_resources") else call.method for call in client.calls]
 
 
 def _progress(message=None, exit_code=None):
@@ -137,43 +108,41 @@ def _failed_step(node_upgrade, api, wait_timeout=None):
 
 
 def test_lifecycle_pulls_installs_and_reboots():
-    client = ScriptedClient(**{
+    client = FakeTalos(answers={
         lifecycle.IMAGE_PULL: PULLED,
         lifecycle.LIFECYCLE_UPGRADE: [_progress("writing boot assets"), _progress(exit_code=0)],
         lifecycle.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
     })
     result = _upgrade(client).run("lifecycle")
     assert result["current_version"] == "v1.13.0"
-    assert client.calls == [lifecycle.IMAGE_PULL, lifecycle.LIFECYCLE_UPGRADE, lifecycle.REBOOT]
+    assert asked(client) == [lifecycle.IMAGE_PULL, lifecycle.LIFECYCLE_UPGRADE, lifecycle.REBOOT]
     assert result["api_used"] == "lifecycle" and result["rebooted"]
     assert result["progress"] == ["pulled " + IMAGE, "writing boot assets", "installer exited with code 0", "reboot requested"]
 
 
 def test_unimplemented_lifecycle_falls_back_to_legacy_in_auto():
-    client = ScriptedClient(**{
-        lifecycle.IMAGE_PULL: TalosUnimplementedError("Node 10.5.0.2 does not implement machine.ImageService/Pull.",
-                                                      code="Unimplemented"),
+    client = FakeTalos(answers={
+        lifecycle.IMAGE_PULL: fails_with("Unimplemented", "unknown service machine.ImageService"),
         lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received", actor_id="a1")],
     })
     result = _upgrade(client).run("lifecycle")
-    assert client.calls == [lifecycle.IMAGE_PULL, lifecycle.LEGACY_UPGRADE]
+    assert asked(client) == [lifecycle.IMAGE_PULL, lifecycle.LEGACY_UPGRADE]
     assert result["api_used"] == "legacy" and result["rebooted"]
     assert result["progress"][-1] == "Upgrade request received"
 
 
 def test_unimplemented_lifecycle_is_a_failure_without_fall_back():
-    client = ScriptedClient(**{
-        lifecycle.IMAGE_PULL: TalosUnimplementedError("Node 10.5.0.2 does not implement machine.ImageService/Pull.",
-                                                      code="Unimplemented"),
+    client = FakeTalos(answers={
+        lifecycle.IMAGE_PULL: fails_with("Unimplemented", "unknown service machine.ImageService"),
     })
     step, message = _failed_step(_upgrade(client, fall_back=False), "lifecycle")
     assert step == "pull"
     assert "use api: legacy" in message
-    assert client.calls == [lifecycle.IMAGE_PULL]
+    assert asked(client) == [lifecycle.IMAGE_PULL]
 
 
 def test_non_zero_exit_code_fails_before_reboot_with_last_messages():
-    client = ScriptedClient(**{
+    client = FakeTalos(answers={
         lifecycle.IMAGE_PULL: PULLED,
         lifecycle.LIFECYCLE_UPGRADE: [_progress("line %d" % i) for i in range(8)] + [_progress("no space left"),
                                                                                      _progress(exit_code=1)],
@@ -184,16 +153,15 @@ def test_non_zero_exit_code_fails_before_reboot_with_last_messages():
     assert "exited with code 1" in message
     assert "no space left" in message and "line 0" not in message
     assert "still runs v1.13.0 and was not rebooted" in message
-    assert lifecycle.REBOOT not in client.calls
+    assert lifecycle.REBOOT not in asked(client)
     assert not node_upgrade.result["rebooted"]
 
 
 def test_failed_reboot_says_the_new_version_waits_on_disk():
-    client = ScriptedClient(**{
+    client = FakeTalos(answers={
         lifecycle.IMAGE_PULL: PULLED,
         lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
-        lifecycle.REBOOT: TalosApiError("machine.MachineService/Reboot failed on node 10.5.0.2 with FailedPrecondition: x.",
-                                        code="FailedPrecondition"),
+        lifecycle.REBOOT: fails_with("FailedPrecondition", "x"),
     })
     with pytest.raises(lifecycle.ActionFailed) as caught:
         _upgrade(client).run("lifecycle")
@@ -207,7 +175,7 @@ def test_failed_reboot_says_the_new_version_waits_on_disk():
 ])
 def test_wait_detects_rollback_and_wrong_version(monkeypatch, came_back_on, words):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag=came_back_on))
-    client = ScriptedClient(**{
+    client = FakeTalos(answers={
         lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
         lifecycle.VERSION: [version],
     })
@@ -223,7 +191,7 @@ def test_wait_detects_rollback_and_wrong_version(monkeypatch, came_back_on, word
 
 def test_wait_succeeds_on_target_version(monkeypatch):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))
-    client = ScriptedClient(**{
+    client = FakeTalos(answers={
         lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
         lifecycle.VERSION: [version],
     })
@@ -237,7 +205,8 @@ def test_wait_succeeds_on_target_version(monkeypatch):
 # run(): options, the guard and check mode
 
 FACTORY_IMAGE = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0"
-GET_CONFIG = "cosi.resource.State/Get"
+ETCD_MEMBER_LIST = "machine.MachineService/EtcdMemberList"
+MACHINE_CONFIGS = "MachineConfigs.config.talos.dev"
 
 
 def _config(*installers):
@@ -249,25 +218,24 @@ def _config(*installers):
                              "        image: %s\n" % image)
         else:
             documents.append("apiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n    image: %s\n" % image)
-    resource = resource_pb2.Resource(spec=resource_pb2.Spec(yaml_spec="---\n".join(documents)))
-    return [state_pb2.GetResponse(resource=resource)]
+    return resource("config", MACHINE_CONFIGS, "v1alpha1", "---\n".join(documents))
 
 
-class WorkerClient(ScriptedClient):
-    """A worker running ``tag``: no etcd member list, no extensions, its config naming the installer of ``tag``."""
-
-    nodes = ["10.5.0.9"]
-
-    def __init__(self, tag, **answers):
-        super(WorkerClient, self).__init__(**dict({
-            lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
-                                                    platform=machine_pb2.PlatformInfo(name="metal"))],
-            "machine.MachineService/EtcdMemberList": TalosUnimplementedError(
-                "member list is only available on control plane nodes", code="Unimplemented"),
-            "ExtensionStatuses.runtime.talos.dev": [],
-            "SecurityStates.talos.dev": {"spec": {"secureBoot": False}},
-            GET_CONFIG: _config(("machine", "ghcr.io/siderolabs/installer:%s" % tag)),
-        }, **answers))
+def worker(tag, installers=None, extensions=()):
+    """A worker running ``tag``: no etcd member list, the ``extensions`` (metadata of ExtensionStatuses), no secure
+    boot, its config naming the installer of ``tag`` unless ``installers`` say where and what."""
+    state = cosi_state(
+        _config(*installers or [("machine", "ghcr.io/siderolabs/installer:%s" % tag)]),
+        resource("runtime", "SecurityStates.talos.dev", "securitystate", {"secureBoot": False}),
+        *[resource("runtime", "ExtensionStatuses.runtime.talos.dev", str(index), {"metadata": metadata})
+          for index, metadata in enumerate(extensions)])
+    return FakeTalos(nodes=["10.5.0.9"], answers={
+        lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
+                                                platform=machine_pb2.PlatformInfo(name="metal"))],
+        ETCD_MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
+        GET: state,
+        LIST: state,
+    })
 
 
 DEFAULTS = dict(image=None, version=None, image_repository=None, image_factory_url=None, api="auto",
@@ -275,7 +243,7 @@ DEFAULTS = dict(image=None, version=None, image_repository=None, image_factory_u
 
 
 def test_check_mode_predicts_the_legacy_api_of_an_old_node():
-    client = WorkerClient("v1.12.6")
+    client = worker("v1.12.6")
     ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, diff=True, version="1.14.0")
     assert ok and result["changed"] is True and result["api_used"] == "legacy"
     # Talos v1.14 installers come only from the Image Factory: the empty schematic for a node without one.
@@ -286,42 +254,41 @@ def test_check_mode_predicts_the_legacy_api_of_an_old_node():
                                              "after": FACTORY_IMAGE, "changed": True}
     assert result["diff"] == {"before": {"version": "v1.12.6", "installer": "ghcr.io/siderolabs/installer:v1.12.6"},
                               "after": {"version": "v1.14.0", "installer": FACTORY_IMAGE}}
-    assert client.calls == [lifecycle.VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
-                            GET_CONFIG, lifecycle.VERSION, "machine.MachineService/EtcdMemberList"]
+    assert asked(client) == [lifecycle.VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
+                             GET, lifecycle.VERSION, ETCD_MEMBER_LIST]
 
 
 def test_a_node_on_the_target_is_left_alone():
-    client = WorkerClient("v1.14.0")
+    client = worker("v1.14.0")
     ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
     assert ok and result["changed"] is False and result["etcd_gate_open"] is None
     assert result["image_reason"] == "the image option names it"
     assert result["installer_reference"]["changed"] is False
-    assert client.calls == [GET_CONFIG, lifecycle.VERSION]
+    assert asked(client) == [GET, lifecycle.VERSION]
 
 
 def test_a_config_with_two_installer_homes_is_refused_before_anything_changes():
-    client = WorkerClient("v1.13.0", **{GET_CONFIG: _config(("machine", "a:v1.13.0"), ("unattended", "b:v1.13.0"))})
+    client = worker("v1.13.0", installers=[("machine", "a:v1.13.0"), ("unattended", "b:v1.13.0")])
     with pytest.raises(TalosConfigError, match=r"sets the installer image in both .machine.install.image \(a:v1.13.0\)"):
         run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
-    assert client.calls == [GET_CONFIG]
+    assert asked(client) == [GET]
 
 
 def test_a_node_with_a_schematic_keeps_it_and_a_repository_wins():
     schematic = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515"
-    extensions = [{"spec": {"metadata": {"name": "qemu-guest-agent"}}},
-                  {"spec": {"metadata": {"name": "schematic", "version": schematic,
-                                         "author": "Image Factory (https://factory.example.internal)"}}}]
-    client = WorkerClient("v1.13.0", **{"ExtensionStatuses.runtime.talos.dev": extensions})
+    extensions = [{"name": "qemu-guest-agent"},
+                  {"name": "schematic", "version": schematic, "author": "Image Factory (https://factory.example.internal)"}]
+    client = worker("v1.13.0", extensions=extensions)
     ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, version="v1.14.0")
     assert ok and result["image"] == "factory.example.internal/metal-installer/%s:v1.14.0" % schematic
     assert "(qemu-guest-agent) are kept" in result["image_reason"]
-    ok, result, _task = run_module(talos_upgrade.run, WorkerClient("v1.13.0"), DEFAULTS, check_mode=True, version="v1.14.0",
+    ok, result, _task = run_module(talos_upgrade.run, worker("v1.13.0"), DEFAULTS, check_mode=True, version="v1.14.0",
                                    image_repository="registry.local/installer")
     assert ok and result["image"] == "registry.local/installer:v1.14.0"
 
 
 def test_bad_options_fail_before_any_call():
-    client = WorkerClient("v1.13.0")
+    client = worker("v1.13.0")
     ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, version="v1.14.0", api="lifecycle", stage=True)
     assert not ok and result["msg"].startswith("stage apply only to the legacy upgrade API")
-    assert client.calls == []
+    assert asked(client) == []
