@@ -484,7 +484,7 @@ class TalosClient:
                 self._active = index
                 self._connect_failure = None
                 return channel, endpoint
-            error = errors.unreachable_error(failures)
+            error = errors.unreachable_error(failures, insecure=self.settings.insecure)
             self._connect_failure = (loop.time(), error)
             raise error
 

@@ -110,6 +110,10 @@ class TalosApiError(TalosError):
 _MISSING_API = re.compile(r"unknown (service|method)|method not found|not implemented", re.I)
 
 _CONNECTION_REFUSED_HINT = "endpoints must be control-plane nodes whose Talos API is reachable on port 50000"
+# A node in maintenance mode serves its API on its own address only, so the endpoint is the node itself.
+_MAINTENANCE_REFUSED_HINT = ("with insecure (maintenance mode) the endpoint must be the node's own address, where "
+                             "its Talos API listens on port 50000: check that the node is up and the address and "
+                             "port are right")
 
 # How an endpoint relays that it could not connect to the node (Go's dialer in
 # apid), e.g. 'connection error: desc = "transport: Error while dialing: dial
@@ -281,17 +285,19 @@ def client_certificate_required(endpoint):
         "connect with its talosconfig (mutual TLS) instead of insecure: true." % endpoint, code="Unauthenticated")
 
 
-def unreachable_error(failures):
+def unreachable_error(failures, insecure=False):
     """Translate a failure to connect to every endpoint; ``failures`` is [(endpoint, exception)].
 
-    The code is Unavailable, as gRPC reports a refused connection.
+    The code is Unavailable, as gRPC reports a refused connection. ``insecure``
+    (a maintenance-mode connection) changes the hint: there the endpoint is the node itself.
     """
     parts = ["%s (%s)" % (endpoint, describe_os_error(err)) for endpoint, err in failures]
     if len(parts) == 1:
         text = "Talos endpoint %s is unreachable" % parts[0]
     else:
         text = "None of the Talos endpoints is reachable: %s" % "; ".join(parts)
-    return TalosUnreachableError("%s; %s." % (text, _CONNECTION_REFUSED_HINT), code="Unavailable")
+    hint = _MAINTENANCE_REFUSED_HINT if insecure else _CONNECTION_REFUSED_HINT
+    return TalosUnreachableError("%s; %s." % (text, hint), code="Unavailable")
 
 
 def describe_os_error(err):

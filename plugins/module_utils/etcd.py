@@ -796,7 +796,7 @@ def _wait_for_healthy_member(client, node, waiter):
         return waits.Seen("etcd member", done=True, detail="etcd running and healthy, the node is a member")
 
     waiter.until(poll, "etcd on %s to run as a healthy member" % talos_node.label(node), talos_node.short_label(node),
-                 tolerate=_still_starting)
+                 tolerate=_still_starting, follow=waits.EventFollower(client, node))
 
 
 def save_snapshot(client, node, path, check_mode=False):

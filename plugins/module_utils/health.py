@@ -8,7 +8,8 @@ of every node, in talosctl's order (pkg/cluster/check/default.go); the
 Kubernetes checks are left to the server-side ``cluster.ClusterService/HealthCheck``,
 whose progress stream ``server_health_check`` follows. ``nodes_to_check`` finds
 the node lists (options, else COSI cluster Members). Both wait through
-waits.Waiter, which shows the checks' progress.
+waits.Waiter, which shows the checks' progress; between two rounds of the
+Talos checks it follows the events of the node the failing check names.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,7 +21,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import cluster_n
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, format_seconds
-from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen, Waiter, WaitTimedOut
+from ansible_collections.talos_linux.talos.plugins.module_utils.waits import EventFollower, Seen, Waiter, WaitTimedOut
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
@@ -270,15 +271,25 @@ def run_talos_checks(client, nodes, timeout, interval=2.0, progress=None):
     """
     checks = TalosChecks(client, nodes)
     waiter = Waiter(timeout, interval, progress)
+    # Between two rounds, the events of the node the failing check names (else the first control plane's).
+    followers = {}
+    failing = {"node": None}
 
     def poll():
         results, failed = checks.round()
         if failed is None:
             return Seen("all checks passed", done=True, value=results)
+        failing["node"] = (failed["nodes"] or nodes.control_planes or [None])[0]
         return Seen(_failing_state(failed), value=(results, failed))
 
+    def follow(seconds):
+        node = failing["node"]
+        if node not in followers:
+            followers[node] = EventFollower(client, node)
+        followers[node](seconds)
+
     try:
-        results = waiter.until(poll, "the cluster to be healthy", SUBJECT, tolerate=lambda error: False)
+        results = waiter.until(poll, "the cluster to be healthy", SUBJECT, tolerate=lambda error: False, follow=follow)
     except WaitTimedOut as timed_out:
         results, failed = timed_out.seen.value
         raise HealthFailure(_failure_message(failed, waiter.elapsed, timeout), results, waiter.elapsed)

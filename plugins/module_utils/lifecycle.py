@@ -392,7 +392,7 @@ def wait_for_reset_reboot(client, node, previous_marker, waiter):
         return seen
 
     return waiter.until(poll, "%s to come back from the reset, in maintenance mode or with a new boot" % label(node),
-                        short_label(node), tolerate=lambda error: False)
+                        short_label(node), tolerate=lambda error: False, follow=waits.EventFollower(client, node))
 
 
 # -- rollback ------------------------------------------------------------------

@@ -14,6 +14,13 @@ state changes once the wait lasts more than a few seconds::
 Streams that deliver the changes themselves (COSI Watch, the server-side
 health check) feed the same progress lines with ``Waiter.see``.
 
+Between two polls a wait follows the node's event stream where the node
+offers it (``EventFollower``: MachineService.Events), so that the next poll
+looks as soon as the node reports a change - a stage, a service, a sequence,
+its API going down - rather than after the waiter's whole interval; a node
+that does not answer is looked at again every UNREACHABLE_RECHECK_SECONDS,
+one without Events at the interval.
+
 The waits after an action, as talosctl does them, each over a Waiter (so
 that waits in a row share one deadline and one progress): ``wait_for_reboot``
 (a new boot ID, or boot time, and the node running and ready),
@@ -57,6 +64,12 @@ QUIET_SECONDS = 5.0
 
 # A progress line shows at most this many states, the latest ones.
 SHOWN_STATES = 6
+
+EVENTS = "machine.MachineService/Events"
+
+# A node that cannot be followed because it does not answer (rebooting, starting its API) comes back
+# unannounced: it is looked at again this often.
+UNREACHABLE_RECHECK_SECONDS = 0.5
 
 
 def is_transient(error):
@@ -157,14 +170,16 @@ class Waiter:
             trail.shown = len(trail.states)
             self.progress(trail.line(subject, now))
 
-    def until(self, poll, what, subject, tolerate=is_transient):
+    def until(self, poll, what, subject, tolerate=is_transient, follow=None):
         """Call ``poll()`` until the Seen it returns is done, and return that Seen's value.
 
         ``what`` completes "waiting for ..." in the timeout message, ``subject``
         names the progress lines (``node.short_label``, or ``cluster``). A
         TalosError that ``poll`` raises and ``tolerate`` accepts is a state
         too (a rebooting node does not answer); any other propagates. Raises
-        WaitTimedOut naming ``what`` and the state seen last.
+        WaitTimedOut naming ``what`` and the state seen last. ``follow``
+        (an ``EventFollower``) replaces the pause between two polls: it
+        returns early when the node reports a change.
         """
         while True:
             try:
@@ -180,7 +195,61 @@ class Waiter:
             if remaining <= 0:
                 raise WaitTimedOut("Timed out after %s seconds waiting for %s; last observed: %s."
                                    % (format_seconds(self.timeout), what, str(seen.detail).rstrip(".")), seen)
-            time.sleep(min(self.interval, remaining))
+            pause = min(self.interval, remaining)
+            if follow is None or pause <= 0:
+                time.sleep(pause)
+            else:
+                follow(pause)
+
+
+class EventFollower:
+    """Follows one node's runtime events (MachineService.Events) between the polls of a wait.
+
+    Called with the pause before the next poll, it returns as soon as the
+    node reports an event (a stage, a service or a sequence changed) or its
+    stream ends (the node going down, its API restarting), at the latest
+    when the pause is over. A node that does not answer is looked at again
+    after UNREACHABLE_RECHECK_SECONDS; one that does not offer Events (too
+    old a release, a role without it) makes the follower sleep the whole
+    pause from then on. Each stream resumes after the last event seen, so
+    that no change between two streams goes unnoticed.
+    """
+
+    def __init__(self, client, node):
+        self.client = client
+        self.node = node
+        self.offered = True
+        self.last_event_id = None
+
+    def __call__(self, seconds):
+        started = time.monotonic()
+        if self.offered and self._follow(seconds):
+            return
+        rest = seconds - (time.monotonic() - started)
+        if rest > 0:
+            time.sleep(rest if not self.offered else min(rest, UNREACHABLE_RECHECK_SECONDS))
+
+    def _follow(self, seconds):
+        """Read events for up to ``seconds``; True when the stream was established (whatever ended it)."""
+        stream = {"established": False}
+
+        def on_event(event):
+            if not event.id:
+                # Talos first sends an empty event: the stream is established.
+                stream["established"] = True
+                return False
+            self.last_event_id = event.id
+            return True
+
+        request = machine_pb2.EventsRequest(tail_id=self.last_event_id or "")
+        try:
+            self.client.stream(EVENTS, request, node=self.node, on_message=on_event, retry_codes=(),
+                               deadline=max(0.1, seconds))
+        except TalosError as error:
+            if error.code in ("PermissionDenied", "Unimplemented"):
+                self.offered = False
+            return stream["established"]
+        return True
 
 
 # -- the waits after an action -----------------------------------------------------
@@ -230,7 +299,8 @@ def wait_for_reboot(client, node, previous_boot_id, waiter):
             return Seen("running, not rebooted yet", detail="stage running, ready true, but the boot ID has not changed yet")
         return Seen(status.state, done=True, value=boot_id, detail="stage running, ready true, new boot ID")
 
-    return waiter.until(poll, "%s to reboot and become ready" % talos_node.label(node), talos_node.short_label(node))
+    return waiter.until(poll, "%s to reboot and become ready" % talos_node.label(node), talos_node.short_label(node),
+                        follow=EventFollower(client, node))
 
 
 def wait_for_secure_api(client, node, waiter):
@@ -270,7 +340,7 @@ def wait_for_services(client, node, names, waiter):
         return Seen("services up", done=True, value=states, detail="every service is running")
 
     return waiter.until(poll, "services %s on %s to be running and healthy" % (", ".join(names), talos_node.label(node)),
-                        talos_node.short_label(node))
+                        talos_node.short_label(node), follow=EventFollower(client, node))
 
 
 def wait_for_service(client, node, name, goal, waiter, restarted_after=0):
@@ -284,7 +354,7 @@ def wait_for_service(client, node, name, goal, waiter, restarted_after=0):
                     detail="state %s, health %s" % (info.state, talos_node.health_word(info)))
 
     return waiter.until(poll, "service %s on %s to be %s" % (name, talos_node.label(node), goal),
-                        "%s %s" % (talos_node.short_label(node), name))
+                        "%s %s" % (talos_node.short_label(node), name), follow=EventFollower(client, node))
 
 
 def wait_until_unreachable(client, node, waiter):
@@ -304,4 +374,4 @@ def wait_until_unreachable(client, node, waiter):
         return Seen("answering", detail="the node still answers")
 
     waiter.until(poll, "%s to stop answering" % talos_node.label(node), talos_node.short_label(node),
-                 tolerate=lambda error: False)
+                 tolerate=lambda error: False, follow=EventFollower(client, node))

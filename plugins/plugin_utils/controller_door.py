@@ -23,6 +23,7 @@ __metaclass__ = type
 import os
 from collections.abc import Mapping
 
+from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
@@ -48,6 +49,14 @@ def _plain(value):
     return str(value)
 
 
+def _injects_invocation(task_vars):
+    """Whether a module's result carries ``invocation``: a setting from ansible-core 2.21 on, always before."""
+    try:
+        return C.config.get_config_value("INJECT_INVOCATION", variables=task_vars)
+    except AnsibleError:
+        return True
+
+
 class TalosAction(ActionBase):
     """Runs the module ``MODULE`` (the imported module file) through the controller door or the module door."""
 
@@ -64,9 +73,7 @@ class TalosAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(TalosAction, self).run(tmp, task_vars)
-        # An unset talosconfig option takes the inventory variable talosconfig (docs/getting-started.md), ad hoc too.
-        if "talosconfig" in self.MODULE.SPEC.argument_spec and self._task.args.get("talosconfig") is None and "talosconfig" in task_vars:
-            self._task.args = dict(self._task.args, talosconfig=self._templar.template(task_vars["talosconfig"]))
+        self._use_talosconfig_variable(task_vars)
         door, reason = self._choose_door(task_vars)
         display.v("%s through the %s door (%s)" % (self.module_name, door, reason),
                   host=task_vars.get("inventory_hostname"))
@@ -79,6 +86,13 @@ class TalosAction(ActionBase):
             return result
         result.update(self._run_here(task_vars))
         return result
+
+    def _use_talosconfig_variable(self, task_vars):
+        """An unset talosconfig option takes the inventory variable ``talosconfig`` (docs/getting-started.md),
+        ad hoc too, through either door; the environment's TALOSCONFIG comes after it."""
+        if ("talosconfig" in self.MODULE.SPEC.argument_spec and self._task.args.get("talosconfig") is None
+                and "talosconfig" in task_vars):
+            self._task.args = dict(self._task.args, talosconfig=self._templar.template(task_vars["talosconfig"]))
 
     def _choose_door(self, task_vars):
         """``(door, reason)``: which door runs the task, and why (shown at -v)."""
@@ -147,5 +161,6 @@ class TalosAction(ActionBase):
             result["deprecations"] = [dict(msg=item["msg"], version=item.get("version"),
                                            collection_name="talos_linux.talos")
                                       for item in validation._deprecations]
-        result["invocation"] = dict(module_args=params)
+        if _injects_invocation(task_vars):
+            result["invocation"] = dict(module_args=params)
         return remove_values(result, no_log_values)

@@ -119,7 +119,8 @@ def test_reset_validation_messages(emulator, api):
         (dict(user_disks_to_wipe=["/dev/sdz"]), "reset user disk failed: device /dev/sdz wasn't found"),
         (dict(user_disks_to_wipe=["/dev/sda"]), "reset user disk failed: device /dev/sda is the system disk"),
         (dict(system_partitions_to_wipe=[machine_pb2.ResetPartitionSpec(label="DATA", wipe=True)]),
-         "failed to get volume status with label DATA"),
+         'failed to get volume status with label "DATA": resource VolumeStatuses.block.talos.dev(runtime/DATA@undefined) '
+         "doesn't exist"),
     ]
     for fields, message in cases:
         assert _error(client, "Reset", machine_pb2.ResetRequest(**fields)) == (Status.UNKNOWN, message)

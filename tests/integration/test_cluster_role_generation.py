@@ -60,3 +60,22 @@ def test_role_generates_everything_then_provisions(emulator, run_playbook, tmp_p
     second = run_playbook(play, inventory=str(inventory))
     assert second.changed_count == 0, [r["task"] for r in second.results if r["status"] == "changed"]
     assert contents == dict((name, (workdir / name).read_bytes()) for name in contents)
+
+
+def test_an_unreachable_node_in_maintenance_mode_fails_once_naming_the_variable_that_fixes_it(emulator, run_playbook,
+                                                                                               tmp_path):
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True)
+    worker = cluster.workers[0]
+    cluster.faults.make_unreachable(worker)
+    run = run_playbook(role_play(cluster, tmp_path), inventory="%s/inventory.yml" % cluster.state_dir, expect_rc=2)
+
+    failure = run.task("talos_linux.talos.cluster : Stop at a node that could not be configured", worker.name)
+    message = failure["result"]["msg"]
+    assert failure["status"] == "failed"
+    assert message.startswith("Node %s in maintenance mode is unreachable at %s, the address that "
+                              "cluster_maintenance_endpoint sets: " % (worker.address, worker.endpoint)), message
+    assert "connection refused" in message and "control-plane nodes" not in message
+    # One message, once: the apply itself is not reported as a second failure.
+    assert run.task("talos_linux.talos.cluster : Apply the machine configuration", worker.name)["status"] == "ok"
+    assert run.stdout.count("fatal: [%s]" % worker.name) == 1, run.stdout
+    assert worker.maintenance and worker.config is None

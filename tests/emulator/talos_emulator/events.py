@@ -42,8 +42,8 @@ class EventLog:
         """Past events a new subscriber asked for (tail_events -1 = all)."""
         events = self._events
         if tail_id:
-            ids = [event.id for _stamp, event in events]
-            events = events[ids.index(tail_id) + 1:] if tail_id in ids else []
+            # Talos compares xids, which sort by time: the events after ``tail_id``, also one of an earlier boot.
+            events = [(stamp, event) for stamp, event in events if event.id > tail_id]
         elif tail_seconds:
             since = time.time() - tail_seconds
             events = [(stamp, event) for stamp, event in events if stamp >= since]

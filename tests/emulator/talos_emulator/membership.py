@@ -98,18 +98,21 @@ class EtcdCluster:
         return [member for member in self.members if member.node.etcd_running]
 
     def has_quorum(self):
-        return len(self.running_members()) >= len(self.members) // 2 + 1
+        """Whether the members whose machine is on are a quorum (one whose etcd is still joining counts, as a learner
+        would not stand in the way)."""
+        return len([member for member in self.members if member.node.powered]) >= len(self.members) // 2 + 1
 
     def leader(self):
-        """The leader while the running members keep quorum (None otherwise): the current one while its node runs
-        etcd, else a running member elected in its place."""
-        if not self.members or not self.has_quorum():
+        """The leader while the members keep quorum (None otherwise): the current one while its node runs etcd, else
+        a running member elected in its place."""
+        running = self.running_members()
+        if not running or not self.has_quorum():
             return None
-        for member in self.members:
-            if member.id == self.leader_id and member.node.etcd_running:
+        for member in running:
+            if member.id == self.leader_id:
                 return member
-        self.leader_id = self.running_members()[0].id
-        return self.running_members()[0]
+        self.leader_id = running[0].id
+        return running[0]
 
     def removal_refusal(self, member):
         """Why etcd's strict reconfiguration check refuses to remove ``member`` (etcdserver mayRemoveMember), or None.

@@ -193,6 +193,14 @@ def test_unreachable_endpoints_are_each_named_with_the_port_hint():
                            "Talos API is reachable on port 50000.")
 
 
+def test_an_unreachable_node_in_maintenance_mode_is_told_its_own_address_is_the_endpoint():
+    err = errors.unreachable_error([("10.0.0.3:50000", ConnectionRefusedError(111, "Connection refused"))], insecure=True)
+    assert err.message == ("Talos endpoint 10.0.0.3:50000 (connection refused) is unreachable; with insecure "
+                           "(maintenance mode) the endpoint must be the node's own address, where its Talos API "
+                           "listens on port 50000: check that the node is up and the address and port are right.")
+    assert "control-plane" not in err.message
+
+
 def test_timeout_mentions_the_option_and_the_last_answer():
     last = errors.from_status("Unavailable", "etcd is starting", "machine.MachineService/EtcdStatus", "10.5.0.2")
     err = errors.timeout_error("machine.MachineService/EtcdStatus", "10.5.0.2", 30, last, "the timeout option")

@@ -24,6 +24,9 @@ READ = "machine.MachineService/Read"
 VERSION = "machine.MachineService/Version"
 SYSTEM_STAT = "machine.MachineService/SystemStat"
 SERVICE_LIST = "machine.MachineService/ServiceList"
+EVENTS = "machine.MachineService/Events"
+# A node without an event stream: a wait pauses its whole interval between two polls.
+NO_EVENTS = fails_with("Unimplemented", "unknown method Events")
 
 
 def statuses(*specs):
@@ -213,7 +216,7 @@ def test_unreachable_wait_passes_permanent_errors_through():
 
 
 def test_unreachable_wait_times_out_naming_the_node():
-    client = FakeTalos(answers={VERSION: version()})
+    client = FakeTalos(answers={VERSION: version(), EVENTS: NO_EVENTS})
     with pytest.raises(TalosTimeoutError, match="waiting for node 10.5.0.2 to stop answering; last observed: the node still answers"):
         waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(0.05, interval=0.01))
 
@@ -224,7 +227,8 @@ def service_lists(*script):
         return [machine_pb2.ServiceList(services=[
             machine_pb2.ServiceInfo(id=name, state=state, health=machine_pb2.ServiceHealth(unknown=healthy is None, healthy=bool(healthy)))
             for name, (state, healthy) in services.items()])]
-    return FakeTalos(answers={SERVICE_LIST: in_turn(*[service_list(entry) if isinstance(entry, dict) else entry for entry in script])})
+    return FakeTalos(answers={SERVICE_LIST: in_turn(*[service_list(entry) if isinstance(entry, dict) else entry for entry in script]),
+                              EVENTS: NO_EVENTS})
 
 
 def test_services_wait_needs_every_service_up_and_healthy_when_checked():
@@ -252,3 +256,54 @@ def test_service_wait_reports_progress_under_the_node_and_service(clock):
     info = waits.wait_for_service(client, "10.5.0.3", "kubelet", "started", waits.Waiter(60, progress=lines.append))
     assert info.state == "Running"
     assert lines == ["10.5.0.3 kubelet: Finished, unknown (6 s)", "10.5.0.3 kubelet: Finished, unknown → Running, healthy (8 s)"]
+
+
+# Following the node's events between polls
+
+HELLO = machine_pb2.Event()
+
+
+def event(event_id):
+    return machine_pb2.Event(id=event_id)
+
+
+def test_an_event_ends_the_pause_and_the_next_stream_resumes_after_it(clock):
+    client = FakeTalos(answers={EVENTS: [HELLO, event("b1"), event("b2")]})
+    follower = waits.EventFollower(client, "10.5.0.2")
+    follower(2.0)
+    assert clock["t"] == 1000.0
+    follower(2.0)
+    assert [request.tail_id for request in client.requests(EVENTS)] == ["", "b1"]
+    assert all(call.kwargs["retry_codes"] == () and call.kwargs["deadline"] == 2.0 for call in client.calls_to(EVENTS))
+
+
+def test_a_node_that_does_not_answer_is_looked_at_again_soon(clock):
+    follower = waits.EventFollower(FakeTalos(answers={EVENTS: fails_with("Unavailable", "connection refused")}), "10.5.0.2")
+    follower(2.0)
+    assert clock["t"] == 1000.0 + waits.UNREACHABLE_RECHECK_SECONDS
+
+
+def test_a_node_without_events_is_polled_at_the_interval(clock):
+    client = FakeTalos(answers={EVENTS: NO_EVENTS})
+    follower = waits.EventFollower(client, "10.5.0.2")
+    follower(2.0)
+    follower(2.0)
+    assert clock["t"] == 1004.0 and len(client.calls_to(EVENTS)) == 1
+
+
+def test_the_waiter_follows_between_polls(clock):
+    paused = []
+    poll = scripted("rebooting", "booting", "running")
+    assert waits.Waiter(60, interval=2).until(poll, "x", "10.5.0.2", follow=paused.append) == "running"
+    assert paused == [2, 2] and clock["t"] == 1000.0
+
+
+def test_a_reboot_wait_looks_again_as_soon_as_the_node_reports_running(clock):
+    # The first poll sees the node booting; its event stream then reports the change and the next poll is done.
+    client = FakeTalos(answers={
+        GET: statuses({"stage": "booting", "status": {"ready": False}}, RUNNING),
+        READ: b"new\n",
+        EVENTS: [HELLO, event("0001")],
+    })
+    assert waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(60, interval=2)) == "new"
+    assert clock["t"] == 1000.0 and len(client.calls_to(EVENTS)) == 1
