@@ -13,6 +13,9 @@ options:
   wait:
     description:
       - Wait after a change until the node reaches the state the task asked for.
+      - The wait follows the node's event stream (C(MachineService.Events)) between its looks, so it ends within about
+        a second of the node reaching the state; a node that does not answer meanwhile (rebooting) is looked at twice a
+        second, one without the event stream every few seconds.
       - Not done in check mode.
     type: bool
     default: true

@@ -253,11 +253,17 @@ def _quorum_check(voters_after, statuses, member):
 # -- the quorum guard ----------------------------------------------------------
 
 class QuorumLossRefused(TalosError):
-    """The quorum guard refused to let a member go; ``findings`` are the guard's result keys."""
+    """The quorum guard refused to let a member go; ``findings`` are the guard's result keys.
 
-    def __init__(self, message, findings):
+    ``reason`` says why etcd cannot spare the member now (members unhealthy, the
+    list unreadable), which may pass; it is None for a refusal no wait changes
+    (the last voting member's removal).
+    """
+
+    def __init__(self, message, findings, reason=None):
         super(QuorumLossRefused, self).__init__(message)
         self.findings = findings
+        self.reason = reason
 
     def to_result(self):
         result = dict(self.findings)
@@ -330,7 +336,7 @@ class QuorumGuard:
         if problem is None or self.force_quorum_loss:
             return findings
         raise QuorumLossRefused("Refusing to %s: %s; fix the unhealthy members first, or set force_quorum_loss: true "
-                                "to go ahead anyway." % (what, problem), findings)
+                                "to go ahead anyway." % (what, problem), findings, reason=problem)
 
 
 def _health_problems(members, statuses, names):

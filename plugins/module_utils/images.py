@@ -93,6 +93,9 @@ IMAGE_REMOVE = "machine.ImageService/Remove"
 LEGACY_IMAGE_LIST = "machine.MachineService/ImageList"
 LEGACY_IMAGE_PULL = "machine.MachineService/ImagePull"
 
+# Seconds a pull may take on one node by default: Talos's own pulls give up after 20 minutes.
+PULL_TIMEOUT = 1200
+
 # How often a node's pull progress is reported while it lasts.
 PROGRESS_INTERVAL = 5.0
 _MIB = 1024.0 * 1024.0
@@ -811,7 +814,7 @@ class NodeImages:
         return dict((node, answer if isinstance(answer, TalosError) else [_image_record(item) for item in answer])
                     for node, answer in listed.items())
 
-    def ensure_present(self, wanted, check_mode=False, timeout=1200):
+    def ensure_present(self, wanted, check_mode=False, timeout=PULL_TIMEOUT):
         """Pull ``wanted[node]`` (an image reference) where it is missing.
 
         A node's result: ``image`` (as containerd names it), ``changed``,

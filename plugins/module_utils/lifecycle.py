@@ -15,12 +15,17 @@ images and the upgrade API choice in upgrade.py.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError, format_seconds
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import PULL_TIMEOUT
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
     VERSION,
+    is_configured_type,
+    is_control_plane_type,
     label,
     read_machine_status,
     read_version_tag,
@@ -59,6 +64,9 @@ MAINTENANCE_PROBE_SECONDS = 10
 REBOOT_POLL_SECONDS = 2.0
 GONE_POLL_SECONDS = 1.0
 
+# Seconds between two asks of the etcd quorum guard that refused for now (each ask reads every member's status).
+QUORUM_POLL_SECONDS = 2.0
+
 # Installer lines kept in a failure message: enough to show the cause.
 FAILURE_CONTEXT_LINES = 5
 
@@ -89,10 +97,38 @@ def _failing_as(what, result):
         raise ActionFailed("%s: %s" % (what, err.message), dict(result), err)
 
 
-def guard(client, node, action, force_quorum_loss=False, removal=False):
-    """The etcd quorum guard's findings before ``action`` (``"reboot"``) takes ``node`` down; raises when it refuses."""
-    return etcd.QuorumGuard(client, force_quorum_loss).let_node_go(
-        node, "%s control-plane %s" % (action, label(node)), removal=removal)
+def guard(client, node, action, force_quorum_loss=False, removal=False, quorum_wait_timeout=0, progress=None):
+    """The etcd quorum guard's findings before ``action`` (``"reboot"``) takes ``node`` down; raises when it refuses.
+
+    With ``quorum_wait_timeout`` (seconds) a refusal that may pass - a member
+    unhealthy for now, one catching up after its own reboot - is asked again
+    until the guard lets the node go or the time is up; ``progress`` hears
+    why etcd cannot spare the node yet. 0 refuses at once.
+    """
+    quorum_guard = etcd.QuorumGuard(client, force_quorum_loss)
+    what = "%s control-plane %s" % (action, label(node))
+    if not quorum_wait_timeout:
+        return quorum_guard.let_node_go(node, what, removal=removal)
+    refusals = []
+
+    def poll():
+        try:
+            findings = quorum_guard.let_node_go(node, what, removal=removal)
+        except etcd.QuorumLossRefused as refusal:
+            if refusal.reason is None:
+                raise
+            refusals.append(refusal)
+            return waits.Seen(refusal.reason)
+        return waits.Seen("spared", done=True, value=findings)
+
+    waiter = waits.Waiter(quorum_wait_timeout, QUORUM_POLL_SECONDS, progress=progress)
+    try:
+        return waiter.until(poll, "etcd to spare %s" % label(node), "waiting for etcd to spare %s" % short_label(node),
+                            tolerate=lambda error: False)
+    except waits.WaitTimedOut:
+        last = refusals[-1]
+        raise etcd.QuorumLossRefused("%s The guard still refused after %s seconds of waiting (quorum_wait_timeout)."
+                                     % (last.message, format_seconds(quorum_wait_timeout)), last.findings, last.reason)
 
 
 def _actor_id(items):
@@ -106,10 +142,97 @@ def _waiter(wait_timeout, progress, interval=None):
     return waits.Waiter(wait_timeout, interval or REBOOT_POLL_SECONDS, progress=progress)
 
 
+# -- several nodes in one task -------------------------------------------------
+
+def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
+    """Run ``act(client, node)`` - one node's action from its guard to its wait, returning its result - on ``nodes``.
+
+    One node runs on ``client``, and its failure propagates as it is. Several
+    run concurrently, at most ``max_concurrency`` at once, each in a thread
+    with a client of its own (a TalosClient runs one asyncio loop: it cannot
+    serve two threads). Their control planes go one at a time (ControlPlaneTurns:
+    ``waited`` and ``progress`` are its).
+
+    Returns ``{"changed": whether a node changed, "nodes": {node: its result}}``,
+    with one node's result keys at the top as well. When nodes fail, the others
+    still finish; then ActionFailed names the failed nodes and carries every
+    result, a failed node's with ``failed`` and ``msg``.
+    """
+    if len(nodes) == 1:
+        result = act(client, nodes[0])
+        return dict(result, nodes={nodes[0] or client.settings.endpoints[0]: result})
+    turns = ControlPlaneTurns(waited, progress)
+
+    def one(node):
+        node_client = client.with_settings()
+        try:
+            return turns.take(node_client, node, act)
+        except TalosError as error:
+            return error
+        finally:
+            node_client.close()
+
+    with ThreadPoolExecutor(max_workers=min(max_concurrency, len(nodes))) as pool:
+        outcomes = dict(zip(nodes, pool.map(one, nodes)))
+    results = {}
+    failed = [node for node in nodes if isinstance(outcomes[node], TalosError)]
+    for node in nodes:
+        outcome = outcomes[node]
+        results[node] = dict(outcome.to_result(), failed=True, msg=outcome.message) if node in failed else outcome
+    combined = dict(changed=any(result.get("changed") for result in results.values()), nodes=results)
+    if failed:
+        raise ActionFailed("%d of %d nodes failed (%s): %s" % (len(failed), len(nodes), ", ".join(failed),
+                                                               outcomes[failed[0]].message), combined)
+    return combined
+
+
+class ControlPlaneTurns:
+    """Lets the control planes of one task go down one at a time; workers go at once.
+
+    Each control plane's quorum guard must judge etcd with the one before
+    back, so a control plane waits for its turn until the one before it is
+    done. ``waited`` says that an action returns only once its node is back
+    (it waits, or nothing goes down in check mode); without that, a second
+    control plane is refused: the guard cannot see the first one go down.
+    ``progress`` hears of a control plane that waits for its turn.
+    """
+
+    def __init__(self, waited, progress=None):
+        self.waited = waited
+        self.progress = progress
+        self._lock = threading.Lock()
+        self._holder = None
+        self._unwaited = None
+
+    def take(self, client, node, act):
+        """``act(client, node)``, in turn when ``node`` may be a control plane (a worker goes at once)."""
+        machine_type = etcd.machine_type(client, node)
+        if is_configured_type(machine_type) and not is_control_plane_type(machine_type):
+            return act(client, node)
+        if not self._lock.acquire(blocking=False):
+            if self.progress is not None:
+                self.progress("%s: waiting until control plane %s is done: control planes go one at a time"
+                              % (short_label(node), short_label(self._holder)))
+            self._lock.acquire()
+        try:
+            if self._unwaited is not None:
+                raise TalosError("Refusing to take control-plane %s down in the same task as control plane %s without "
+                                 "wait: the etcd quorum guard cannot see %s go down; set wait: true, or take one control "
+                                 "plane down per task." % (label(node), short_label(self._unwaited),
+                                                           short_label(self._unwaited)), node=node)
+            self._holder = node
+            result = act(client, node)
+            if result.get("changed") and not self.waited:
+                self._unwaited = node
+            return result
+        finally:
+            self._lock.release()
+
+
 # -- reboot and shutdown -------------------------------------------------------
 
-def reboot(client, node, mode="default", services=(), force_quorum_loss=False, wait_timeout=None, check_mode=False,
-           progress=None):
+def reboot(client, node, mode="default", services=(), force_quorum_loss=False, quorum_wait_timeout=0, wait_timeout=None,
+           check_mode=False, progress=None):
     """Reboot ``node`` (RebootRequest ``mode``) and wait until it is back with a new boot and runs ``services``."""
     if mode == "force":
         tag = read_version_tag(client, node)
@@ -117,7 +240,8 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, w
             raise TalosError("mode: force needs Talos v1.12 or newer, but %s runs %s; use mode: default or powercycle."
                              % (label(node), tag))
     result = dict(changed=True, mode=mode, boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
-    result.update(guard(client, node, "reboot", force_quorum_loss))
+    result.update(guard(client, node, "reboot", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                        progress=progress))
     result["boot_id_before"] = waits.read_boot_marker(client, node)
     if check_mode:
         return result
@@ -135,10 +259,12 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, w
     return result
 
 
-def shutdown(client, node, force=False, force_quorum_loss=False, wait_timeout=None, check_mode=False, progress=None):
+def shutdown(client, node, force=False, force_quorum_loss=False, quorum_wait_timeout=0, wait_timeout=None,
+             check_mode=False, progress=None):
     """Power ``node`` off (``force``: without cordon and drain) and wait until it stops answering."""
     result = dict(changed=True, actor_id=None, elapsed=None)
-    result.update(guard(client, node, "shut down", force_quorum_loss))
+    result.update(guard(client, node, "shut down", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                        progress=progress))
     if check_mode:
         read_version_tag(client, node)  # the node must answer now to be shut down
         return result
@@ -275,7 +401,7 @@ def reset_request(plan, wipe_mode, graceful):
     )
 
 
-def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=False,
+def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=False, quorum_wait_timeout=0,
           probe_seconds=MAINTENANCE_PROBE_SECONDS, wait_timeout=None, check_mode=False, progress=None):
     """Wipe ``node`` as ``plan`` (reset_plan) says, then wait until it is off, in maintenance mode or back.
 
@@ -303,7 +429,8 @@ def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=
         except ValueError as err:
             raise ActionFailed(str(err), result)
         result["wiped"]["labels"] = plan["labels"]
-    result.update(guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful))
+    result.update(guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful,
+                        quorum_wait_timeout=quorum_wait_timeout, progress=progress))
     result["changed"] = True
     if check_mode:
         return result
@@ -397,11 +524,13 @@ def wait_for_reset_reboot(client, node, previous_marker, waiter):
 
 # -- rollback ------------------------------------------------------------------
 
-def rollback(client, node, force_quorum_loss=False, wait_timeout=None, check_mode=False, diff=False, progress=None):
+def rollback(client, node, force_quorum_loss=False, quorum_wait_timeout=0, wait_timeout=None, check_mode=False,
+             diff=False, progress=None):
     """Make ``node`` boot its previous installation, then wait until it runs a version other than before."""
     previous = read_version_tag(client, node)
     result = dict(changed=True, previous_version=previous, current_version=None, boot_id_before=None, boot_id_after=None)
-    result.update(guard(client, node, "roll back", force_quorum_loss))
+    result.update(guard(client, node, "roll back", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                        progress=progress))
     result["boot_id_before"] = waits.read_boot_id(client, node)
     if diff:
         result["diff"] = dict(before={"version": previous}, after={"version": "(the previous installation)"})
@@ -433,13 +562,15 @@ def rollback(client, node, force_quorum_loss=False, wait_timeout=None, check_mod
 # -- upgrade -------------------------------------------------------------------
 
 def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="default", preserve=False, stage=False,
-            force_quorum_loss=False, wait_timeout=None, check_mode=False, diff=False, progress=None):
+            force_quorum_loss=False, quorum_wait_timeout=0, pull_timeout=PULL_TIMEOUT, wait_timeout=None,
+            check_mode=False, diff=False, progress=None):
     """Upgrade ``node`` to Talos ``target`` with installer ``image``, unless it runs ``target`` already.
 
     ``api`` is the first upgrade API to try (upgrade.choose_api); with
     ``fall_back`` a node without the lifecycle API is upgraded with the legacy
     one. ``preserve`` and ``stage`` are the legacy API's; ``force_quorum_loss``
-    also skips the legacy API's own etcd check on the node.
+    also skips the legacy API's own etcd check on the node. ``pull_timeout``
+    bounds the installer's pull.
     """
     previous = read_version_tag(client, node)
     result = dict(changed=False, previous_version=previous, current_version=previous, target_version=target,
@@ -447,7 +578,8 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
                   progress=[])
     if previous == target:
         return result
-    result.update(guard(client, node, "upgrade", force_quorum_loss))
+    result.update(guard(client, node, "upgrade", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                        progress=progress))
     result["changed"] = True
     if diff:
         result["diff"] = dict(before={"version": previous}, after={"version": target})
@@ -456,7 +588,8 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
         result["api_used"] = "legacy" if fall_back and has_lifecycle_api(previous) is False else api
         return result
     steps = NodeUpgrade(client, node, image, target, result, fall_back=fall_back, reboot_mode=reboot_mode,
-                        preserve=preserve, stage=stage, force=force_quorum_loss, progress=progress)
+                        preserve=preserve, stage=stage, force=force_quorum_loss, pull_timeout=pull_timeout,
+                        progress=progress)
     return steps.run(api, wait_timeout)
 
 
@@ -469,7 +602,7 @@ class NodeUpgrade:
     """
 
     def __init__(self, client, node, image, target, result, fall_back=True, reboot_mode="default", preserve=False,
-                 stage=False, force=False, progress=None):
+                 stage=False, force=False, pull_timeout=PULL_TIMEOUT, progress=None):
         self.client = client
         self.node = node
         self.image = image
@@ -481,6 +614,7 @@ class NodeUpgrade:
         self.preserve = preserve
         self.stage = stage
         self.force = force
+        self.pull_timeout = pull_timeout
         self.label = label(node)
         self.progress = progress
 
@@ -514,7 +648,7 @@ class NodeUpgrade:
         """Pull the installer image; False when the node has no ImageService and the legacy API may be used."""
         request = image_pb2.ImageServicePullRequest(containerd=self._containerd(), image_ref=self.image)
         try:
-            frames = self.client.stream(IMAGE_PULL, request, node=self.node)
+            frames = self.client.stream(IMAGE_PULL, request, node=self.node, deadline=self.pull_timeout)
         except TalosUnimplementedError as err:
             if self.fall_back:
                 self._note("node has no lifecycle API; using the legacy upgrade API")

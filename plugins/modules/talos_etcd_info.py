@@ -127,8 +127,9 @@ status:
       description: The member's storage version.
       type: str
     errors:
-      description: The errors the member reports (alarms such as C(memberID:... alarm:NOSPACE), C(etcdserver: no
-        leader)), or why the node did not answer.
+      description:
+        - "The errors the member reports (alarms such as C(memberID:<id> alarm:NOSPACE), C(etcdserver: no leader)),
+          or why the node did not answer."
       type: list
       elements: str
   sample:

@@ -50,7 +50,9 @@ options:
     default: 600
   poll_interval:
     description:
-      - Seconds between two rounds of checks with O(checks=talos).
+      - Seconds between two rounds of checks with O(checks=talos), at most - a round starts as soon as the node that
+        holds the checks up reports an event (a service or its stage changed), and within half a second while that node
+        does not answer.
     type: int
     default: 2
 extends_documentation_fragment:

@@ -187,7 +187,7 @@ SPEC = TaskSpec(
         image_factory_url=dict(type="str"),
         namespace=dict(type="str", choices=["system", "cri"]),
         state=dict(type="str", default="present", choices=["present", "absent", "list"]),
-        pull_timeout=dict(type="int", default=1200),
+        pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
         max_concurrency=dict(type="int", default=32),
     ),
     ranges=dict(pull_timeout=(1, None), max_concurrency=(1, None)),

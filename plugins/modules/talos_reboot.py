@@ -8,21 +8,27 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_reboot
-short_description: Reboot one Talos Linux node and wait until it is back
+short_description: Reboot Talos Linux nodes and wait until they are back
 version_added: 0.1.0
 description:
-  - Reboots one node with C(MachineService.Reboot), as C(talosctl reboot) does, and by default waits until the node
-    has booted again (a new boot ID), reports stage C(running) and ready, and, with O(wait_for_services), runs the
-    named services.
+  - Reboots a node, or several O(nodes) concurrently, with C(MachineService.Reboot), as C(talosctl reboot) does, and by
+    default waits until each node has booted again (a new boot ID), reports stage C(running) and ready, and, with
+    O(wait_for_services), runs the named services.
   - On a control-plane node the module first checks etcd and refuses to reboot when etcd would lose its quorum while
     the node is down - when fewer of the other voting members are healthy than quorum needs, which includes a
-    one-member cluster. O(force_quorum_loss=true) reboots anyway.
+    one-member cluster. O(quorum_wait_timeout) waits for the guard to let the node go; O(force_quorum_loss=true)
+    reboots anyway.
+  - With several O(nodes), each node is rebooted on its own (guard, reboot, wait), at most O(max_concurrency) at a
+    time; control planes go one at a time, each once the one before is back (without O(wait), the task refuses to
+    take a second control plane down). Each node's outcome is in RV(nodes); a failed node fails the task once the
+    others are done.
   - Like M(ansible.builtin.reboot), the task always reports a change.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -56,6 +62,10 @@ options:
       - Reboot a control plane even when etcd loses its quorum while the node is down.
     type: bool
     default: false
+  max_concurrency:
+    description: How many nodes are rebooted at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 notes:
   - Reading the boot ID needs the C(os:admin) role; with C(os:operator) the wait compares the node's boot time
     instead.
@@ -80,6 +90,10 @@ EXAMPLES = r"""
     mode: powercycle
     wait: false
 
+- name: Reboot two workers at once
+  talos_linux.talos.talos_reboot:
+    nodes: [10.5.0.5, 10.5.0.6]
+
 - name: Reboot the only control plane of a lab cluster (etcd is down meanwhile)
   talos_linux.talos.talos_reboot:
     node: 10.5.0.2
@@ -91,32 +105,32 @@ boot_id_before:
   description:
     - The node's boot ID before the reboot; C(boot-time:<seconds>) when the certificate may not read it (no
       C(os:admin) role).
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1
 boot_id_after:
   description: The boot ID after the reboot, in the same form; null without O(wait) and in check mode.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: 9a0c7f55-2b0e-4d8b-a1f2-7f4c0f2e9d11
 elapsed:
   description: Seconds from the reboot request to the end of the wait; null without O(wait) and in check mode.
-  returned: always
+  returned: when one node is targeted
   type: float
   sample: 74.2
 actor_id:
   description: The actor ID Talos gave the reboot (its events carry it); null in check mode.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
 mode:
   description: The reboot mode used.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: default
 controlplane:
   description: Whether the node is a control plane (it answered the etcd member list).
-  returned: always
+  returned: when one node is targeted
   type: bool
   sample: true
 etcd_gate_open:
@@ -124,19 +138,27 @@ etcd_gate_open:
     - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
       nothing to guard (a worker, a node that is no etcd member).
     - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
-  returned: always
+  returned: when one node is targeted
   type: bool
   sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
-  returned: always
+  returned: when one node is targeted
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 services:
   description: The state and health of each service of O(wait_for_services) at the end of the wait.
-  returned: when O(wait_for_services) is set and the module waited
+  returned: when one node is targeted, O(wait_for_services) is set and the module waited
   type: dict
   sample: {etcd: "Running, healthy", kubelet: "Running, healthy"}
+nodes:
+  description:
+    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
+      has C(failed) and C(msg) (and the keys its failure knows).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.5: {changed: true, mode: default, boot_id_before: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1, elapsed: 41.3}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
@@ -148,18 +170,26 @@ SPEC = TaskSpec(
         mode=dict(type="str", default="default", choices=["default", "powercycle", "force"]),
         wait_for_services=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
+        quorum_wait_timeout=dict(type="int", default=0),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
+    ranges=dict(quorum_wait_timeout=(0, None), max_concurrency=(1, None)),
 )
 
 
 def run(task):
     params = task.params
-    node = task.single_node("reboots one node per task")
-    return lifecycle.reboot(task.client, node, params["mode"], params["wait_for_services"],
-                            force_quorum_loss=params["force_quorum_loss"],
-                            wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                            check_mode=task.check_mode, progress=task.progress)
+
+    def reboot_node(client, node):
+        return lifecycle.reboot(client, node, params["mode"], params["wait_for_services"],
+                                force_quorum_loss=params["force_quorum_loss"],
+                                quorum_wait_timeout=params["quorum_wait_timeout"],
+                                wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                check_mode=task.check_mode, progress=task.progress)
+
+    return lifecycle.on_nodes(task.client, task.target_nodes, reboot_node, params["max_concurrency"],
+                              waited=params["wait"] or task.check_mode, progress=task.progress)
 
 
 def main():

@@ -28,6 +28,7 @@ author:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -205,8 +206,10 @@ SPEC = TaskSpec(
         system_labels_to_wipe=dict(type="list", elements="str", default=[]),
         user_disks_to_wipe=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
+        quorum_wait_timeout=dict(type="int", default=0),
     ),
     wait=True,
+    ranges=dict(quorum_wait_timeout=(0, None)),
 )
 
 
@@ -220,6 +223,7 @@ def run(task):
     node = task.single_node("resets one node per task")
     return lifecycle.reset(task.client, node, plan, params["wipe_mode"], graceful=params["graceful"],
                            force_quorum_loss=params["force_quorum_loss"],
+                           quorum_wait_timeout=params["quorum_wait_timeout"],
                            probe_seconds=min(lifecycle.MAINTENANCE_PROBE_SECONDS, params["timeout"]),
                            wait_timeout=params["wait_timeout"] if params["wait"] else None,
                            check_mode=task.check_mode, progress=task.progress)

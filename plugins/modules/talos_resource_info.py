@@ -23,7 +23,7 @@ description:
   - Read-only; never changes a node. Several O(nodes) are read in one task.
   - Secrets are redacted - every value of a type Talos marks sensitive (C(MachineConfigs), C(OSRootSecrets),
     C(KubeletSpecs), C(LinkSpecs), every type of the C(secrets) namespace, ..., and any type whose resource definition
-    on the node says C(sensitivity: sensitive)), whatever its keys are called; in other types the values under keys
+    on the node has the sensitivity C(sensitive)), whatever its keys are called; in other types the values under keys
     that look like secrets, and values that are secrets by their shape (private keys, credentials).
   - Waiting on a field of a sensitive type compares the redacted value, so only O(wait_condition.state) is useful
     there.

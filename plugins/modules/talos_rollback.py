@@ -25,6 +25,7 @@ author:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -111,8 +112,10 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 SPEC = TaskSpec(
     argument_spec=dict(
         force_quorum_loss=dict(type="bool", default=False),
+        quorum_wait_timeout=dict(type="int", default=0),
     ),
     wait=True,
+    ranges=dict(quorum_wait_timeout=(0, None)),
 )
 
 
@@ -120,6 +123,7 @@ def run(task):
     params = task.params
     node = task.single_node("rolls back one node per task")
     return lifecycle.rollback(task.client, node, force_quorum_loss=params["force_quorum_loss"],
+                              quorum_wait_timeout=params["quorum_wait_timeout"],
                               wait_timeout=params["wait_timeout"] if params["wait"] else None,
                               check_mode=task.check_mode, diff=task.diff, progress=task.progress)
 

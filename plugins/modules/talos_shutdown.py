@@ -24,6 +24,7 @@ author:
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -105,8 +106,10 @@ SPEC = TaskSpec(
     argument_spec=dict(
         force=dict(type="bool", default=False),
         force_quorum_loss=dict(type="bool", default=False),
+        quorum_wait_timeout=dict(type="int", default=0),
     ),
     wait=True,
+    ranges=dict(quorum_wait_timeout=(0, None)),
 )
 
 
@@ -114,6 +117,7 @@ def run(task):
     params = task.params
     node = task.single_node("shuts down one node per task")
     return lifecycle.shutdown(task.client, node, force=params["force"], force_quorum_loss=params["force_quorum_loss"],
+                              quorum_wait_timeout=params["quorum_wait_timeout"],
                               wait_timeout=params["wait_timeout"] if params["wait"] else None,
                               check_mode=task.check_mode, progress=task.progress)
 

@@ -8,11 +8,11 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_upgrade
-short_description: Upgrade Talos Linux on one node
+short_description: Upgrade Talos Linux on nodes
 version_added: 0.1.0
 description:
-  - Upgrades the Talos Linux installation of one node to a target version and, by default, waits until the
-    node has rebooted into it.
+  - Upgrades the Talos Linux installation of a node, or of several O(nodes) concurrently, to a target version and,
+    by default, waits until each node has rebooted into it.
   - On Talos v1.13 and newer the installer image is pulled with C(ImageService.Pull) into the system
     containerd namespace, installed with C(LifecycleService.Upgrade) (whose output is returned in RV(progress)),
     and the node is rebooted. Older nodes answer C(Unimplemented) to that API; the module then uses the legacy
@@ -22,13 +22,20 @@ description:
   - On a control-plane node the module first runs the etcd quorum guard and refuses to start when etcd would lose
     its quorum while the node reboots - when fewer of the other voting members are healthy (their node answers
     C(EtcdStatus) without errors; an active alarm such as C(NOSPACE) is an error) than quorum needs, which
-    includes every one- or two-member cluster. O(force_quorum_loss=true) upgrades anyway.
-  - Upgrade one node per task. The M(talos_linux.talos.upgrade) role rolls an upgrade through a cluster.
+    includes every one- or two-member cluster. O(quorum_wait_timeout) waits for the guard to let the node go;
+    O(force_quorum_loss=true) upgrades anyway.
+  - With several O(nodes), each node is upgraded on its own (guard, installer, reboot, wait), at most
+    O(max_concurrency) at a time; control planes go one at a time, each once the one before is back (without
+    O(wait), the task refuses to take a second control plane down). The result
+    has each node's outcome in RV(nodes) and reports a change only when some node changed; a failed node fails the
+    task once the others are done.
+  - The M(talos_linux.talos.upgrade) role rolls an upgrade through a cluster.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
+  - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -103,6 +110,16 @@ options:
     aliases: [force]
     type: bool
     default: false
+  pull_timeout:
+    description:
+      - Seconds the installer image's pull may take on a node (lifecycle API), as
+        O(talos_linux.talos.talos_image#module:pull_timeout).
+    type: int
+    default: 1200
+  max_concurrency:
+    description: How many nodes are upgraded at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 notes:
   - O(wait=true) waits until the node's boot ID has changed, the node reports stage C(running) and ready,
     and C(Version) returns the target version. A node that comes back on its previous version has rolled
@@ -144,6 +161,18 @@ EXAMPLES = r"""
     stage: true
     wait_timeout: 1200
 
+- name: Upgrade a batch of workers concurrently, waiting for each to run the new version
+  talos_linux.talos.talos_upgrade:
+    nodes: [10.5.0.5, 10.5.0.6, 10.5.0.7]
+    version: v1.14.0
+  register: batch
+
+- name: Upgrade a control plane once etcd can spare it, waiting up to five minutes for that
+  talos_linux.talos.talos_upgrade:
+    node: "{{ ansible_host }}"
+    version: v1.14.0
+    quorum_wait_timeout: 300
+
 - name: Check which nodes still need the upgrade
   talos_linux.talos.talos_upgrade:
     node: "{{ ansible_host }}"
@@ -155,29 +184,29 @@ EXAMPLES = r"""
 RETURN = r"""
 previous_version:
   description: The Talos version the node ran before the task.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: v1.13.0
 current_version:
   description:
     - The Talos version the node reports at the end. Without O(wait), or in check mode, the version it ran
       before the reboot.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: v1.14.0
 target_version:
   description: The version the node was asked to run, from the image tag or O(version).
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: v1.14.0
 image:
   description: The installer image reference used.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
 image_reason:
   description: Why this installer - the option that names it, or what the node runs.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: the node runs Image Factory schematic ce4c98... on platform nocloud, so its system extensions (qemu-guest-agent) are kept
 installer_reference:
@@ -185,7 +214,7 @@ installer_reference:
     - The installer reference in the node's machine config - C(home) (V(.machine.install.image), V(UnattendedInstallConfig
       installer.image), or null when the config names no installer), C(before) and C(after) the task, and whether it
       C(changed).
-  returned: always
+  returned: when one node is targeted
   type: dict
   sample:
     home: .machine.install.image
@@ -194,41 +223,41 @@ installer_reference:
     changed: true
 rebooted:
   description: Whether the node was rebooted (or, without O(wait), asked to reboot) into the new version.
-  returned: always
+  returned: when one node is targeted
   type: bool
   sample: true
 api_used:
   description:
     - The upgrade API used, V(lifecycle) or V(legacy); in check mode the one the module would try first;
       null when nothing had to be done.
-  returned: always
+  returned: when one node is targeted
   type: str
   sample: lifecycle
 controlplane:
   description:
     - Whether the node is a control plane (it answered the etcd member list); null when nothing had to be done.
-  returned: always
+  returned: when one node is targeted
   type: bool
   sample: true
 etcd_gate_open:
   description:
     - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
       nothing to guard (a worker, a node that is no etcd member).
-    - False when etcd would lose its quorum (a state that may pass, worth retrying); the task then fails, unless
-      O(force_quorum_loss=true).
+    - False when etcd would lose its quorum (a state that may pass, see O(quorum_wait_timeout)); the task then fails,
+      unless O(force_quorum_loss=true).
     - Null when nothing had to be done.
-  returned: always
+  returned: when one node is targeted
   type: bool
   sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
-  returned: always
+  returned: when one node is targeted
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 progress:
   description:
     - What happened, in order - the image pull, each line of installer output, the reboot and the wait.
-  returned: always
+  returned: when one node is targeted
   type: list
   elements: str
   sample:
@@ -240,9 +269,18 @@ progress:
 step:
   description:
     - On failure, the step that failed - V(pull), V(install), V(reboot), V(upgrade) (legacy API) or V(wait).
-  returned: failure
+  returned: on failure, when one node is targeted
   type: str
   sample: install
+nodes:
+  description:
+    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed
+      node's has C(failed) and C(msg) (and the keys its failure knows).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.5: {changed: true, previous_version: v1.13.0, current_version: v1.14.0, rebooted: true}
+    10.5.0.6: {changed: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import images, lifecycle, upgrade
@@ -262,8 +300,12 @@ SPEC = TaskSpec(
         stage=dict(type="bool", default=False),
         force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
             dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
+        quorum_wait_timeout=dict(type="int", default=0),
+        pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
+    ranges=dict(quorum_wait_timeout=(0, None), pull_timeout=(1, None), max_concurrency=(1, None)),
     mutually_exclusive=[("image", "version")],
     required_one_of=[("image", "version")],
     required_by=dict(image_repository="version", image_factory_url="version"),
@@ -277,24 +319,29 @@ def run(task):
         api = upgrade.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
     except ValueError as err:
         raise TaskFailed(str(err))
-    node = task.single_node("upgrades one node per task")
-    # The node's own installer unless an option names one; its config's installer reference is read before
-    # anything changes, so that a config with two of them is refused first.
-    build = None if image or params["image_repository"] else images.read_node_build(task.client, node)
-    choice = images.choose_installer(build, target, image=image, image_repository=params["image_repository"],
-                                     factory_url=params["image_factory_url"])
-    reference = images.read_installer_reference(task.client, node)
-    result = lifecycle.upgrade(task.client, node, choice.image, target, api, fall_back=params["api"] == "auto",
-                               reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
-                               force_quorum_loss=params["force_quorum_loss"],
-                               wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                               check_mode=task.check_mode, diff=task.diff, progress=task.progress)
-    result["image_reason"] = choice.reason
-    result["installer_reference"] = _point_installer(task, node, reference, choice.image, result)
-    return result
+
+    def upgrade_node(client, node):
+        # The node's own installer unless an option names one; its config's installer reference is read before
+        # anything changes, so that a config with two of them is refused first.
+        build = None if image or params["image_repository"] else images.read_node_build(client, node)
+        choice = images.choose_installer(build, target, image=image, image_repository=params["image_repository"],
+                                         factory_url=params["image_factory_url"])
+        reference = images.read_installer_reference(client, node)
+        result = lifecycle.upgrade(client, node, choice.image, target, api, fall_back=params["api"] == "auto",
+                                   reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
+                                   force_quorum_loss=params["force_quorum_loss"],
+                                   quorum_wait_timeout=params["quorum_wait_timeout"], pull_timeout=params["pull_timeout"],
+                                   wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                   check_mode=task.check_mode, diff=task.diff, progress=task.progress)
+        result["image_reason"] = choice.reason
+        result["installer_reference"] = _point_installer(task, client, node, reference, choice.image, result)
+        return result
+
+    return lifecycle.on_nodes(task.client, task.target_nodes, upgrade_node, params["max_concurrency"],
+                              waited=params["wait"] or task.check_mode, progress=task.progress)
 
 
-def _point_installer(task, node, reference, image, result):
+def _point_installer(task, client, node, reference, image, result):
     """Name ``image`` in the node's config once the node runs the target, so that a reinstall does not go back.
 
     A reference that already names the target version is left as it is.
@@ -312,7 +359,7 @@ def _point_installer(task, node, reference, image, result):
         diff = result.setdefault("diff", dict(before={}, after={}))
         diff["before"]["installer"], diff["after"]["installer"] = reference.image, image
     if not task.check_mode:
-        images.point_installer_at(task.client, node, reference, image)
+        images.point_installer_at(client, node, reference, image)
     outcome.update(after=image, changed=True)
     result["changed"] = True
     return outcome

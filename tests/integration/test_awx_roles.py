@@ -117,8 +117,8 @@ def test_cluster_then_upgrade_job_templates_with_their_surveys(cluster, tmp_path
     upgrade = role_job(cluster, tmp_path, 52, "upgrade")
     # One control plane: its etcd cannot keep quorum, so the survey's quorum-loss answer is "true".
     result = upgrade.run_playbook("upgrade.yml", extra_vars=answers(
-        "upgrade", upgrade_version="v1.14.0", upgrade_force_quorum_loss="true", upgrade_wait_timeout=60, upgrade_etcd_wait_timeout=10,
-        upgrade_poll_delay=1), job_template_name="Talos upgrade")
+        "upgrade", upgrade_version="v1.14.0", upgrade_force_quorum_loss="true", upgrade_wait_timeout=60, upgrade_etcd_wait_timeout=10),
+        job_template_name="Talos upgrade")
     assert_successful(upgrade, result)
     assert all(node.talos_version == "v1.14.0" for node in cluster.nodes)
     stats = upgrade.host_results("playbook_on_stats")[0]["event_data"]

@@ -1,8 +1,10 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The upgrade role against the emulator: order, stopping at the first failure, resuming."""
+"""The upgrade role against the emulator: order, stopping at the first failure, resuming, reporting only the
+nodes that changed, and waiting in the modules rather than retrying tasks."""
 
 import os
+import threading
 
 UPGRADE = "machine.LifecycleService/Upgrade"
 
@@ -18,8 +20,6 @@ PLAYBOOK = """
         upgrade_worker_batch_size: 2
         upgrade_wait_timeout: 60
         upgrade_etcd_wait_timeout: 10
-        upgrade_etcd_wait_delay: 1
-        upgrade_poll_delay: 1
 """
 
 
@@ -32,6 +32,26 @@ def _failure(run):
     failed = [r for r in run.results if r["status"] == "failed"]
     assert failed, run.stdout[-3000:]
     return failed[-1]["result"]["msg"]
+
+
+def _status(run, task):
+    (result,) = [r for r in run.results if r["task"] == task]
+    return result["status"]
+
+
+def _batch(run, hosts):
+    """The per-node results of the talos_upgrade task of the batch ``hosts``."""
+    (result,) = [r for r in run.results if r["task"] == "Upgrade the workers of the batch - " + ", ".join(hosts)]
+    return result["result"]["nodes"]
+
+
+def _assert_no_task_retried(run):
+    assert "FAILED - RETRYING" not in run.stdout, run.stdout[-3000:]
+
+
+def _recap(run):
+    """The PLAY RECAP lines, one per host."""
+    return [line for line in run.stdout.split("PLAY RECAP", 1)[1].splitlines() if " : ok=" in line]
 
 
 def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, run_playbook):
@@ -49,6 +69,7 @@ def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, r
     assert _upgraded(cluster) == ["controlplane-1"]
 
     resumed = run_playbook(PLAYBOOK, inventory=inventory)
+    _assert_no_task_retried(resumed)
     order = _upgraded(cluster)
     # Control planes one after the other; the two workers form one concurrent batch.
     assert order[:3] == ["controlplane-1", "controlplane-2", "controlplane-3"]
@@ -56,10 +77,21 @@ def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, r
     (report,) = [r for r in resumed.results if r["task"].endswith("Report the rolling upgrade")]
     assert "Already there: controlplane-1." in report["result"]["msg"]
     assert all(node.talos_version == "v1.14.0" for node in cluster.nodes)
+    # Only the nodes that changed are reported changed.
+    upgrade_task = "Upgrade Talos on the control plane once etcd can spare it - "
+    assert _status(resumed, upgrade_task + "controlplane-1") == "ok"
+    assert _status(resumed, upgrade_task + "controlplane-2") == "changed"
+    # The two workers: one task, each node's outcome in its result.
+    workers = _batch(resumed, ["worker-1", "worker-2"])
+    assert sorted(workers) == sorted(cluster.node(name).address for name in ("worker-1", "worker-2"))
+    assert all((r["changed"], r["previous_version"], r["current_version"]) == (True, "v1.13.0", "v1.14.0")
+               for r in workers.values())
 
     calls = len(cluster.audit())
     again = run_playbook(PLAYBOOK, inventory=inventory)
     assert again.changed_count == 0
+    assert len(_recap(again)) == 5 and all("changed=0" in line for line in _recap(again)), again.stdout[-2000:]
+    _assert_no_task_retried(again)
     assert len(cluster.audit()) == calls
 
 
@@ -77,6 +109,20 @@ def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook)
     assert "Not started: worker-3." in message
     assert sorted(_upgraded(cluster)) == ["controlplane-1", "worker-2"]
     assert cluster.node("worker-3").talos_version == "v1.13.0"
+    failed_batch = [r for r in stopped.results if r["status"] == "failed"][0]["result"]["nodes"]
+    worker_1, worker_2 = cluster.node("worker-1").address, cluster.node("worker-2").address
+    assert failed_batch[worker_1]["failed"] is True and "exited with code 2" in failed_batch[worker_1]["msg"]
+    assert failed_batch[worker_2]["changed"] is True and "failed" not in failed_batch[worker_2]
+
+    # The rerun upgrades worker-1 and worker-3 only: worker-2, upgraded in the batch that failed, is not changed.
+    resumed = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force_quorum_loss": True})
+    _assert_no_task_retried(resumed)
+    batch = _batch(resumed, ["worker-1", "worker-2"])
+    assert (batch[worker_1]["changed"], batch[worker_2]["changed"]) == (True, False)
+    assert batch[worker_2]["previous_version"] == "v1.14.0" and batch[worker_2]["rebooted"] is False
+    (report,) = [r for r in resumed.results if r["task"].endswith("Report the rolling upgrade")]
+    assert "Upgraded: worker-1, worker-3." in report["result"]["msg"]
+    assert "Already there: controlplane-1, worker-2." in report["result"]["msg"]
 
 
 REBOOT_PLAYBOOK = """
@@ -92,8 +138,6 @@ REBOOT_PLAYBOOK = """
         upgrade_worker_batch_size: 2
         upgrade_wait_timeout: 60
         upgrade_etcd_wait_timeout: 3
-        upgrade_etcd_wait_delay: 1
-        upgrade_poll_delay: 1
 """
 
 
@@ -102,6 +146,7 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
 
     run = run_playbook(REBOOT_PLAYBOOK, inventory=inventory)
+    _assert_no_task_retried(run)
     order = [entry["node"] for entry in cluster.audit(method="Reboot")]
     assert order[:3] == ["controlplane-1", "controlplane-2", "controlplane-3"]
     assert sorted(order[3:]) == ["worker-1", "worker-2"]
@@ -110,13 +155,30 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     (report,) = [r for r in run.results if r["task"].endswith("Report the rolling reboot")]
     assert "Rebooted" in report["result"]["msg"] and "controlplane-1, controlplane-2, controlplane-3" in report["result"]["msg"]
 
-    # An unhealthy member: the quorum guard refuses the first control plane, retried until the etcd wait runs out.
+    # A member unhealthy for a while: talos_reboot waits for etcd to spare the first control plane, saying why,
+    # and goes ahead once the member is back.
+    cluster.faults.make_unreachable("controlplane-3")
+    back = threading.Timer(8, cluster.faults.make_reachable, ["controlplane-3"])
+    back.start()
+    try:
+        waited = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, extra_vars={"upgrade_etcd_wait_timeout": 60})
+    finally:
+        back.cancel()
+    _assert_no_task_retried(waited)
+    cp1 = cluster.node("controlplane-1").address
+    lines = [line for line in waited.stdout.splitlines() if "waiting for etcd to spare %s: " % cp1 in line]
+    assert lines and "not healthy: controlplane-3 - " in lines[0], waited.stdout[-3000:]
+    assert lines[-1].endswith(" s)") and "→ spared (" in lines[-1]
+    assert all(node.reboots == 2 for node in cluster.nodes)
+
+    # A member unhealthy for longer than the etcd wait: the guard refuses the first control plane at its end.
     cluster.faults.make_unreachable("controlplane-3")
     stopped = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, expect_rc=2)
     message = _failure(stopped)
     assert "The rolling upgrade stopped at control plane controlplane-1" in message
     assert "Refusing to reboot control-plane node" in message
-    assert len(cluster.audit(method="Reboot")) == 5
+    assert "The guard still refused after 3 seconds of waiting (quorum_wait_timeout)." in message
+    assert len(cluster.audit(method="Reboot")) == 10
 
 
 def test_unhealthy_cluster_stops_the_upgrade_after_the_node(emulator, run_playbook):

@@ -23,7 +23,6 @@ PLAYBOOK = """
         upgrade_worker_batch_size: 2
         upgrade_force_quorum_loss: true
         upgrade_wait_timeout: 60
-        upgrade_poll_delay: 1
 """
 
 

@@ -244,8 +244,6 @@ UPGRADE_PLAY = """
         upgrade_talosconfig: "{{ talos_state_dir }}/talosconfig"
         upgrade_wait_timeout: 30
         upgrade_etcd_wait_timeout: 120
-        upgrade_etcd_wait_delay: 5
-        upgrade_poll_delay: 1
 """
 
 CLUSTER_PLAY = """

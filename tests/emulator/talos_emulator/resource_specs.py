@@ -137,9 +137,10 @@ _FILESYSTEMS = {"none": 0, "xfs": 1, "vfat": 2, "ext4": 3}
 
 def volume_status(spec):
     mount = spec.get("mountSpec")
-    mount_spec = b"" if mount is None else _message(15, _bytes(1, mount["targetPath"]) + _bytes(2, mount["selinuxLabel"])
-                                                       + _number(3, mount["projectQuotaSupport"])
-                                                       + _bytes(4, mount.get("parentId", "")))
+    mount_spec = b""
+    if mount is not None:
+        mount_spec = _message(15, _bytes(1, mount["targetPath"]) + _bytes(2, mount["selinuxLabel"])
+                              + _number(3, mount["projectQuotaSupport"]) + _bytes(4, mount.get("parentId", "")))
     return (_number(1, _VOLUME_PHASES[spec["phase"]]) + _bytes(2, spec.get("location", ""))
             + _bytes(7, spec.get("parentLocation", "")) + _number(8, spec.get("partitionIndex", 0))
             + _number(10, _FILESYSTEMS[spec.get("filesystem", "none")]) + mount_spec

@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import threading
+import time
 
 import pytest
 
@@ -179,3 +181,161 @@ def test_reset_request_is_what_talosctl_sends():
     whole_disk = lifecycle.reset_request(lifecycle.reset_plan("all", [], ["/dev/sdb"], False), "all", False)
     assert not whole_disk.graceful and not whole_disk.reboot
     assert whole_disk.system_partitions_to_wipe == [] and whole_disk.user_disks_to_wipe == ["/dev/sdb"]
+
+
+# -- the quorum wait -------------------------------------------------------------
+
+
+class RecoveringClient(NodeClient):
+    """A control plane of three whose cp-3 is unhealthy for the first ``unhealthy_asks`` status reads."""
+
+    def __init__(self, unhealthy_asks):
+        super(RecoveringClient, self).__init__(members={"cp-1": True, "cp-2": True, "cp-3": False},
+                                               Reboot=[machine_pb2.Reboot(actor_id="a1")])
+        self.unhealthy_asks = unhealthy_asks
+
+    def call_many(self, method, request=None, nodes=None, deadline=None):
+        if self.unhealthy_asks == 0:
+            self.members["cp-3"] = True
+        self.unhealthy_asks -= 1
+        return super(RecoveringClient, self).call_many(method, request, nodes, deadline)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that only sleeps move on."""
+    now = {"t": 1000.0}
+    monkeypatch.setattr(lifecycle.waits.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(lifecycle.waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
+    return now
+
+
+def test_the_quorum_wait_asks_again_until_etcd_spares_the_node(clock):
+    client = RecoveringClient(unhealthy_asks=4)
+    lines = []
+    result = lifecycle.reboot(client, "10.5.0.1", quorum_wait_timeout=30, progress=lines.append)
+    assert result["etcd_gate_open"] is True and result["actor_id"] == "a1"
+    assert client.calls.count("EtcdMemberList") == 5 and client.mutations() == ["Reboot"]
+    # Once the wait lasts a few seconds, progress says why etcd cannot spare the node, then that it does.
+    why = ("waiting for etcd to spare 10.5.0.1: etcd would keep 3 voting member(s) and need 2 of them healthy for quorum, "
+           "but only 1 other than cp-1 are healthy (not healthy: cp-3 - unreachable)")
+    assert lines == [why + " (6 s)", why + " → spared (8 s)"]
+
+
+def test_the_quorum_wait_ends_in_the_last_refusal(clock):
+    client = RecoveringClient(unhealthy_asks=100)
+    with pytest.raises(etcd.QuorumLossRefused) as refused:
+        lifecycle.reboot(client, "10.5.0.1", quorum_wait_timeout=5)
+    assert refused.value.message.startswith("Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting")
+    assert refused.value.message.endswith("to go ahead anyway. The guard still refused after 5 seconds of waiting "
+                                          "(quorum_wait_timeout).")
+    assert refused.value.to_result()["etcd_gate_open"] is False and client.mutations() == []
+
+
+def test_without_a_quorum_wait_the_guard_refuses_at_once(clock):
+    client = RecoveringClient(unhealthy_asks=1)
+    with pytest.raises(etcd.QuorumLossRefused, match="force_quorum_loss: true to go ahead anyway.$"):
+        lifecycle.reboot(client, "10.5.0.1")
+    assert client.calls.count("EtcdMemberList") == 1
+
+
+def test_a_refusal_no_wait_changes_is_not_waited_for(clock):
+    client = NodeClient(members={"cp-1": True})
+    with pytest.raises(etcd.QuorumLossRefused, match="is the last voting etcd member"):
+        lifecycle.guard(client, "10.5.0.1", "gracefully reset", removal=True, quorum_wait_timeout=60)
+    assert client.calls.count("EtcdMemberList") == 1 and clock["t"] == 1000.0
+
+
+# -- several nodes in one task ---------------------------------------------------------
+
+MACHINE_TYPES = "MachineTypes.config.talos.dev"
+
+
+def typed_nodes(**types):
+    """A FakeTalos targeting nodes whose machine types are ``types`` (node address with _ for .: type)."""
+    fake = FakeTalos(nodes=[name.replace("_", ".") for name in types])
+    for name, machine_type in types.items():
+        fake.answer("cosi.resource.State/Get", cosi_state(fake_resource("config", MACHINE_TYPES, "machine-type", machine_type)),
+                    node=name.replace("_", "."))
+    return fake
+
+
+class Recorder:
+    """An action that records which nodes were acting at the same time; ``fail`` names the nodes it fails on."""
+
+    def __init__(self, changed=(), fail=()):
+        self.changed = changed
+        self.fail = fail
+        self.acting = set()
+        self.overlaps = []
+        self.clients = []
+        self.lock = threading.Lock()
+
+    def __call__(self, client, node):
+        with self.lock:
+            self.acting.add(node)
+            self.overlaps.append(sorted(self.acting))
+            self.clients.append(client)
+        time.sleep(0.05)
+        with self.lock:
+            self.acting.discard(node)
+        if node in self.fail:
+            raise lifecycle.ActionFailed("The reboot of node %s failed." % node, {"changed": True}, TalosApiError("x", code="Unknown"))
+        return {"changed": node in self.changed, "node_was": node}
+
+
+def test_several_nodes_act_concurrently_each_with_its_own_client():
+    client = typed_nodes(**{"10_5_0_5": "worker", "10_5_0_6": "worker", "10_5_0_7": "worker"})
+    act = Recorder(changed=["10.5.0.6"])
+    result = lifecycle.on_nodes(client, client.nodes, act, max_concurrency=3)
+    assert result == {"changed": True, "nodes": {
+        "10.5.0.5": {"changed": False, "node_was": "10.5.0.5"}, "10.5.0.6": {"changed": True, "node_was": "10.5.0.6"},
+        "10.5.0.7": {"changed": False, "node_was": "10.5.0.7"}}}
+    assert max(len(acting) for acting in act.overlaps) > 1
+    assert client not in act.clients and len(set(id(c) for c in act.clients)) == 3 and all(c.closed for c in act.clients)
+    assert lifecycle.on_nodes(client, client.nodes, Recorder(), max_concurrency=1)["changed"] is False
+
+
+def test_one_node_runs_on_the_tasks_client_and_its_failure_is_its_own():
+    client = FakeTalos(nodes=["10.5.0.5"])
+    act = Recorder(changed=["10.5.0.5"])
+    assert lifecycle.on_nodes(client, ["10.5.0.5"], act, max_concurrency=32) == {
+        "changed": True, "node_was": "10.5.0.5", "nodes": {"10.5.0.5": {"changed": True, "node_was": "10.5.0.5"}}}
+    assert act.clients == [client] and client.calls == []
+    with pytest.raises(lifecycle.ActionFailed, match="^The reboot of node 10.5.0.5 failed.$"):
+        lifecycle.on_nodes(client, ["10.5.0.5"], Recorder(fail=["10.5.0.5"]), max_concurrency=32)
+
+
+def test_a_failed_node_fails_the_task_after_the_others_with_every_result():
+    client = typed_nodes(**{"10_5_0_5": "worker", "10_5_0_6": "worker", "10_5_0_7": "worker"})
+    with pytest.raises(lifecycle.ActionFailed) as failed:
+        lifecycle.on_nodes(client, client.nodes, Recorder(fail=["10.5.0.6", "10.5.0.7"]), max_concurrency=2)
+    assert failed.value.message == "2 of 3 nodes failed (10.5.0.6, 10.5.0.7): The reboot of node 10.5.0.6 failed."
+    result = failed.value.to_result()
+    assert result["changed"] is True and result["nodes"]["10.5.0.5"] == {"changed": False, "node_was": "10.5.0.5"}
+    assert result["nodes"]["10.5.0.7"] == {"changed": True, "code": "Unknown", "failed": True,
+                                           "msg": "The reboot of node 10.5.0.7 failed."}
+
+
+def test_control_planes_go_one_at_a_time_and_workers_beside_them():
+    client = typed_nodes(**{"10_5_0_2": "controlplane", "10_5_0_3": "controlplane", "10_5_0_4": "init",
+                            "10_5_0_5": "worker", "10_5_0_6": "worker"})
+    act = Recorder(changed=client.nodes)
+    lines = []
+    lifecycle.on_nodes(client, client.nodes, act, max_concurrency=5, progress=lines.append)
+    control_planes = {"10.5.0.2", "10.5.0.3", "10.5.0.4"}
+    assert all(len(control_planes.intersection(acting)) <= 1 for acting in act.overlaps)
+    assert max(len(acting) for acting in act.overlaps) > 1
+    assert len(lines) == 2 and all("control planes go one at a time" in line for line in lines)
+
+
+def test_without_wait_a_second_control_plane_is_refused():
+    client = typed_nodes(**{"10_5_0_2": "controlplane", "10_5_0_3": "controlplane", "10_5_0_5": "worker"})
+    act = Recorder(changed=client.nodes)
+    with pytest.raises(lifecycle.ActionFailed) as failed:
+        lifecycle.on_nodes(client, client.nodes, act, max_concurrency=3, waited=False)
+    nodes = failed.value.to_result()["nodes"]
+    (refused,) = [node for node, result in nodes.items() if result.get("failed")]
+    assert refused in ("10.5.0.2", "10.5.0.3") and nodes["10.5.0.5"]["changed"] is True
+    assert "without wait: the etcd quorum guard cannot see" in nodes[refused]["msg"]
+    assert sorted(set(node for acting in act.overlaps for node in acting)) == sorted(set(client.nodes) - {refused})

@@ -239,7 +239,8 @@ def worker(tag, installers=None, extensions=()):
 
 
 DEFAULTS = dict(image=None, version=None, image_repository=None, image_factory_url=None, api="auto",
-                reboot_mode="default", preserve=False, stage=False, force_quorum_loss=False, wait=True, wait_timeout=60)
+                reboot_mode="default", preserve=False, stage=False, force_quorum_loss=False, quorum_wait_timeout=0,
+                pull_timeout=1200, max_concurrency=32, wait=True, wait_timeout=60)
 
 
 def test_check_mode_predicts_the_legacy_api_of_an_old_node():
@@ -292,3 +293,29 @@ def test_bad_options_fail_before_any_call():
     ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, version="v1.14.0", api="lifecycle", stage=True)
     assert not ok and result["msg"].startswith("stage apply only to the legacy upgrade API")
     assert asked(client) == []
+
+
+def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
+    client = worker("v1.13.0")
+    client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
+    # 10.5.0.8 runs the target and its config names its installer already.
+    client.answer(lifecycle.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
+    client.answer(GET, cosi_state(_config(("machine", IMAGE))), node="10.5.0.8")
+    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, image=IMAGE)
+    assert ok and result["changed"] is True and sorted(result["nodes"]) == ["10.5.0.8", "10.5.0.9"]
+    assert "previous_version" not in result
+    on_target, to_upgrade = result["nodes"]["10.5.0.8"], result["nodes"]["10.5.0.9"]
+    assert (on_target["changed"], on_target["previous_version"], on_target["api_used"]) == (False, "v1.14.0", None)
+    assert (to_upgrade["changed"], to_upgrade["previous_version"], to_upgrade["etcd_gate_open"]) == (True, "v1.13.0", True)
+
+
+def test_a_node_that_fails_among_several_is_named_with_the_others_results():
+    client = worker("v1.14.0")
+    client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
+    client.answer(lifecycle.VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
+    with pytest.raises(lifecycle.ActionFailed) as failed:
+        run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
+    assert failed.value.message.startswith("1 of 2 nodes failed (10.5.0.8): ")
+    result = failed.value.to_result()
+    assert result["changed"] is False and result["nodes"]["10.5.0.9"]["current_version"] == "v1.14.0"
+    assert result["nodes"]["10.5.0.8"]["failed"] is True
