@@ -211,8 +211,9 @@ class ControlPlaneTurns:
             return act(client, node)
         if not self._lock.acquire(blocking=False):
             if self.progress is not None:
-                self.progress("%s: waiting until control plane %s is done: control planes go one at a time"
-                              % (short_label(node), short_label(self._holder)))
+                holder = self._holder
+                self.progress("%s: waiting until %s is done: control planes go one at a time" % (
+                    short_label(node), "control plane %s" % short_label(holder) if holder else "the control plane before it"))
             self._lock.acquire()
         try:
             if self._unwaited is not None:

@@ -101,3 +101,19 @@ def test_wait_that_times_out_says_so(emulator, run_playbook):
     assert message.startswith("The reboot of node %s was requested but the node is not back as expected: Timed out "
                               "after 3 seconds waiting for node %s to reboot and become ready" % (worker.address, worker.address)), message
     assert len(cluster.audit(method="Reboot")) == 1
+
+
+def test_several_nodes_in_one_task_control_planes_one_at_a_time(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.3)
+    nodes = [node.address for node in cluster.nodes]
+    play = {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+        "name": "reboot", "talos_linux.talos.talos_reboot": {
+            "talosconfig": cluster.talosconfig_path(), "nodes": nodes, "quorum_wait_timeout": 30, "wait_timeout": 30}}]}
+
+    result = run_playbook(play).task("reboot")
+    assert result["status"] == "changed", result
+    per_node = result["result"]["nodes"]
+    assert sorted(per_node) == sorted(nodes)
+    assert all(r["boot_id_after"] and r["boot_id_after"] != r["boot_id_before"] for r in per_node.values())
+    assert [per_node[node.address]["controlplane"] for node in cluster.nodes] == [True, True, True, False, False]
+    assert all(node.reboots == 1 for node in cluster.nodes)

@@ -201,14 +201,36 @@ def test_healthy_control_plane_passes_the_quorum_guard(emulator, run_playbook):
     assert [entry["node"] for entry in cluster.audit()] == [node.name] * 5
 
 
-def test_several_nodes_are_refused_before_any_call(emulator, run_playbook):
-    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
-    play = _upgrade_play(cluster, cluster.nodes[0], version="v1.14.1")
+@pytest.mark.parametrize("door", ["controller", "module"])
+def test_several_nodes_in_one_task_are_reported_per_node(emulator, run_playbook, door):
+    cluster = emulator(controlplanes=1, workers=2, bootstrapped=True, talos_version="v1.14.0", reboot_seconds=0.2)
+    first, second = cluster.workers
+    play = _upgrade_play(cluster, first, version="v1.14.1")
     args = play["tasks"][0]["talos_linux.talos.talos_upgrade"]
     del args["node"]
-    args["nodes"] = [node.address for node in cluster.nodes]
+    args["nodes"] = [first.address]
+    run_playbook(play, extra_vars={"talos_door": door})
 
-    result = run_playbook(play, expect_rc=2).task("upgrade")["result"]
+    # The first worker runs the target already: only the second one changes.
+    args["nodes"] = [first.address, second.address]
+    upgraded = run_playbook(play, extra_vars={"talos_door": door}).task("upgrade")
+    assert upgraded["status"] == "changed"
+    nodes = upgraded["result"]["nodes"]
+    assert sorted(nodes) == sorted([first.address, second.address]) and "previous_version" not in upgraded["result"]
+    assert (nodes[first.address]["changed"], nodes[first.address]["rebooted"]) == (False, False)
+    assert (nodes[second.address]["changed"], nodes[second.address]["current_version"]) == (True, "v1.14.1")
+    assert _calls(cluster, second) == UPGRADE_CALLS
 
-    assert "upgrades one node per task but 2 nodes are targeted" in result["msg"]
-    assert cluster.audit() == []
+    again = run_playbook(play, extra_vars={"talos_door": door}).task("upgrade")
+    assert again["status"] == "ok" and not any(result["changed"] for result in again["result"]["nodes"].values())
+
+    # A node that fails fails the task once the other is done, and the result keeps both.
+    cluster.faults.fail_installer(exit_code=4, node=second.name)
+    args["version"] = "v1.14.2"
+    failed = run_playbook(play, extra_vars={"talos_door": door}, expect_rc=2).task("upgrade")
+    assert failed["status"] == "failed"
+    assert failed["result"]["msg"].startswith("1 of 2 nodes failed (%s): The installer for " % second.address)
+    nodes = failed["result"]["nodes"]
+    assert nodes[first.address]["current_version"] == "v1.14.2" and nodes[first.address]["changed"] is True
+    assert nodes[second.address]["failed"] is True and nodes[second.address]["step"] == "install"
+    assert _version(cluster, second) == "v1.14.1"

@@ -35,13 +35,13 @@ def _failure(run):
 
 
 def _status(run, task):
-    (result,) = [r for r in run.results if r["task"] == task]
+    (result,) = [r for r in run.results if r["task"].endswith(" : " + task)]
     return result["status"]
 
 
 def _batch(run, hosts):
     """The per-node results of the talos_upgrade task of the batch ``hosts``."""
-    (result,) = [r for r in run.results if r["task"] == "Upgrade the workers of the batch - " + ", ".join(hosts)]
+    (result,) = [r for r in run.results if r["task"].endswith(" : Upgrade the workers of the batch - " + ", ".join(hosts))]
     return result["result"]["nodes"]
 
 
