@@ -135,7 +135,7 @@ def parse_reference(ref, option="name"):
         raise TalosConfigError("%s %r is not an image reference such as registry.example.com/team/app:v1.2.3 "
                                "(lower-case repository path, optional :tag and @sha256:digest)." % (option, ref))
     name, tag, digest = match.group("name"), match.group("tag"), match.group("digest")
-    first, _, rest = name.partition("/")
+    first, _slash, rest = name.partition("/")
     # distribution's splitDockerDomain: a first component without "." or ":" (and not localhost) is a Docker Hub path.
     if not rest or ("." not in first and ":" not in first and first != "localhost" and first.lower() == first):
         name, first, rest = "docker.io/" + name, "docker.io", name

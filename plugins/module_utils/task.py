@@ -196,6 +196,34 @@ class Task:
                              % (self.module_name, what, len(nodes), ", ".join(nodes)))
         return nodes[0]
 
+    def per_node_result(self, outcomes):
+        """The result of a task run on every target node: ``outcomes`` is ``{node: result dict or TalosError}``.
+
+        ``nodes`` holds each node's outcome keyed by node (the endpoint for
+        ``None``), a failed one with ``failed`` and ``msg``; with one node its
+        outcome is also at the top level. Any failed node fails the task.
+        """
+        nodes = self.target_nodes
+        keys = dict((node, node or self.settings.endpoints[0]) for node in nodes)
+        per_node, failed = {}, []
+        for node in nodes:
+            outcome = outcomes[node]
+            if isinstance(outcome, TalosError):
+                failed.append(node)
+                outcome = dict(outcome.to_result(), failed=True, msg=outcome.message)
+            per_node[keys[node]] = outcome
+        result = dict(changed=any(item.get("changed") for item in per_node.values()), nodes=per_node)
+        if len(nodes) == 1:
+            result.update((name, value) for name, value in per_node[keys[nodes[0]]].items()
+                          if name not in ("changed", "failed", "msg"))
+        if failed:
+            first = outcomes[failed[0]]
+            if len(nodes) == 1:
+                raise TaskFailed.from_error(first, **result)
+            names = ", ".join(keys[node] for node in failed)
+            raise TaskFailed("%d of %d nodes failed (%s): %s" % (len(failed), len(nodes), names, first.message), **result)
+        return result
+
     def warn(self, message):
         self.warnings.append(message)
 

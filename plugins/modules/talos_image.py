@@ -8,12 +8,12 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_image
-short_description: Pull, list and remove container images on Talos nodes
+short_description: Pull and remove container images on Talos nodes
 version_added: 0.1.0
 description:
-  - Pulls an image into a containerd namespace of the targeted nodes (O(state=present)), removes it
-    (O(state=absent)), or lists the images of the namespace (O(state=list)), like C(talosctl image pull),
-    C(talosctl image remove) and C(talosctl image list).
+  - Pulls an image into a containerd namespace of the targeted nodes (O(state=present)) or removes it
+    (O(state=absent)), like C(talosctl image pull) and C(talosctl image remove).
+    M(talos_linux.talos.talos_image_info) lists the images of a namespace.
   - The V(system) namespace holds the images Talos itself runs, such as the installer an upgrade needs; the V(cri)
     namespace holds Kubernetes' images. Pulling an installer into the system namespace before a disruptive step lets
     a slow download happen while the node still runs.
@@ -64,12 +64,11 @@ options:
     choices: [system, cri]
   state:
     description:
-      - V(present) pulls the image where it is missing, V(absent) removes it where it is, V(list) only lists the
-        images of the namespace.
+      - V(present) pulls the image where it is missing, V(absent) removes it where it is.
       - V(absent) removes the name and, when no other tag names the same image, its digest names
         (C(name@sha256:...) and C(sha256:...)) that containerd keeps beside it.
     type: str
-    choices: [present, absent, list]
+    choices: [present, absent]
     default: present
   pull_timeout:
     description: Seconds a pull may take on one node (Talos's own pulls give up after 20 minutes).
@@ -86,16 +85,17 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Lists the images and reports what would be pulled or removed.
+    details: Reads the images and reports what would be pulled or removed.
   diff_mode:
     support: none
   idempotent:
     support: full
 notes:
-  - Listing needs the C(os:reader) role, pulling C(os:operator) and removing C(os:admin).
+  - Pulling needs the C(os:operator) role and removing C(os:admin).
   - A pull's progress is shown while it lasts when the task runs in the controller (the default); the module door
     shows it only at the end.
 seealso:
+  - module: talos_linux.talos.talos_image_info
   - module: talos_linux.talos.talos_upgrade
   - module: talos_linux.talos.talos_image_factory_info
   - name: Talos images
@@ -114,13 +114,6 @@ EXAMPLES = r"""
   talos_linux.talos.talos_image:
     node: "{{ ansible_host }}"
     installer_version: v1.14.1
-
-- name: What is in the system namespace?
-  talos_linux.talos.talos_image:
-    node: "{{ ansible_host }}"
-    namespace: system
-    state: list
-  register: system_images
 
 - name: Remove an image Kubernetes no longer needs
   talos_linux.talos.talos_image:
@@ -144,7 +137,7 @@ nodes:
       image_reason: the node has no Image Factory schematic ...
 image:
   description: The image as containerd names it (a single node).
-  returned: when one node is targeted and O(state) is present or absent
+  returned: when one node is targeted
   type: str
   sample: registry.k8s.io/pause:3.10
 pulled:
@@ -160,17 +153,6 @@ image_reason:
   description: With O(installer_version) or O(installer_image), why this installer was chosen for the node.
   returned: when one node is targeted and O(installer_version) or O(installer_image) is set
   type: str
-images:
-  description: The images of the namespace (name, digest, size in bytes, created_at, labels).
-  returned: when one node is targeted and O(state=list)
-  type: list
-  elements: dict
-  sample:
-    - name: registry.k8s.io/pause:3.10
-      digest: sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a
-      size: 320368
-      created_at: "2026-05-01T10:00:00Z"
-      labels: {io.cri-containerd.image: managed}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import images, upgrade
@@ -186,7 +168,7 @@ SPEC = TaskSpec(
         image_repository=dict(type="str"),
         image_factory_url=dict(type="str"),
         namespace=dict(type="str", choices=["system", "cri"]),
-        state=dict(type="str", default="present", choices=["present", "absent", "list"]),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
         pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
         max_concurrency=dict(type="int", default=32),
     ),
@@ -195,10 +177,6 @@ SPEC = TaskSpec(
     required_if=[("state", "absent", ("name",))],
     required_by=dict(image_repository="installer_version", image_factory_url="installer_version"),
 )
-
-
-def _key(task, node):
-    return node or task.settings.endpoints[0]
 
 
 def _installers(task, nodes, image, target):
@@ -235,10 +213,7 @@ def run(task):
     store = images.NodeImages(task.client, namespace, params["max_concurrency"], progress=task.progress)
 
     reasons, failures = {}, {}
-    if params["state"] == "list":
-        outcomes = dict((node, {"namespace": namespace, "images": listed} if not isinstance(listed, TalosError) else listed)
-                        for node, listed in store.list(nodes).items())
-    elif params["state"] == "absent":
+    if params["state"] == "absent":
         outcomes = store.ensure_absent(params["name"], nodes, check_mode=task.check_mode)
     else:
         if installer:
@@ -249,27 +224,10 @@ def run(task):
         outcomes = store.ensure_present(wanted, check_mode=task.check_mode, timeout=params["pull_timeout"]) if wanted else {}
         outcomes.update(failures)
 
-    per_node, failed = {}, []
-    for node in nodes:
-        outcome = outcomes[node]
-        if isinstance(outcome, TalosError):
-            failed.append(node)
-            per_node[_key(task, node)] = dict(outcome.to_result(), failed=True, msg=outcome.message)
-            continue
-        if node in reasons:
-            outcome["image_reason"] = reasons[node]
-        per_node[_key(task, node)] = outcome
-    result = dict(changed=any(item.get("changed") for item in per_node.values()), nodes=per_node)
-    if len(nodes) == 1:
-        result.update((name, value) for name, value in per_node[_key(task, nodes[0])].items()
-                      if name not in ("changed", "failed", "msg"))
-    if failed:
-        first = outcomes[failed[0]]
-        if len(nodes) == 1:
-            raise TaskFailed.from_error(first, **result)
-        names = ", ".join(_key(task, node) for node in failed)
-        raise TaskFailed("%d of %d nodes failed (%s): %s" % (len(failed), len(nodes), names, first.message), **result)
-    return result
+    for node, reason in reasons.items():
+        if not isinstance(outcomes[node], TalosError):
+            outcomes[node]["image_reason"] = reason
+    return task.per_node_result(outcomes)
 
 
 def main():

@@ -12,9 +12,9 @@ from grpclib.exceptions import GRPCError
 from emulator_client import client_context, talosconfig_credentials
 
 
-def _connect(node, timeout):
+def _connect(cluster, node, timeout):
     """Open a TLS connection to the node's API as a client would."""
-    context = client_context(*talosconfig_credentials(node.cluster.talosconfig()))
+    context = client_context(*talosconfig_credentials(cluster.talosconfig()))
     with socket.create_connection((node.address, node.port), timeout=timeout) as raw:
         with context.wrap_socket(raw, server_hostname=node.address):
             return True
@@ -44,9 +44,9 @@ def test_a_powered_off_node_refuses_connections(emulator):
     node = cluster.nodes[0]
     cluster.faults.make_unreachable(node)
     with pytest.raises(ConnectionRefusedError):
-        _connect(node, timeout=2)
+        _connect(cluster, node, timeout=2)
     cluster.faults.make_reachable(node)
-    assert _connect(node, timeout=5)
+    assert _connect(cluster, node, timeout=5)
 
 
 def test_a_silent_node_lets_connections_time_out_until_it_is_back(emulator):
@@ -54,9 +54,9 @@ def test_a_silent_node_lets_connections_time_out_until_it_is_back(emulator):
     node = cluster.nodes[0]
     cluster.faults.make_unreachable(node, cause="timeout")
     with pytest.raises((socket.timeout, ssl.SSLError, TimeoutError)):
-        _connect(node, timeout=0.5)
+        _connect(cluster, node, timeout=0.5)
     cluster.faults.make_reachable(node)
-    assert _connect(node, timeout=5)
+    assert _connect(cluster, node, timeout=5)
 
 
 def test_an_unknown_cause_is_refused(emulator):

@@ -172,9 +172,9 @@ def schematic_id(text):
 # -- image paths (image-factory internal/profile ParseFromPath) ----------------------
 
 def _platform_arch(rest):
-    platform, _, arch = rest.rpartition("-")
+    platform, _dash, arch = rest.rpartition("-")
     if arch == "secureboot":
-        platform, _, arch = platform.rpartition("-")
+        platform, _dash, arch = platform.rpartition("-")
     if not platform or arch not in _ARCHITECTURES:
         raise BadRequest("invalid architecture: %r" % arch)
     return platform
@@ -239,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(value) + "\n", "application/json")
 
     def _dispatch(self, method):
-        path, _, query = self.path.partition("?")
+        path, _mark, query = self.path.partition("?")
         body = b""
         if method == "POST":
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""talos_image through ansible-playbook against the emulator: pull (idempotent, check mode, several nodes,
-progress), list, remove, the legacy API of old nodes, and each node's own installer."""
+"""talos_image and talos_image_info through ansible-playbook against the emulator: pull (idempotent, check mode,
+several nodes, progress), list, remove, the legacy API of old nodes, and each node's own installer."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -12,6 +12,7 @@ import pytest
 from talos_emulator.image_factory import set_factory_build
 
 IMAGE = "talos_linux.talos.talos_image"
+IMAGE_INFO = "talos_linux.talos.talos_image_info"
 QEMU = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515"
 EMPTY = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -65,12 +66,12 @@ def test_list_and_remove_on_one_node(emulator, run_playbook, door):
     worker = cluster.workers[0].address
     tasks = [
         {"name": "pull", IMAGE: {"node": worker, "name": "ghcr.io/org/app:v1", "namespace": "system"}},
-        {"name": "list", IMAGE: {"node": worker, "namespace": "system", "state": "list"}},
+        {"name": "list", IMAGE_INFO: {"node": worker, "namespace": "system"}, "check_mode": True},
         {"name": "remove in check mode", IMAGE: {"node": worker, "name": "ghcr.io/org/app:v1", "namespace": "system",
                                                  "state": "absent"}, "check_mode": True},
         {"name": "remove", IMAGE: {"node": worker, "name": "ghcr.io/org/app:v1", "namespace": "system", "state": "absent"}},
         {"name": "remove again", IMAGE: {"node": worker, "name": "ghcr.io/org/app:v1", "namespace": "system", "state": "absent"}},
-        {"name": "list cri", IMAGE: {"node": worker, "state": "list"}},
+        {"name": "list cri", IMAGE_INFO: {"node": worker}},
         {"name": "bad name", IMAGE: {"node": worker, "name": "Not An Image"}, "ignore_errors": True},
     ]
     run = run_playbook(play(cluster, tasks), extra_vars={"talos_door": door})
@@ -78,6 +79,8 @@ def test_list_and_remove_on_one_node(emulator, run_playbook, door):
     assert pulled["changed"] is True and pulled["image"] == "ghcr.io/org/app:v1"
     digest = pulled["pulled"].split("@", 1)[1]
     listed = run.task("list")["result"]
+    assert (listed["changed"], listed["namespace"]) == (False, "system")
+    assert listed["nodes"][worker]["images"] == listed["images"]
     assert sorted(image["name"] for image in listed["images"]) == sorted(["ghcr.io/org/app:v1", "ghcr.io/org/app@" + digest, digest])
     assert all(image["size"] > 0 and image["created_at"] for image in listed["images"])
     planned = run.task("remove in check mode")["result"]
@@ -95,7 +98,7 @@ def test_legacy_node_pulls_with_image_pull_and_refuses_removal(emulator, run_pla
     worker = cluster.workers[0].address
     tasks = [
         {"name": "pull", IMAGE: {"node": worker, "name": "busybox:1.36"}},
-        {"name": "list", IMAGE: {"node": worker, "state": "list"}},
+        {"name": "list", IMAGE_INFO: {"node": worker}},
         {"name": "remove", IMAGE: {"node": worker, "name": "busybox:1.36", "state": "absent"}, "ignore_errors": True},
     ]
     run = run_playbook(play(cluster, tasks))

@@ -268,7 +268,7 @@ MODULE_CASES = [
          r"^version 'latest' is not a Talos version such as v1.14.0\.$"),
     case("image-zero-concurrency", "talos_image", {"name": "busybox", "max_concurrency": 0},
          r"^max_concurrency must be at least 1, got 0\.$"),
-    case("image-list-as-reader", "talos_image", {"state": "list", "talosconfig": "{reader}"}, r"", group="node", outcome="ok"),
+    case("image-list-as-reader", "talos_image_info", {"talosconfig": "{reader}"}, r"", group="node", outcome="ok"),
     case("image-pull-as-reader", "talos_image", {"name": "busybox", "talosconfig": "{reader}"},
          r"Permission denied for machine.ImageService/Pull .*needs role os:admin or os:operator", group="node"),
     case("image-remove-absent-on-talos-v1.12", "talos_image", {"node": "{worker}", "name": "busybox:1.36", "state": "absent"},

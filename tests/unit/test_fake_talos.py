@@ -82,7 +82,7 @@ def test_a_callable_answer_sees_the_request_and_node_and_in_turn_repeats_the_las
     fake.answer(VERSION, in_turn(TalosTLSError("maintenance certificate"), [version("v1.14.0")]))
     with pytest.raises(TalosTLSError):
         fake.call(VERSION)
-    assert [fake.call(VERSION)[0].version.tag for _ in range(2)] == ["v1.14.0", "v1.14.0"]
+    assert [fake.call(VERSION)[0].version.tag for _call in range(2)] == ["v1.14.0", "v1.14.0"]
 
 
 def test_a_stream_delivers_the_messages_before_its_error():

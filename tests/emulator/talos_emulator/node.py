@@ -388,7 +388,7 @@ class EmulatedNode:
 
     def start_try_rollback(self, seconds):
         self.cancel_try_rollback()
-        self.try_rollback = self.cluster.loop.call_later(seconds, self._rollback_try)
+        self.try_rollback = asyncio.get_running_loop().call_later(seconds, self._rollback_try)
 
     def cancel_try_rollback(self):
         if self.try_rollback is not None:

@@ -51,7 +51,7 @@ def parse_reference(ref):
     if not match:
         raise ValueError("invalid reference format")
     name, tag, digest = match.group("name"), match.group("tag"), match.group("digest")
-    first, _, rest = name.partition("/")
+    first, _slash, rest = name.partition("/")
     if not rest or ("." not in first and ":" not in first and first != "localhost"):
         name = "docker.io/" + name
     elif first == "index.docker.io":

@@ -117,7 +117,7 @@ def test_without_members_the_configured_nodes_and_etcd_members_are_asked(use_mem
         "10.5.0.4": {"hostname": "cp-2", "type": "controlplane", "version": "v1.13.0"},
     }
     client = cluster(members=[("cp-1", MEMBER)] if not use_members else [], etcd=[("cp-1", "10.5.0.2"), ("cp-2", "10.5.0.4")],
-                        nodes=specs, configured=["10.5.0.3", "10.5.0.2"])
+                     nodes=specs, configured=["10.5.0.3", "10.5.0.2"])
     nodes, source = cluster_nodes.discover(client, use_members=use_members)
     assert source == "nodes and etcd"
     assert [(n["hostname"], n["addresses"], n["machine_type"], n["os_version"], n["source"]) for n in nodes] == [
@@ -140,7 +140,7 @@ def test_a_node_that_does_not_answer_keeps_what_etcd_says_and_is_warned_about():
 def test_an_etcd_refusal_is_a_warning_and_the_configured_nodes_remain():
     warnings = []
     client = cluster(etcd=fails_with("FailedPrecondition", "etcd is not bootstrapped"),
-                        nodes={"10.5.0.3": {"hostname": "w-1", "type": "worker", "version": "v1.14.0"}}, configured=["10.5.0.3"])
+                     nodes={"10.5.0.3": {"hostname": "w-1", "type": "worker", "version": "v1.14.0"}}, configured=["10.5.0.3"])
     nodes, _source = cluster_nodes.discover(client, warn=warnings.append)
     assert [node["hostname"] for node in nodes] == ["w-1"]
     assert "The etcd member list is not available" in warnings[0]

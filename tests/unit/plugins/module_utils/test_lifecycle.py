@@ -143,10 +143,11 @@ VOLUMES_V114 = [
 ]
 
 
-def volume_client(volumes=VOLUMES_V114, answer=None):
+def volume_client(volumes=None, answer=None):
     fake = FakeTalos(nodes=["10.5.0.9"])
     fake.answer("cosi.resource.State/List", answer or cosi_state(*[
-        fake_resource("runtime", "VolumeStatuses.block.talos.dev", volume_id, spec) for volume_id, spec in volumes]))
+        fake_resource("runtime", "VolumeStatuses.block.talos.dev", volume_id, spec)
+        for volume_id, spec in (VOLUMES_V114 if volumes is None else volumes)]))
     return fake
 
 

@@ -1,0 +1,129 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_image_info
+short_description: List the container images on Talos nodes
+version_added: 0.1.0
+description:
+  - Lists the images of a containerd namespace on the targeted nodes, like C(talosctl image list).
+  - The V(system) namespace holds the images Talos itself runs, such as the installer an upgrade needs; the V(cri)
+    namespace holds Kubernetes' images.
+  - Uses C(ImageService) (Talos v1.13 and later); older nodes are served by the legacy C(MachineService)
+    C(ImageList).
+  - With several O(nodes) the nodes are read concurrently and the result is given per node; the task fails when
+    any node fails.
+  - Read-only; never changes a node. M(talos_linux.talos.talos_image) pulls and removes images.
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  namespace:
+    description:
+      - The containerd namespace.
+    type: str
+    choices: [system, cri]
+    default: cri
+  max_concurrency:
+    description: How many nodes are read at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs unchanged in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - Needs the C(os:reader) role or more.
+seealso:
+  - module: talos_linux.talos.talos_image
+  - name: Talos images
+    description: The collection's guide to the Image Factory, installers and images on nodes.
+    link: https://github.com/talos-linux-ansible/talos/blob/main/docs/images.md
+"""
+
+EXAMPLES = r"""
+- name: What is in the system namespace?
+  talos_linux.talos.talos_image_info:
+    node: "{{ ansible_host }}"
+    namespace: system
+  register: system_images
+
+- name: Is the pause image on every node?
+  talos_linux.talos.talos_image_info:
+    nodes: "{{ groups['talos'] | map('extract', hostvars, 'ansible_host') | list }}"
+  register: cri_images
+  run_once: true
+"""
+
+RETURN = r"""
+nodes:
+  description: The images on each node, keyed by node; a node that failed has C(failed) and C(msg).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.3:
+      namespace: cri
+      images:
+        - name: registry.k8s.io/pause:3.10
+          digest: sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a
+          size: 320368
+          created_at: "2026-05-01T10:00:00Z"
+          labels: {io.cri-containerd.image: managed}
+namespace:
+  description: The containerd namespace listed (a single node).
+  returned: when one node is targeted
+  type: str
+  sample: cri
+images:
+  description: The images of the namespace (name, digest, size in bytes, created_at, labels) (a single node).
+  returned: when one node is targeted
+  type: list
+  elements: dict
+  sample:
+    - name: registry.k8s.io/pause:3.10
+      digest: sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a
+      size: 320368
+      created_at: "2026-05-01T10:00:00Z"
+      labels: {io.cri-containerd.image: managed}
+"""
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import images
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        namespace=dict(type="str", default="cri", choices=["system", "cri"]),
+        max_concurrency=dict(type="int", default=32),
+    ),
+    ranges=dict(max_concurrency=(1, None)),
+)
+
+
+def run(task):
+    namespace = task.params["namespace"]
+    store = images.NodeImages(task.client, namespace, task.params["max_concurrency"])
+    outcomes = dict((node, listed if isinstance(listed, TalosError) else {"namespace": namespace, "images": listed})
+                    for node, listed in store.list(task.target_nodes).items())
+    return task.per_node_result(outcomes)
+
+
+def main():
+    run_module(SPEC, run)
+
+
+if __name__ == "__main__":
+    main()

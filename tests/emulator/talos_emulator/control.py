@@ -1,0 +1,274 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What tests and ``tests/talos-emulator`` drive: an emulated cluster, its test knobs and the files clients need.
+
+``EmulatedCluster`` composes the cluster model (``cluster.py``: nodes and
+Talos rules) with its server runtime (``runtime.py``: loop, port, control
+channel). It writes the client files (talosconfigs, machine configs,
+inventory, ``state.json``) and offers the knobs a test turns, each applied on
+the runtime's loop.
+"""
+
+import json
+import os
+import time
+
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+
+from . import configgen
+from .audit import AuditLog
+from .cluster import ClusterModel
+from .faults import Faults
+from .runtime import ClusterRuntime
+
+DEFAULT_TALOS_VERSION = "v1.14.0"
+ROLES = {"admin": ("os:admin",), "operator": ("os:operator",), "reader": ("os:reader",)}
+# Room every cluster keeps for add_node beyond the nodes it starts with (and the
+# smallest cluster's capacity, 19 nodes, as before).
+SPARE_ADDRESSES = 16
+MIN_CAPACITY = 19
+MAX_NODES = 1000
+
+
+class EmulatedCluster:
+    def __init__(self, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
+                 reboot_seconds=0.3, name="emulated", node_versions=None):
+        if controlplanes < 1:
+            raise ValueError("an emulated cluster needs at least one control plane")
+        if workers < 0 or controlplanes + workers > MAX_NODES:
+            raise ValueError("an emulated cluster has 1 to %d nodes, got %d control planes and %d workers"
+                             % (MAX_NODES, controlplanes, workers))
+        self.state_dir = os.path.abspath(state_dir)
+        os.makedirs(self.state_dir, exist_ok=True)
+        # A new cluster starts a new audit log, also when a state directory is reused.
+        audit_path = os.path.join(self.state_dir, "audit.jsonl")
+        open(audit_path, "w").close()
+        self.runtime = ClusterRuntime(name, max(MIN_CAPACITY, controlplanes + workers + SPARE_ADDRESSES))
+        self.model = ClusterModel(name, talos_version, maintenance, reboot_seconds, self.runtime.addresses,
+                                  self.runtime.spawn, AuditLog(audit_path))
+        self.model.faults = Faults(self)
+        for role in ["controlplane"] * controlplanes + ["worker"] * workers:
+            self.model.new_node(role, None, node_versions)
+        self.endpoint = None
+
+    # Starting and stopping.
+
+    @classmethod
+    def start(cls, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
+              reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None):
+        """Start a cluster on a private event loop thread and return it once every node answers.
+
+        ``node_versions`` maps node names to the Talos version they run when it
+        differs from ``talos_version`` (a cluster in the middle of an upgrade).
+        """
+        if bootstrapped and maintenance:
+            raise ValueError("a cluster in maintenance mode cannot start bootstrapped")
+        cluster = cls(state_dir, controlplanes, workers, maintenance, talos_version, reboot_seconds, name, node_versions)
+        cluster.runtime.start_loop()
+        try:
+            if not maintenance:
+                for node in cluster.nodes:
+                    cluster.model.install(node)
+            cluster.run(cluster.runtime.boot(cluster.nodes))
+            cluster.endpoint = cluster.controlplanes[0].endpoint
+            if bootstrapped:
+                cluster.bootstrap()
+        except BaseException:
+            cluster.stop()
+            raise
+        cluster.write_state_files()
+        return cluster
+
+    def stop(self):
+        """Stop every node and the event loop. Safe to call twice."""
+        self.runtime.stop(self.nodes)
+
+    def serve_forever(self):
+        """Block until SIGTERM or SIGINT, applying ``talos-emulator fault`` requests, then stop."""
+        self.runtime.serve_forever(self)
+
+    def add_node(self, role="worker"):
+        """Boot one more node, installed and configured, into the running cluster; returns it.
+
+        A new control plane joins etcd when the cluster is bootstrapped. The
+        state files (inventory, state.json) list it afterwards.
+        """
+        if role not in ("controlplane", "worker"):
+            raise ValueError("role must be controlplane or worker, got %r" % (role,))
+        node = self.call(self.model.new_node, role, self.port)
+        if not self.maintenance:
+            self.model.install(node)
+        self.run(node.boot())
+        self.write_state_files()
+        return node
+
+    # The model and the runtime, as tests read them.
+
+    name = property(lambda self: self.model.name)
+    talos_version = property(lambda self: self.model.talos_version)
+    maintenance = property(lambda self: self.model.maintenance)
+    secrets = property(lambda self: self.model.secrets)
+    etcd = property(lambda self: self.model.etcd)
+    faults = property(lambda self: self.model.faults)
+    audit_log = property(lambda self: self.model.audit_log)
+    calls_served = property(lambda self: self.model.calls_served)
+    unavailable_images = property(lambda self: self.model.unavailable_images)
+    nodes = property(lambda self: self.model.nodes)
+    controlplanes = property(lambda self: self.model.controlplanes)
+    workers = property(lambda self: self.model.workers)
+    port = property(lambda self: self.runtime.port)
+    loop = property(lambda self: self.runtime.loop)
+
+    def find_node(self, target):
+        return self.model.find_node(target)
+
+    def node(self, node):
+        return self.model.node(node)
+
+    def run(self, coroutine, timeout=30):
+        return self.runtime.run(coroutine, timeout)
+
+    def call(self, function, *args, **kwargs):
+        return self.runtime.call(function, *args, **kwargs)
+
+    # Knobs.
+
+    def wait_until(self, predicate, timeout=10, interval=0.02):
+        """Poll ``predicate()`` until it is true; raise TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError("emulated cluster did not reach the expected state in %ss" % timeout)
+            time.sleep(interval)
+
+    def wait_ready(self, node, timeout=10):
+        """Wait until a node serves its API again (after a reboot, for instance)."""
+        node = self.node(node)
+        self.wait_until(lambda: node.reachable and node.stage in ("running", "maintenance"), timeout)
+
+    def power_on(self, node):
+        """Power on a node that was shut down or reset without reboot."""
+        node = self.node(node)
+        if not node.powered:
+            self.run(node.boot())
+
+    def power_off(self, node):
+        """Cut a node's power, as a machine that dies does: no shutdown sequence, it stays an etcd member and a
+        discovery member of the others until it is removed."""
+        node = self.node(node)
+        if node.powered:
+            self.run(node.power_off())
+
+    def bootstrap(self, node=None):
+        """Bootstrap etcd directly, as if Bootstrap had been called (a fixture shortcut)."""
+        self.call(self.model.bootstrap_etcd, self.node(node) if node is not None else self.controlplanes[0])
+
+    def add_extension_service(self, node, service_id):
+        self.call(self.node(node).add_extension_service, service_id)
+
+    def set_service_state(self, node, service_id, state, healthy=None, message="set by the test"):
+        self.call(self.node(node).set_service, service_id, state, message, healthy)
+
+    def add_diagnostic(self, node, diagnostic_id, message, details=()):
+        """A Diagnostics resource on the node, as Talos raises for a problem it found (None removes it)."""
+        diagnostics = self.node(node).diagnostics
+        if message is None:
+            self.call(diagnostics.pop, diagnostic_id, None)
+        else:
+            self.call(diagnostics.__setitem__, diagnostic_id, {"message": message, "details": list(details)})
+
+    def set_resource_labels(self, node, resource_type, resource_id, labels):
+        """Labels a COSI resource of the node carries (label queries of List and Watch filter on them)."""
+        self.call(self.node(node).resource_labels.__setitem__, (resource_type, resource_id), dict(labels))
+
+    def raise_etcd_alarm(self, node, alarm="NOSPACE"):
+        """An etcd alarm (NOSPACE, CORRUPT) on the node's member, as etcd raises it."""
+        member = self.etcd.member_of(self.node(node))
+        self.call(self.etcd.alarms.append, (member.id, machine_pb2.EtcdMemberAlarm.AlarmType.Value(alarm)))
+
+    def fragment_etcd(self, node, free_bytes):
+        """Give the node's etcd database ``free_bytes`` of free pages: EtcdStatus db_size exceeds db_size_in_use by
+        that much until a defragmentation."""
+        member = self.etcd.member_of(self.node(node))
+        self.call(setattr, member, "free_bytes", int(free_bytes))
+
+    # Files for clients.
+
+    def talosconfig_path(self, role="admin"):
+        return os.path.join(self.state_dir, "talosconfig" if role == "admin" else "talosconfig-%s" % role)
+
+    def talosconfig(self, role="admin", roles=None):
+        """A talosconfig for this cluster whose certificate carries ``roles`` (default: the role's)."""
+        endpoints = [node.endpoint for node in self.controlplanes]
+        return configgen.generate_talosconfig(self.secrets, self.name, endpoints, roles=roles or ROLES[role])
+
+    def machine_config(self, role, hostname=None):
+        return configgen.generate_machine_config(
+            self.secrets, role, self.name, self.model.kubernetes_endpoint(), talos_version=self.talos_version,
+            hostname=hostname, cert_sans=[node.address for node in self.nodes],
+        )
+
+    def write_state_files(self):
+        os.makedirs(self.state_dir, exist_ok=True)
+        files = {
+            "secrets.yaml": self.secrets.to_yaml(),
+            "controlplane.yaml": self.machine_config("controlplane"),
+            "worker.yaml": self.machine_config("worker"),
+            "inventory.yml": yaml.safe_dump(self.inventory(), sort_keys=False),
+            "state.json": json.dumps(self.state(), indent=2, sort_keys=True) + "\n",
+        }
+        for role in ROLES:
+            files[os.path.basename(self.talosconfig_path(role))] = self.talosconfig(role)
+        for name, content in files.items():
+            path = os.path.join(self.state_dir, name)
+            with open(path, "w") as output:
+                output.write(content)
+            os.chmod(path, 0o600)
+
+    def inventory(self):
+        def hosts(nodes):
+            return {node.name: {"ansible_host": node.address} for node in nodes}
+        return {"all": {
+            "vars": {
+                # Talos tasks run in the controller (the controller door) and need no connection; through
+                # the module door they run with the Python that runs ansible-playbook.
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "talosconfig": self.talosconfig_path("admin"),
+                "talos_port": self.port,
+                "talos_endpoint": self.endpoint,
+                "talos_cluster_name": self.name,
+                "talos_state_dir": self.state_dir,
+                # The nodes listen on talos_port, not on Talos's 50000: where the cluster role reaches a node in
+                # maintenance mode and the endpoints of the talosconfig it writes, so that its documented
+                # variables (docs/provisioning.md) work here as written.
+                "cluster_maintenance_endpoint": "{{ ansible_host }}:{{ talos_port }}",
+                "cluster_talosconfig_endpoints": [node.endpoint for node in self.controlplanes],
+            },
+            "children": {
+                "controlplane": {"hosts": hosts(self.controlplanes)},
+                "workers": {"hosts": hosts(self.workers)},
+            },
+        }}
+
+    def state(self):
+        return {
+            "name": self.name,
+            "pid": os.getpid(),
+            "port": self.port,
+            "endpoint": self.endpoint,
+            "maintenance": self.maintenance,
+            "talos_version": self.talos_version,
+            "state_dir": self.state_dir,
+            "nodes": [
+                {"name": node.name, "address": node.address, "port": node.port, "endpoint": node.endpoint, "role": node.role}
+                for node in self.nodes
+            ],
+        }
+
+    # Audit.
+
+    def audit(self, method=None, node=None, include_dry_run=True, include_failed=True):
+        """Mutating calls the nodes processed, oldest first (dicts; see docs/emulator.md)."""
+        return self.audit_log.entries(method=method, node=node, include_dry_run=include_dry_run, include_failed=include_failed)
