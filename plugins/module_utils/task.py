@@ -53,6 +53,14 @@ WAIT_ARGUMENT_SPEC = dict(
 
 WAIT_RANGES = dict(wait_timeout=(1, None))
 
+# How long a module that takes a control plane down waits for the etcd quorum guard to let it go (doc fragment
+# talos_linux.talos.quorum_wait).
+QUORUM_WAIT_ARGUMENT_SPEC = dict(
+    quorum_wait_timeout=dict(type="int", default=0),
+)
+
+QUORUM_WAIT_RANGES = dict(quorum_wait_timeout=(0, None))
+
 # (name on PyPI, module to import) for every library the client needs.
 CLIENT_LIBRARIES = (
     ("grpclib", "grpclib"),
@@ -90,16 +98,18 @@ class TaskSpec:
     """A module's options and the rules they follow, for both doors.
 
     ``connection`` adds the shared connection options (doc fragment
-    talos_linux.talos.connection) and ``wait`` the ``wait``/``wait_timeout``
-    options (talos_linux.talos.wait); a module option with one of their names is
-    refused. ``ranges`` gives the inclusive ``(lowest, highest)`` bounds of every
+    talos_linux.talos.connection); ``wait`` the ``wait``/``wait_timeout``
+    options (talos_linux.talos.wait), or ``"timeout"`` only ``wait_timeout``,
+    with ``wait_defaults`` for a module whose defaults differ (a read waits only
+    when asked); ``quorum_wait`` adds ``quorum_wait_timeout``. A module option
+    with one of their names is refused. ``ranges`` gives the inclusive ``(lowest, highest)`` bounds of every
     int or float option (None for no bound on that side): a numeric option
     without bounds is a programming error. Strings must not be empty unless
     named in ``may_be_empty``. The other keywords are AnsibleModule's.
     """
 
-    def __init__(self, argument_spec, connection=True, wait=False, ranges=None, may_be_empty=(),
-                 supports_check_mode=True, libraries=None, **rules):
+    def __init__(self, argument_spec, connection=True, wait=False, wait_defaults=None, quorum_wait=False, ranges=None,
+                 may_be_empty=(), supports_check_mode=True, libraries=None, **rules):
         unknown = sorted(set(rules) - set(_VALIDATOR_KEYS))
         if unknown:
             raise ValueError("unknown TaskSpec rules: %s" % ", ".join(unknown))
@@ -109,8 +119,14 @@ class TaskSpec:
             bounds.update(CONNECTION_RANGES)
             exclusive.extend(CONNECTION_MUTUALLY_EXCLUSIVE)
         if wait:
-            spec.update(WAIT_ARGUMENT_SPEC)
+            options = ("wait_timeout",) if wait == "timeout" else ("wait", "wait_timeout")
+            for name in options:
+                spec[name] = dict(WAIT_ARGUMENT_SPEC[name], **({"default": wait_defaults[name]}
+                                                               if name in (wait_defaults or {}) else {}))
             bounds.update(WAIT_RANGES)
+        if quorum_wait:
+            spec.update(QUORUM_WAIT_ARGUMENT_SPEC)
+            bounds.update(QUORUM_WAIT_RANGES)
         shadowed = sorted(set(spec) & set(argument_spec))
         if shadowed:
             # A module option with a shared option's name would silently replace it.

@@ -169,9 +169,9 @@ SPEC = TaskSpec(
         checks=dict(type="str", choices=["talos", "all"], default="talos"),
         control_plane_nodes=dict(type="list", elements="str"),
         worker_nodes=dict(type="list", elements="str"),
-        wait_timeout=dict(type="int", default=600),
         poll_interval=dict(type="int", default=2),
     ),
+    wait="timeout",
     ranges=dict(wait_timeout=(0, None), poll_interval=(1, None)),
 )
 

@@ -170,11 +170,11 @@ SPEC = TaskSpec(
         mode=dict(type="str", default="default", choices=["default", "powercycle", "force"]),
         wait_for_services=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
-        quorum_wait_timeout=dict(type="int", default=0),
         max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(quorum_wait_timeout=(0, None), max_concurrency=(1, None)),
+    ranges=dict(max_concurrency=(1, None)),
+    quorum_wait=True,
 )
 
 

@@ -206,10 +206,9 @@ SPEC = TaskSpec(
         system_labels_to_wipe=dict(type="list", elements="str", default=[]),
         user_disks_to_wipe=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
-        quorum_wait_timeout=dict(type="int", default=0),
     ),
     wait=True,
-    ranges=dict(quorum_wait_timeout=(0, None)),
+    quorum_wait=True,
 )
 
 

@@ -199,15 +199,15 @@ SPEC = TaskSpec(
         namespace=dict(type="str"),
         id=dict(type="str"),
         label_selectors=dict(type="list", elements="str", default=[]),
-        # Its own wait options: reading does not wait unless asked, and not for long.
-        wait=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=120),
         wait_condition=dict(type="dict", default={}, options=dict(
             state=dict(type="str", choices=["present", "absent"], default="present"),
             field=dict(type="str"),
             value=dict(type="raw"),
         )),
     ),
+    # Reading does not wait unless asked, and not for long.
+    wait=True,
+    wait_defaults=dict(wait=False, wait_timeout=120),
     ranges=dict(wait_timeout=(0, None)),
 )
 

@@ -112,10 +112,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 SPEC = TaskSpec(
     argument_spec=dict(
         force_quorum_loss=dict(type="bool", default=False),
-        quorum_wait_timeout=dict(type="int", default=0),
     ),
     wait=True,
-    ranges=dict(quorum_wait_timeout=(0, None)),
+    quorum_wait=True,
 )
 
 

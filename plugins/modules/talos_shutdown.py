@@ -106,10 +106,9 @@ SPEC = TaskSpec(
     argument_spec=dict(
         force=dict(type="bool", default=False),
         force_quorum_loss=dict(type="bool", default=False),
-        quorum_wait_timeout=dict(type="int", default=0),
     ),
     wait=True,
-    ranges=dict(quorum_wait_timeout=(0, None)),
+    quorum_wait=True,
 )
 
 

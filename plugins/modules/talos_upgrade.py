@@ -300,15 +300,15 @@ SPEC = TaskSpec(
         stage=dict(type="bool", default=False),
         force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
             dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
-        quorum_wait_timeout=dict(type="int", default=0),
         pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
         max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(quorum_wait_timeout=(0, None), pull_timeout=(1, None), max_concurrency=(1, None)),
+    ranges=dict(pull_timeout=(1, None), max_concurrency=(1, None)),
     mutually_exclusive=[("image", "version")],
     required_one_of=[("image", "version")],
     required_by=dict(image_repository="version", image_factory_url="version"),
+    quorum_wait=True,
 )
 
 

@@ -236,3 +236,16 @@ def test_execute_returns_the_warnings_of_the_task_and_closes_it():
     result = execute(TaskSpec(argument_spec=dict(name=dict(type="str")), connection=False, libraries=()), task, body)
     assert result == {"changed": True, "warnings": ["node 10.5.0.3 answered late"]}
     assert closed == [True]
+
+
+def test_shared_wait_options_are_defined_once_with_their_module_defaults():
+    timeout_only = TaskSpec(argument_spec={}, wait="timeout")
+    assert "wait" not in timeout_only.argument_spec and timeout_only.argument_spec["wait_timeout"]["default"] == 600
+    read = TaskSpec(argument_spec={}, wait=True, wait_defaults=dict(wait=False, wait_timeout=120))
+    assert (read.argument_spec["wait"]["default"], read.argument_spec["wait_timeout"]["default"]) == (False, 120)
+    assert WAIT_ARGUMENT_SPEC["wait_timeout"]["default"] == 600  # the shared definition is left as it is
+    guarded = TaskSpec(argument_spec={}, quorum_wait=True)
+    assert guarded.argument_spec["quorum_wait_timeout"] == {"type": "int", "default": 0}
+    assert guarded.ranges["quorum_wait_timeout"] == (0, None)
+    with pytest.raises(ValueError, match="module options quorum_wait_timeout shadow"):
+        TaskSpec(argument_spec={"quorum_wait_timeout": dict(type="int")}, quorum_wait=True)
