@@ -131,8 +131,8 @@ def test_check_mode_on_a_node_without_etcd_service_fails_without_calling_bootstr
 
 
 def test_without_etcd_service_the_node_itself_answers_bootstrap():
-    client = control_plane(etcd_state=None, bootstrap_answer="Unimplemented", server_message="bootstrap is only available on control plane nodes",
-                            machine_type=None)
+    client = control_plane(etcd_state=None, bootstrap_answer="Unimplemented",
+                           server_message="bootstrap is only available on control plane nodes", machine_type=None)
     with pytest.raises(TalosError, match="Bootstrap works only on a configured control-plane node"):
         run(client)
     assert called(client) == ["ServiceList", "EtcdMemberList", "Bootstrap"]
