@@ -13,8 +13,9 @@ import stat
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from google.rpc import status_pb2
+
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
-    TalosApiError,
     TalosConnectionError,
     TalosError,
     TalosNodeError,
@@ -69,31 +70,26 @@ def test_member_address_comes_from_client_then_peer_urls():
 
 
 def test_list_members_converts_the_reply():
-    class Client:
-        def call(self, method, request, node=None):
-            assert method == "machine.MachineService/EtcdMemberList"
-            assert request.query_local is False and node == "10.5.0.2"
-            return [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(
-                id=0x8e9e05c52164694d, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"],
-                client_urls=["https://10.5.0.2:2379"], is_learner=True)])]
-
-    assert etcd.list_members(Client(), "10.5.0.2") == [{
+    client = FakeTalos(answers={etcd.MEMBER_LIST: [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(
+        id=0x8e9e05c52164694d, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"],
+        client_urls=["https://10.5.0.2:2379"], is_learner=True)])]})
+    assert etcd.list_members(client, "10.5.0.2") == [{
         "id": "8e9e05c52164694d", "hostname": "cp-1", "peer_urls": ["https://10.5.0.2:2380"],
         "client_urls": ["https://10.5.0.2:2379"], "is_learner": True}]
+    (asked,) = client.calls
+    assert (asked.via, asked.method, asked.node, asked.request.query_local) == ("call", etcd.MEMBER_LIST, "10.5.0.2", False)
 
 
 def test_member_statuses_asks_each_members_node_and_keeps_errors():
     members = [member("cp-1", ONE), member("cp-2", TWO)]
     unreachable = TalosConnectionError("node 10.5.0.2 is unreachable", code="Unavailable")
+    client = FakeTalos(answers={etcd.STATUS: [machine_pb2.EtcdStatus(
+        member_status=machine_pb2.EtcdMemberStatus(member_id=1, leader=1, db_size=4096))]})
+    client.answer(etcd.STATUS, unreachable, node="10.5.0.2")
 
-    class Client:
-        def call_many(self, method, request=None, nodes=None, deadline=None):
-            assert method == "machine.MachineService/EtcdStatus" and deadline == 3
-            assert nodes == ["10.5.0.1", "10.5.0.2"]
-            reply = machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=1, leader=1, db_size=4096))
-            return {"10.5.0.1": [reply], "10.5.0.2": unreachable}
-
-    statuses = etcd.member_statuses(Client(), members, deadline=3)
+    statuses = etcd.member_statuses(client, members, deadline=3)
+    assert [(call.via, call.method, call.node, call.kwargs["deadline"]) for call in client.calls] == [
+        ("call_many", etcd.STATUS, "10.5.0.1", 3), ("call_many", etcd.STATUS, "10.5.0.2", 3)]
     assert statuses[ONE]["leader"] == ONE and statuses[ONE]["db_size"] == 4096
     assert statuses[TWO] is unreachable
     assert etcd.is_healthy(statuses[ONE]) and not etcd.is_healthy(statuses[TWO])
@@ -182,40 +178,21 @@ def test_leader_is_what_most_healthy_members_report():
 
 # The quorum guard
 
-class EtcdClient:
-    """Answers EtcdMemberList, Hostname and EtcdStatus for a cluster of ``members`` ({name: healthy})."""
+HOSTNAME = "machine.MachineService/Hostname"
 
-    def __init__(self, members, hostname="cp-1", member_list_error=None, learners=()):
-        self.members = members
-        self.hostname = hostname
-        self.member_list_error = member_list_error
-        self.learners = learners
-        self.probe_deadlines = []
 
-    def _member(self, index, name):
-        return machine_pb2.EtcdMember(id=index, hostname=name, is_learner=name in self.learners,
-                                      client_urls=["https://10.5.0.%d:2379" % index])
-
-    def call(self, method, request=None, node=None, deadline=None):
-        if method.endswith("/EtcdMemberList"):
-            if self.member_list_error:
-                raise self.member_list_error
-            members = [self._member(i, name) for i, name in enumerate(self.members, 1)]
-            return [machine_pb2.EtcdMembers(members=members)]
-        if method.endswith("/Hostname"):
-            return [machine_pb2.Hostname(hostname=self.hostname)]
-        raise AssertionError("unexpected call %s" % method)
-
-    def call_many(self, method, request=None, nodes=None, deadline=None):
-        self.probe_deadlines.append(deadline)
-        answers = {}
-        for index, (name, healthy) in enumerate(self.members.items(), 1):
-            address = "10.5.0.%d" % index
-            if healthy:
-                answers[address] = [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
-            else:
-                answers[address] = TalosConnectionError("unreachable", code="Unavailable")
-        return answers
+def etcd_client(members, hostname="cp-1", member_list_error=None, learners=()):
+    """A FakeTalos of a cluster of ``members`` ({name: healthy}, member i at 10.5.0.i, cp-1 leading) whose nodes
+    all call themselves ``hostname``; ``member_list_error`` answers EtcdMemberList instead."""
+    client = FakeTalos(answers={HOSTNAME: [machine_pb2.Hostname(hostname=hostname)]})
+    client.answer(etcd.MEMBER_LIST, member_list_error or [machine_pb2.EtcdMembers(members=[
+        machine_pb2.EtcdMember(id=index, hostname=name, is_learner=name in learners,
+                               client_urls=["https://10.5.0.%d:2379" % index])
+        for index, name in enumerate(members, 1)])])
+    for index, healthy in enumerate(members.values(), 1):
+        client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
+                      if healthy else TalosConnectionError("unreachable", code="Unavailable"), node="10.5.0.%d" % index)
+    return client
 
 
 def let_go(client, node="10.5.0.1", removal=False, force=False):
@@ -230,30 +207,31 @@ def refusal(client, **kwargs):
 
 
 def test_a_worker_has_nothing_to_guard():
-    client = EtcdClient({}, member_list_error=TalosUnimplementedError(
-        "member list is only available on control plane nodes", code="Unimplemented"))
+    client = etcd_client({}, member_list_error=fails_with("Unimplemented", "member list is only available on control plane nodes"))
     assert let_go(client, "10.5.0.9") == {"controlplane": False, "etcd_gate_open": True, "quorum": None}
 
 
 def test_an_unreadable_member_list_closes_the_guard():
-    client = EtcdClient({}, member_list_error=TalosApiError("etcdserver: no leader.", code="Unknown"))
+    client = etcd_client({}, member_list_error=fails_with("Unknown", "etcdserver: no leader"))
     refused = refusal(client)
     assert refused.message == ("Refusing to reboot control-plane node 10.5.0.1: its etcd member list cannot be read "
-                               "(etcdserver: no leader), so etcd may have lost quorum already; fix the unhealthy members "
-                               "first, or set force_quorum_loss: true to go ahead anyway.")
+                               "(machine.MachineService/EtcdMemberList failed on node 10.5.0.1 with Unknown: etcdserver: "
+                               "no leader), so etcd may have lost quorum already; fix the unhealthy members first, or set "
+                               "force_quorum_loss: true to go ahead anyway.")
     assert refused.to_result() == {"controlplane": True, "etcd_gate_open": False, "quorum": None}
     assert let_go(client, force=True)["etcd_gate_open"] is False
 
 
 def test_an_outage_of_a_healthy_three_member_cluster_is_safe():
-    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": True})
+    client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": True})
     assert let_go(client) == {"controlplane": True, "etcd_gate_open": True, "quorum": {
         "safe": True, "voters_after": 3, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}}
-    assert client.probe_deadlines == [etcd.HEALTH_PROBE_SECONDS]
+    assert [(call.via, call.node, call.kwargs["deadline"]) for call in client.calls_to(etcd.STATUS)] == [
+        ("call_many", "10.5.0.%d" % index, etcd.HEALTH_PROBE_SECONDS) for index in (1, 2, 3)]
 
 
 def test_an_outage_next_to_an_unhealthy_member_is_refused_unless_forced():
-    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": False})
+    client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": False})
     refused = refusal(client)
     assert refused.message == (
         "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting member(s) and need 2 of them healthy "
@@ -266,64 +244,55 @@ def test_an_outage_next_to_an_unhealthy_member_is_refused_unless_forced():
 
 @pytest.mark.parametrize("count", [1, 2])
 def test_one_and_two_member_clusters_cannot_spare_a_member(count):
-    client = EtcdClient(dict(("cp-%d" % i, True) for i in range(1, count + 1)))
+    client = etcd_client(dict(("cp-%d" % i, True) for i in range(1, count + 1)))
     assert "etcd would keep %d voting member(s) and need %d of them healthy" % (count, count) in refusal(client).message
 
 
 def test_a_removal_uses_the_removal_arithmetic():
     # Removing cp-1 from three leaves two voters that both must be healthy.
-    client = EtcdClient({"cp-1": True, "cp-2": True, "cp-3": False})
+    client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": False})
     assert refusal(client, removal=True).findings["quorum"]["voters_after"] == 2
     # Removing the unhealthy member itself is safe.
-    client.hostname = "cp-3"
+    client.answer(HOSTNAME, [machine_pb2.Hostname(hostname="cp-3")])
     assert let_go(client, "10.5.0.3", removal=True)["etcd_gate_open"] is True
 
 
 def test_the_last_member_never_leaves_even_when_forced():
-    refused = refusal(EtcdClient({"cp-1": True}), removal=True, force=True)
+    refused = refusal(etcd_client({"cp-1": True}), removal=True, force=True)
     assert refused.message.startswith("Refusing to reboot control-plane node 10.5.0.1: cp-1 is the last voting etcd "
                                       "member, and etcd cannot lose its last member whatever force_quorum_loss says;")
     # Its outage can be forced: the member stays.
-    assert let_go(EtcdClient({"cp-1": True}), force=True)["etcd_gate_open"] is False
+    assert let_go(etcd_client({"cp-1": True}), force=True)["etcd_gate_open"] is False
 
 
 def test_a_learner_may_always_go():
-    client = EtcdClient({"cp-1": True, "cp-2": False}, hostname="cp-2", learners=("cp-2",))
+    client = etcd_client({"cp-1": True, "cp-2": False}, hostname="cp-2", learners=("cp-2",))
     assert let_go(client, "10.5.0.2", removal=True)["etcd_gate_open"] is True
 
 
 def test_a_node_that_is_no_member_is_not_guarded():
-    assert let_go(EtcdClient({"cp-1": True}, hostname="cp-9"), "10.5.0.9") == {
+    assert let_go(etcd_client({"cp-1": True}, hostname="cp-9"), "10.5.0.9") == {
         "controlplane": True, "etcd_gate_open": True, "quorum": None}
 
 
 # Snapshots
 
-class SnapshotClient:
-    """Streams ``data`` in 1 KiB common.Data frames, as Talos does; ``fail_after`` frames raises."""
-
-    def __init__(self, data, fail_after=None):
-        self.data = data
-        self.fail_after = fail_after
-        self.calls = []
-
-    def stream(self, method, request=None, node=None, on_message=None):
-        self.calls.append((method, node))
-        frames = [self.data[i:i + 1024] for i in range(0, len(self.data), 1024)]
-        for index, chunk in enumerate(frames):
-            if self.fail_after is not None and index == self.fail_after:
-                raise TalosNodeError("Node %s answered with an error (Unavailable): stream cut." % node, code="Unavailable")
-            if on_message(common_pb2.Data(bytes=chunk)):
-                break
-        return self.data
+def snapshot_client(data, fail_after=None):
+    """A FakeTalos streaming ``data`` in 1 KiB common.Data frames, as Talos does; after ``fail_after`` frames the node
+    answers with an error frame instead."""
+    frames = [common_pb2.Data(bytes=data[i:i + 1024]) for i in range(0, len(data), 1024)]
+    if fail_after is not None:
+        frames[fail_after:] = [common_pb2.Data(metadata=common_pb2.Metadata(
+            error="stream cut", status=status_pb2.Status(code=14)))]  # 14: Unavailable
+    return FakeTalos(answers={etcd.SNAPSHOT: frames})
 
 
 def test_snapshot_written_complete_with_mode_0600_and_its_sha256(tmp_path):
     data = os.urandom(5000)
     path = tmp_path / "etcd.snapshot"
-    client = SnapshotClient(data)
+    client = snapshot_client(data)
     saved = etcd.save_snapshot(client, "10.5.0.2", str(path))
-    assert client.calls == [("machine.MachineService/EtcdSnapshot", "10.5.0.2")]
+    assert [(call.via, call.method, call.node) for call in client.calls] == [("stream", etcd.SNAPSHOT, "10.5.0.2")]
     assert path.read_bytes() == data
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert saved == {"path": str(path), "size": 5000, "sha256": hashlib.sha256(data).hexdigest(), "changed": True}
@@ -333,13 +302,13 @@ def test_snapshot_written_complete_with_mode_0600_and_its_sha256(tmp_path):
 def test_snapshot_with_same_content_is_unchanged_and_check_mode_writes_nothing(tmp_path):
     data = os.urandom(3000)
     path = tmp_path / "etcd.snapshot"
-    etcd.save_snapshot(SnapshotClient(data), None, str(path))
+    etcd.save_snapshot(snapshot_client(data), None, str(path))
     mtime = path.stat().st_mtime_ns
-    assert etcd.save_snapshot(SnapshotClient(data), None, str(path))["changed"] is False
+    assert etcd.save_snapshot(snapshot_client(data), None, str(path))["changed"] is False
     assert path.stat().st_mtime_ns == mtime
 
     newer = os.urandom(3000)
-    assert etcd.save_snapshot(SnapshotClient(newer), None, str(path), check_mode=True)["changed"] is True
+    assert etcd.save_snapshot(snapshot_client(newer), None, str(path), check_mode=True)["changed"] is True
     assert path.read_bytes() == data
     assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
 
@@ -348,14 +317,14 @@ def test_interrupted_snapshot_leaves_the_previous_file_and_no_partial_file(tmp_p
     path = tmp_path / "etcd.snapshot"
     path.write_bytes(b"previous snapshot")
     with pytest.raises(TalosNodeError):
-        etcd.save_snapshot(SnapshotClient(os.urandom(4096), fail_after=2), None, str(path))
+        etcd.save_snapshot(snapshot_client(os.urandom(4096), fail_after=2), None, str(path))
     assert path.read_bytes() == b"previous snapshot"
     assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
 
 
 def test_snapshot_into_a_missing_directory_fails_clearly(tmp_path):
     with pytest.raises(TalosError, match="directory .* does not exist"):
-        etcd.save_snapshot(SnapshotClient(b"x"), None, str(tmp_path / "missing" / "etcd.snapshot"))
+        etcd.save_snapshot(snapshot_client(b"x"), None, str(tmp_path / "missing" / "etcd.snapshot"))
 
 
 def test_a_local_write_error_is_reported_as_such(tmp_path, monkeypatch):
@@ -379,14 +348,14 @@ def test_a_local_write_error_is_reported_as_such(tmp_path, monkeypatch):
 
     monkeypatch.setattr(etcd.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
     with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*: No space left on device."):
-        etcd.save_snapshot(SnapshotClient(os.urandom(2048)), None, str(tmp_path / "etcd.snapshot"))
+        etcd.save_snapshot(snapshot_client(os.urandom(2048)), None, str(tmp_path / "etcd.snapshot"))
     assert os.listdir(str(tmp_path)) == []
 
 
 def test_a_directory_in_the_way_is_reported(tmp_path):
     (tmp_path / "etcd.snapshot").mkdir()
     with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*etcd.snapshot: it is a directory; set snapshot to a file path."):
-        etcd.save_snapshot(SnapshotClient(b"data"), None, str(tmp_path / "etcd.snapshot"))
+        etcd.save_snapshot(snapshot_client(b"data"), None, str(tmp_path / "etcd.snapshot"))
 
 
 # Member IDs from options, health and maintenance (talos_etcd_info, talos_etcd_maintenance)

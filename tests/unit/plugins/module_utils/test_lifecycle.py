@@ -18,66 +18,59 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConnectionError,
     TalosError,
     TalosTimeoutError,
-    TalosUnimplementedError,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from fake_talos import FakeTalos, cosi_state, fails_with, resource as fake_resource
+from fake_talos import FakeTalos, cosi_state, fails_with, in_turn, resource as fake_resource
+
+MACHINE_SERVICE = "machine.MachineService/"
+UNREACHABLE = TalosConnectionError("unreachable", code="Unavailable")
 
 
-class NodeClient:
-    """One node: answers by RPC name (an Exception is raised), records the calls; ``members`` makes it a control plane."""
+def healthy_status(member_id):
+    return [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=member_id, leader=1))]
 
-    def __init__(self, members=None, **answers):
-        self.members = members
-        self.answers = dict({"Version": [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
-                             "Hostname": [machine_pb2.Hostname(hostname="cp-1")]}, **answers)
-        self.calls = []
 
-    def call(self, method, request=None, node=None, deadline=None, retry_codes=None):
-        name = method.rsplit("/", 1)[-1]
-        self.calls.append(name)
-        if name == "EtcdMemberList" and self.members is None:
-            raise TalosUnimplementedError("member list is only available on control plane nodes", code="Unimplemented")
-        if name == "EtcdMemberList":
-            return [machine_pb2.EtcdMembers(members=[
-                machine_pb2.EtcdMember(id=i, hostname=n, client_urls=["https://10.5.0.%d:2379" % i])
-                for i, n in enumerate(self.members, 1)])]
-        answer = self.answers[name]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+def node_client(members=None, **answers):
+    """A FakeTalos of one node running v1.14.0 as cp-1, boot boot-1; ``answers`` by MachineService method name.
 
-    def call_many(self, method, request=None, nodes=None, deadline=None):
-        return dict(("10.5.0.%d" % i, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=i, leader=1))]
-                     if healthy else TalosConnectionError("unreachable", code="Unavailable"))
-                    for i, healthy in enumerate(self.members.values(), 1))
+    ``members`` ({name: healthy}, member i at 10.5.0.i) makes it a control plane; else it runs no etcd.
+    """
+    client = FakeTalos(answers={etcd.MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
+                                lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
+                                MACHINE_SERVICE + "Hostname": [machine_pb2.Hostname(hostname="cp-1")],
+                                MACHINE_SERVICE + "Read": b"boot-1\n"})
+    for name, answer in answers.items():
+        client.answer(MACHINE_SERVICE + name, answer)
+    if members is not None:
+        client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+            machine_pb2.EtcdMember(id=i, hostname=n, client_urls=["https://10.5.0.%d:2379" % i]) for i, n in enumerate(members, 1)])])
+        for i, healthy in enumerate(members.values(), 1):
+            client.answer(etcd.STATUS, healthy_status(i) if healthy else UNREACHABLE, node="10.5.0.%d" % i)
+    return client
 
-    def read_bytes(self, method, request=None, node=None, deadline=None):
-        self.calls.append("Read")
-        return b"boot-1\n"
 
-    def mutations(self):
-        return [name for name in self.calls if name in ("Reboot", "Shutdown", "Reset", "Rollback")]
+def mutations(client):
+    return [name for name in client.names() if name in ("Reboot", "Shutdown", "Reset", "Rollback")]
 
 
 def test_check_mode_reboot_of_a_worker_reads_and_sends_nothing():
-    client = NodeClient()
+    client = node_client()
     result = lifecycle.reboot(client, "10.5.0.9", check_mode=True)
     assert result == {"changed": True, "mode": "default", "boot_id_before": "boot-1", "boot_id_after": None,
                       "elapsed": None, "actor_id": None, "controlplane": False, "etcd_gate_open": True, "quorum": None}
-    assert client.mutations() == []
+    assert mutations(client) == []
 
 
 def test_the_guard_refuses_before_anything_is_sent():
-    client = NodeClient(members={"cp-1": True, "cp-2": True, "cp-3": False})
+    client = node_client(members={"cp-1": True, "cp-2": True, "cp-3": False})
     with pytest.raises(etcd.QuorumLossRefused, match="^Refusing to shut down control-plane node 10.5.0.1: etcd would "
                                                      "keep 3 voting member"):
         lifecycle.shutdown(client, "10.5.0.1")
-    assert client.mutations() == []
+    assert mutations(client) == []
 
 
 def test_a_wait_that_fails_after_the_request_keeps_the_result(monkeypatch):
-    client = NodeClient(Reboot=[machine_pb2.Reboot(actor_id="a1")])
+    client = node_client(Reboot=[machine_pb2.Reboot(actor_id="a1")])
 
     def never_back(client, node, boot_id, waiter):
         raise TalosTimeoutError("Timed out after 5 seconds waiting for node 10.5.0.9 to reboot.", code="DeadlineExceeded")
@@ -92,14 +85,14 @@ def test_a_wait_that_fails_after_the_request_keeps_the_result(monkeypatch):
 
 
 def test_force_mode_needs_talos_v1_12():
-    client = NodeClient(Version=[machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.11.3"))])
+    client = node_client(Version=[machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.11.3"))])
     with pytest.raises(TalosError, match="^mode: force needs Talos v1.12 or newer, but node 10.5.0.9 runs v1.11.3"):
         lifecycle.reboot(client, "10.5.0.9", mode="force")
-    assert client.calls == ["Version"]
+    assert client.names() == ["Version"]
 
 
 def test_a_refused_rollback_changed_nothing():
-    client = NodeClient(Rollback=TalosApiError("cannot rollback to \"B\", label does not exist", code="Unknown"))
+    client = node_client(Rollback=TalosApiError("cannot rollback to \"B\", label does not exist", code="Unknown"))
     with pytest.raises(lifecycle.ActionFailed) as raised:
         lifecycle.rollback(client, "10.5.0.9")
     assert raised.value.message.startswith("Node 10.5.0.9 cannot roll back from v1.14.0: cannot rollback")
@@ -187,19 +180,11 @@ def test_reset_request_is_what_talosctl_sends():
 # -- the quorum wait -------------------------------------------------------------
 
 
-class RecoveringClient(NodeClient):
+def recovering_client(unhealthy_asks):
     """A control plane of three whose cp-3 is unhealthy for the first ``unhealthy_asks`` status reads."""
-
-    def __init__(self, unhealthy_asks):
-        super(RecoveringClient, self).__init__(members={"cp-1": True, "cp-2": True, "cp-3": False},
-                                               Reboot=[machine_pb2.Reboot(actor_id="a1")])
-        self.unhealthy_asks = unhealthy_asks
-
-    def call_many(self, method, request=None, nodes=None, deadline=None):
-        if self.unhealthy_asks == 0:
-            self.members["cp-3"] = True
-        self.unhealthy_asks -= 1
-        return super(RecoveringClient, self).call_many(method, request, nodes, deadline)
+    client = node_client(members={"cp-1": True, "cp-2": True, "cp-3": False}, Reboot=[machine_pb2.Reboot(actor_id="a1")])
+    client.answer(etcd.STATUS, in_turn(*[UNREACHABLE] * unhealthy_asks + [healthy_status(3)]), node="10.5.0.3")
+    return client
 
 
 @pytest.fixture
@@ -212,11 +197,11 @@ def clock(monkeypatch):
 
 
 def test_the_quorum_wait_asks_again_until_etcd_spares_the_node(clock):
-    client = RecoveringClient(unhealthy_asks=4)
+    client = recovering_client(unhealthy_asks=4)
     lines = []
     result = lifecycle.reboot(client, "10.5.0.1", quorum_wait_timeout=30, progress=lines.append)
     assert result["etcd_gate_open"] is True and result["actor_id"] == "a1"
-    assert client.calls.count("EtcdMemberList") == 5 and client.mutations() == ["Reboot"]
+    assert client.names().count("EtcdMemberList") == 5 and mutations(client) == ["Reboot"]
     # Once the wait lasts a few seconds, progress says why etcd cannot spare the node, then that it does.
     why = ("waiting for etcd to spare 10.5.0.1: etcd would keep 3 voting member(s) and need 2 of them healthy for quorum, "
            "but only 1 other than cp-1 are healthy (not healthy: cp-3 - unreachable)")
@@ -224,27 +209,27 @@ def test_the_quorum_wait_asks_again_until_etcd_spares_the_node(clock):
 
 
 def test_the_quorum_wait_ends_in_the_last_refusal(clock):
-    client = RecoveringClient(unhealthy_asks=100)
+    client = recovering_client(unhealthy_asks=100)
     with pytest.raises(etcd.QuorumLossRefused) as refused:
         lifecycle.reboot(client, "10.5.0.1", quorum_wait_timeout=5)
     assert refused.value.message.startswith("Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting")
     assert refused.value.message.endswith("to go ahead anyway. The guard still refused after 5 seconds of waiting "
                                           "(quorum_wait_timeout).")
-    assert refused.value.to_result()["etcd_gate_open"] is False and client.mutations() == []
+    assert refused.value.to_result()["etcd_gate_open"] is False and mutations(client) == []
 
 
 def test_without_a_quorum_wait_the_guard_refuses_at_once(clock):
-    client = RecoveringClient(unhealthy_asks=1)
+    client = recovering_client(unhealthy_asks=1)
     with pytest.raises(etcd.QuorumLossRefused, match="force_quorum_loss: true to go ahead anyway.$"):
         lifecycle.reboot(client, "10.5.0.1")
-    assert client.calls.count("EtcdMemberList") == 1
+    assert client.names().count("EtcdMemberList") == 1
 
 
 def test_a_refusal_no_wait_changes_is_not_waited_for(clock):
-    client = NodeClient(members={"cp-1": True})
+    client = node_client(members={"cp-1": True})
     with pytest.raises(etcd.QuorumLossRefused, match="is the last voting etcd member"):
         lifecycle.guard(client, "10.5.0.1", "gracefully reset", removal=True, quorum_wait_timeout=60)
-    assert client.calls.count("EtcdMemberList") == 1 and clock["t"] == 1000.0
+    assert client.names().count("EtcdMemberList") == 1 and clock["t"] == 1000.0
 
 
 # -- several nodes in one task ---------------------------------------------------------

@@ -12,69 +12,70 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
+from fake_talos import FakeTalos
 from module_fakes import run_module
 
+HOSTNAME = "machine.MachineService/Hostname"
 
-class FakeCluster:
-    """Control planes cp-1..cp-N at 10.5.0.1..N with member IDs 1..N; cp-1 leads. ``down`` nodes do not answer."""
 
-    def __init__(self, count=3, down=(), learners=()):
+class Cluster:
+    """Control planes cp-1..cp-N at 10.5.0.1..N with member IDs 1..N; cp-1 leads. ``down`` nodes do not answer.
+
+    ``client`` is a FakeTalos targeting ``nodes`` whose etcd answers read and change this state.
+    """
+
+    def __init__(self, count=3, down=(), learners=(), nodes=("10.5.0.1",)):
         self.members = [dict(id=i, hostname="cp-%d" % i, address="10.5.0.%d" % i, learner=i in learners)
                         for i in range(1, count + 1)]
         self.down = set(down)
         self.leader = 1
-        self.calls = []
-        self.nodes = ["10.5.0.1"]
+        self.client = FakeTalos(nodes=list(nodes))
+        for method, answer in ((HOSTNAME, self._hostname), (etcd.MEMBER_LIST, self._member_list), (etcd.STATUS, self._status),
+                               (etcd.LEAVE, self._leave), (etcd.REMOVE, self._remove), (etcd.FORFEIT, self._forfeit)):
+            self.client.answer(method, self._if_up(answer))
 
     def _member_at(self, node):
         return next(m for m in self.members if m["address"] == node)
 
-    def _check_up(self, node):
-        if node in self.down:
-            raise TalosConnectionError("node %s is unavailable" % node, code="Unavailable", node=node)
+    def _if_up(self, answer):
+        def answer_if_up(request, node):
+            if node in self.down:
+                return TalosConnectionError("node %s is unavailable" % node, code="Unavailable", node=node)
+            return answer(request, node)
+        return answer_if_up
 
-    def call(self, method, request=None, node=None):
-        name = method.rsplit("/", 1)[-1]
-        self.calls.append((name, node))
-        self._check_up(node)
-        if name == "Hostname":
-            return [machine_pb2.Hostname(hostname=self._member_at(node)["hostname"])]
-        if name == "EtcdMemberList":
-            return [machine_pb2.EtcdMembers(members=[
-                machine_pb2.EtcdMember(id=m["id"], hostname=m["hostname"], is_learner=m["learner"],
-                                       client_urls=["https://%s:2379" % m["address"]],
-                                       peer_urls=["https://%s:2380" % m["address"]]) for m in self.members])]
-        if name == "EtcdLeaveCluster":
-            self.members.remove(self._member_at(node))
-            return [machine_pb2.EtcdLeaveCluster()]
-        if name == "EtcdRemoveMemberByID":
-            self.members = [m for m in self.members if m["id"] != request.member_id]
-            return [machine_pb2.EtcdRemoveMemberByID()]
-        if name == "EtcdForfeitLeadership":
-            if self._member_at(node)["id"] != self.leader:
-                return [machine_pb2.EtcdForfeitLeadership()]
-            successor = next(m for m in self.members if m["id"] != self.leader and not m["learner"])
-            self.leader = successor["id"]
-            return [machine_pb2.EtcdForfeitLeadership(member=successor["hostname"])]
-        raise AssertionError("unexpected call %s" % method)
+    def _hostname(self, _request, node):
+        return [machine_pb2.Hostname(hostname=self._member_at(node)["hostname"])]
 
-    def call_many(self, method, request=None, nodes=None, deadline=None):
-        assert deadline == 5
-        assert method == "machine.MachineService/EtcdStatus"
-        answers = {}
-        for node in nodes:
-            try:
-                self._check_up(node)
-            except TalosError as err:
-                answers[node] = err
-                continue
-            member = self._member_at(node)
-            answers[node] = [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
-                member_id=member["id"], leader=self.leader, is_learner=member["learner"]))]
-        return answers
+    def _member_list(self, _request, _node):
+        return [machine_pb2.EtcdMembers(members=[
+            machine_pb2.EtcdMember(id=m["id"], hostname=m["hostname"], is_learner=m["learner"],
+                                   client_urls=["https://%s:2379" % m["address"]],
+                                   peer_urls=["https://%s:2380" % m["address"]]) for m in self.members])]
+
+    def _status(self, _request, node):
+        member = self._member_at(node)
+        return [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+            member_id=member["id"], leader=self.leader, is_learner=member["learner"]))]
+
+    def _leave(self, _request, node):
+        self.members.remove(self._member_at(node))
+        return [machine_pb2.EtcdLeaveCluster()]
+
+    def _remove(self, request, _node):
+        self.members = [m for m in self.members if m["id"] != request.member_id]
+        return [machine_pb2.EtcdRemoveMemberByID()]
+
+    def _forfeit(self, _request, node):
+        if self._member_at(node)["id"] != self.leader:
+            return [machine_pb2.EtcdForfeitLeadership()]
+        successor = next(m for m in self.members if m["id"] != self.leader and not m["learner"])
+        self.leader = successor["id"]
+        return [machine_pb2.EtcdForfeitLeadership(member=successor["hostname"])]
 
     def mutations(self):
-        return [call for call in self.calls if call[0] in ("EtcdLeaveCluster", "EtcdRemoveMemberByID", "EtcdForfeitLeadership")]
+        return [(call.method.rsplit("/", 1)[-1], call.node) for call in self.client.calls
+                if call.method in (etcd.LEAVE, etcd.REMOVE, etcd.FORFEIT)]
 
     def names(self):
         return [m["hostname"] for m in self.members]
@@ -84,14 +85,18 @@ DEFAULTS = dict(member=None, member_id=None, state="present", method="auto", for
                 snapshot=None, wait=False, wait_timeout=5, timeout=5)
 
 
-def run(client, **params):
-    succeeded, result, module = run_module(talos_etcd_member.run, client, DEFAULTS, **params)
+def run(cluster, **params):
+    try:
+        succeeded, result, module = run_module(talos_etcd_member.run, cluster.client, DEFAULTS, **params)
+    finally:
+        # The health probes ask every member at once, bounded by the timeout option.
+        assert all((call.via, call.kwargs["deadline"]) == ("call_many", 5) for call in cluster.client.calls_to(etcd.STATUS))
     result["warnings"] = module.warnings
     return succeeded, result
 
 
 def test_absent_leaves_through_the_members_own_node_then_is_idempotent():
-    cluster = FakeCluster()
+    cluster = Cluster()
     ok, result = run(cluster, member="cp-3", state="absent")
     assert ok and result["changed"] is True and result["method"] == "leave"
     assert cluster.mutations() == [("EtcdLeaveCluster", "10.5.0.3")]
@@ -100,13 +105,13 @@ def test_absent_leaves_through_the_members_own_node_then_is_idempotent():
     assert result["leader"] == {"id": "0000000000000001", "hostname": "cp-1"}
     assert result["diff"]["after"] == {"members": ["cp-1", "cp-2"]}
 
-    cluster.calls = []
+    cluster.client.calls = []
     ok, result = run(cluster, member="cp-3", state="absent")
     assert ok and result["changed"] is False and result["member"] is None and cluster.mutations() == []
 
 
 def test_auto_removes_by_id_through_a_healthy_member_when_the_node_is_gone():
-    cluster = FakeCluster(count=5, down=["10.5.0.5"])
+    cluster = Cluster(count=5, down=["10.5.0.5"])
     ok, result = run(cluster, member="0000000000000005", state="absent")
     assert ok and result["changed"] is True and result["method"] == "remove"
     assert cluster.mutations() == [("EtcdRemoveMemberByID", "10.5.0.1")]
@@ -115,14 +120,14 @@ def test_auto_removes_by_id_through_a_healthy_member_when_the_node_is_gone():
 
 
 def test_leave_of_an_unreachable_node_says_to_use_remove():
-    cluster = FakeCluster(down=["10.5.0.3"])
+    cluster = Cluster(down=["10.5.0.3"])
     with pytest.raises(TalosError, match="does not answer .*use method=remove"):
         run(cluster, member="cp-3", state="absent", method="leave")
     assert cluster.mutations() == []
 
 
 def test_removal_that_loses_quorum_is_refused_unless_forced():
-    cluster = FakeCluster(down=["10.5.0.3"])
+    cluster = Cluster(down=["10.5.0.3"])
     with pytest.raises(etcd.QuorumLossRefused) as raised:
         run(cluster, member="cp-2", state="absent")
     assert raised.value.message == (
@@ -139,14 +144,14 @@ def test_removal_that_loses_quorum_is_refused_unless_forced():
 
 @pytest.mark.parametrize("force_quorum_loss", [False, True])
 def test_the_last_member_is_never_removed(force_quorum_loss):
-    cluster = FakeCluster(count=1)
+    cluster = Cluster(count=1)
     with pytest.raises(etcd.QuorumLossRefused, match="cp-1 is the last voting etcd member"):
         run(cluster, state="absent", force_quorum_loss=force_quorum_loss)
     assert cluster.mutations() == []
 
 
 def test_check_mode_predicts_the_removal_without_calling_it():
-    cluster = FakeCluster()
+    cluster = Cluster()
     ok, result = run(cluster, check_mode=True, member="cp-2", state="absent")
     assert ok and result["changed"] is True and result["method"] == "leave"
     assert [m["hostname"] for m in result["members_after"]] == ["cp-1", "cp-3"]
@@ -154,25 +159,25 @@ def test_check_mode_predicts_the_removal_without_calling_it():
 
 
 def test_forfeit_moves_leadership_once():
-    cluster = FakeCluster()
+    cluster = Cluster()
     ok, result = run(cluster, forfeit_leadership=True)
     assert ok and result["changed"] is True and result["new_leader"] == "cp-2"
     assert result["leader"] == {"id": "0000000000000002", "hostname": "cp-2"}
     assert cluster.mutations() == [("EtcdForfeitLeadership", "10.5.0.1")]
 
-    cluster.calls = []
+    cluster.client.calls = []
     ok, result = run(cluster, forfeit_leadership=True)
     assert ok and result["changed"] is False and cluster.mutations() == []
 
 
 def test_forfeit_with_a_single_member_fails_clearly():
-    cluster = FakeCluster(count=1)
+    cluster = Cluster(count=1)
     with pytest.raises(TalosError, match="only voting member"):
         run(cluster, forfeit_leadership=True)
 
 
 def test_present_reports_without_changing():
-    cluster = FakeCluster()
+    cluster = Cluster()
     ok, result = run(cluster, member="cp-2")
     assert ok and result["changed"] is False and result["member"]["hostname"] == "cp-2"
     assert cluster.mutations() == []
@@ -180,13 +185,13 @@ def test_present_reports_without_changing():
 
 def test_present_without_wait_fails_for_a_learner_or_a_stranger():
     with pytest.raises(TalosError, match="cp-3 is still a learner"):
-        run(FakeCluster(learners=[3]), member="cp-3")
+        run(Cluster(learners=[3]), member="cp-3")
     with pytest.raises(TalosError, match="cp-9 is not a member"):
-        run(FakeCluster(), member="cp-9")
+        run(Cluster(), member="cp-9")
 
 
 def test_present_waits_until_the_member_joins(monkeypatch):
-    cluster = FakeCluster(learners=[3])
+    cluster = Cluster(learners=[3])
     polls = []
 
     class Waiter:
@@ -211,7 +216,7 @@ def test_present_waits_until_the_member_joins(monkeypatch):
 
 
 def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
-    cluster = FakeCluster()
+    cluster = Cluster()
     monkeypatch.setattr(etcd.waits, "Waiter", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
     ok, result = run(cluster, check_mode=True, member="cp-9", wait=True)
     assert ok and result["changed"] is False and result["member"] is None
@@ -220,43 +225,41 @@ def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
 
 
 def test_forced_removal_needs_a_healthy_member_to_go_through():
-    cluster = FakeCluster(down=["10.5.0.2", "10.5.0.3"])
+    cluster = Cluster(down=["10.5.0.2", "10.5.0.3"])
     with pytest.raises(TalosError, match="Cannot remove etcd member cp-1: no other member is healthy to remove it through."):
         run(cluster, member="cp-1", state="absent", method="remove", force_quorum_loss=True)
     assert cluster.mutations() == []
 
 
 def test_several_nodes_are_refused():
-    cluster = FakeCluster()
-    cluster.nodes = ["10.5.0.1", "10.5.0.2"]
+    cluster = Cluster(nodes=["10.5.0.1", "10.5.0.2"])
     ok, result = run(cluster, member="cp-2", state="absent")
     assert not ok and "talks to one control-plane node but 2 nodes are targeted" in result["msg"]
-    assert cluster.calls == []
+    assert cluster.client.calls == []
 
 
 @pytest.mark.parametrize("member_id", ["0000000000000003", "0x3", "3", 3])
 def test_member_id_removes_through_the_tasks_node_even_while_the_member_answers(member_id):
-    cluster = FakeCluster()
-    cluster.nodes = ["10.5.0.2"]
+    cluster = Cluster(nodes=["10.5.0.2"])
     ok, result = run(cluster, member_id=member_id, state="absent")
     assert ok and result["changed"] is True and result["method"] == "remove"
     assert result["member"]["hostname"] == "cp-3"
     assert cluster.mutations() == [("EtcdRemoveMemberByID", "10.5.0.2")]
 
-    cluster.calls = []
+    cluster.client.calls = []
     ok, result = run(cluster, member_id=member_id, state="absent")
     assert ok and result["changed"] is False and cluster.mutations() == []
 
 
 def test_member_id_in_check_mode_removes_nothing():
-    cluster = FakeCluster(down=["10.5.0.3"])
+    cluster = Cluster(down=["10.5.0.3"])
     ok, result = run(cluster, check_mode=True, member_id=3, state="absent")
     assert ok and result["changed"] is True and result["method"] == "remove"
     assert cluster.mutations() == [] and cluster.names() == ["cp-1", "cp-2", "cp-3"]
 
 
 def test_member_by_address_of_a_node_that_is_off():
-    cluster = FakeCluster(down=["10.5.0.3"])
+    cluster = Cluster(down=["10.5.0.3"])
     ok, result = run(cluster, member="10.5.0.3", state="absent", method="remove")
     assert ok and result["member"]["hostname"] == "cp-3"
     assert cluster.mutations() == [("EtcdRemoveMemberByID", "10.5.0.1")]
@@ -264,7 +267,7 @@ def test_member_by_address_of_a_node_that_is_off():
 
 @pytest.mark.parametrize("member_id", ["cp-3", "", 0, -1, 2 ** 64, True, "0x"])
 def test_a_member_id_that_is_no_id_is_refused_before_any_call(member_id):
-    cluster = FakeCluster()
+    cluster = Cluster()
     with pytest.raises(TalosError, match="is not an etcd member ID"):
         run(cluster, member_id=member_id, state="absent")
-    assert cluster.calls == []
+    assert cluster.client.calls == []
