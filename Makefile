@@ -74,8 +74,9 @@ conformance: install
 generate: $(VENV)/.installed
 	python tools/generate_protos.py
 
-# One table of what a task costs (vs ansible.builtin.ping), facts on 1-250 nodes,
-# cold imports and payload sizes; JSON under .cache/bench/ (tests/bench/bench.py).
+# One table of what a task costs through each door (vs ansible.builtin.ping), facts on
+# 1-250 nodes and against the bare client, a no-op rerun of the cluster role, cold imports
+# and payload sizes; JSON under .cache/bench/ (tests/bench/bench.py).
 bench: install
 	python tests/bench/bench.py
 
