@@ -163,4 +163,5 @@ class TalosAction(ActionBase):
                                       for item in validation._deprecations]
         if _injects_invocation(task_vars):
             result["invocation"] = dict(module_args=params)
-        return remove_values(result, no_log_values)
+        # remove_values copies the whole result (facts of many nodes) even when there is nothing to mask.
+        return remove_values(result, no_log_values) if no_log_values else result
