@@ -35,6 +35,7 @@ except ImportError:  # reported by the module through missing_required_lib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact
 
 KUBECONFIG = "machine.MachineService/Kubeconfig"
@@ -43,19 +44,15 @@ CREDENTIAL_KEYS = ("client-certificate-data", "client-key-data")
 RENEW_BEFORE = datetime.timedelta(days=1)
 
 
-def _describe(node):
-    return "node %s" % node if node else "the endpoint"
-
-
 def fetch_kubeconfig(client, node):
     """``(text, config)``: the admin kubeconfig ``node`` issues, as Talos wrote it and parsed."""
     text = extract_kubeconfig(client.read_bytes(KUBECONFIG, node=node), node)
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise TalosError("The kubeconfig from %s is not valid YAML (%s)." % (_describe(node), err), node=node)
+        raise TalosError("The kubeconfig from %s is not valid YAML (%s)." % (label(node), err), node=node)
     if not isinstance(config, dict):
-        raise TalosError("The kubeconfig from %s is not a YAML mapping." % _describe(node), node=node)
+        raise TalosError("The kubeconfig from %s is not a YAML mapping." % label(node), node=node)
     return text, config
 
 
@@ -68,8 +65,8 @@ def extract_kubeconfig(blob, node):
                     return archive.extractfile(member).read().decode("utf-8")
     except (OSError, EOFError, zlib.error, tarfile.TarError, UnicodeDecodeError) as err:
         raise TalosError("The kubeconfig archive from %s could not be read (%s): expected a gzip-compressed tar "
-                         "holding a file named kubeconfig." % (_describe(node), err), node=node)
-    raise TalosError("The kubeconfig archive from %s holds no file named kubeconfig." % _describe(node), node=node)
+                         "holding a file named kubeconfig." % (label(node), err), node=node)
+    raise TalosError("The kubeconfig archive from %s holds no file named kubeconfig." % label(node), node=node)
 
 
 def rewrite(config, server=None, context=None, cluster=None):
