@@ -29,3 +29,15 @@ attributes:
     membership:
       - talos_linux.talos.talos
 """
+
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs unchanged in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+"""

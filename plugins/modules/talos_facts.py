@@ -78,14 +78,7 @@ extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; it runs unchanged in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
+  - talos_linux.talos.attributes.read_only
 notes:
   - Most facts need a certificate with the C(os:reader) role or more. The V(config) subset reads the sensitive
     machine configuration resource and needs C(os:admin); with a weaker role, or on a node in maintenance mode,

@@ -54,14 +54,7 @@ options:
 extends_documentation_fragment:
   - talos_linux.talos.image_factory
   - talos_linux.talos.attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; it runs unchanged in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
+  - talos_linux.talos.attributes.read_only
 seealso:
   - module: talos_linux.talos.talos_image_factory_schematic
   - module: talos_linux.talos.talos_image

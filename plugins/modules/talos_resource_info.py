@@ -87,14 +87,7 @@ extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; it runs unchanged in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
+  - talos_linux.talos.attributes.read_only
 notes:
   - Reading needs the C(os:reader) role or better; sensitive types (C(MachineConfig), the C(secrets) namespace, ...) need
     C(os:admin).
