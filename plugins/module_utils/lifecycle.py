@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, waits
+from ansible_collections.talos_linux.talos.plugins.module_utils import errors, etcd, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError, format_seconds
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import PULL_TIMEOUT
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
@@ -174,15 +174,10 @@ def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
 
     with ThreadPoolExecutor(max_workers=min(max_concurrency, len(nodes))) as pool:
         outcomes = dict(zip(nodes, pool.map(one, nodes)))
-    results = {}
-    failed = [node for node in nodes if isinstance(outcomes[node], TalosError)]
-    for node in nodes:
-        outcome = outcomes[node]
-        results[node] = dict(outcome.to_result(), failed=True, msg=outcome.message) if node in failed else outcome
+    results, failed = errors.outcomes_by_node(outcomes, nodes)  # several nodes: each is named
     combined = dict(changed=any(result.get("changed") for result in results.values()), nodes=results)
     if failed:
-        raise ActionFailed("%d of %d nodes failed (%s): %s" % (len(failed), len(nodes), ", ".join(failed),
-                                                               outcomes[failed[0]].message), combined)
+        raise ActionFailed(errors.nodes_failed_message(failed, len(nodes), outcomes[failed[0]]), combined)
     return combined
 
 

@@ -26,7 +26,7 @@ import traceback
 
 from ansible.module_utils.basic import env_fallback, missing_required_lib
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, nodes_failed_message, outcomes_by_node
 
 CONNECTION_ARGUMENT_SPEC = dict(
     talosconfig=dict(type="path", fallback=(env_fallback, ["TALOSCONFIG"])),
@@ -220,24 +220,16 @@ class Task:
         outcome is also at the top level. Any failed node fails the task.
         """
         nodes = self.target_nodes
-        keys = dict((node, node or self.settings.endpoints[0]) for node in nodes)
-        per_node, failed = {}, []
-        for node in nodes:
-            outcome = outcomes[node]
-            if isinstance(outcome, TalosError):
-                failed.append(node)
-                outcome = dict(outcome.to_result(), failed=True, msg=outcome.message)
-            per_node[keys[node]] = outcome
+        per_node, failed = outcomes_by_node(outcomes, nodes, self.settings.endpoints[0])
         result = dict(changed=any(item.get("changed") for item in per_node.values()), nodes=per_node)
         if len(nodes) == 1:
-            result.update((name, value) for name, value in per_node[keys[nodes[0]]].items()
-                          if name not in ("changed", "failed", "msg"))
+            (outcome,) = per_node.values()
+            result.update((name, value) for name, value in outcome.items() if name not in ("changed", "failed", "msg"))
         if failed:
-            first = outcomes[failed[0]]
+            first = next(outcomes[node] for node in nodes if isinstance(outcomes[node], TalosError))
             if len(nodes) == 1:
                 raise TaskFailed.from_error(first, **result)
-            names = ", ".join(keys[node] for node in failed)
-            raise TaskFailed("%d of %d nodes failed (%s): %s" % (len(failed), len(nodes), names, first.message), **result)
+            raise TaskFailed(nodes_failed_message(failed, len(nodes), first), **result)
         return result
 
     def warn(self, message):
