@@ -223,7 +223,7 @@ class Task:
         per_node, failed = outcomes_by_node(outcomes, nodes, self.settings.endpoints[0])
         result = dict(changed=any(item.get("changed") for item in per_node.values()), nodes=per_node)
         if len(nodes) == 1:
-            (outcome,) = per_node.values()
+            outcome = next(iter(per_node.values()))
             result.update((name, value) for name, value in outcome.items() if name not in ("changed", "failed", "msg"))
         if failed:
             first = next(outcomes[node] for node in nodes if isinstance(outcomes[node], TalosError))
