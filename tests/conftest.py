@@ -65,6 +65,31 @@ def module_emulator(tmp_path_factory):
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def kube_apiserver_factory(tmp_path_factory):
+    """Factory for real Kubernetes API servers (tests/kube_apiserver), each stopped by ``.stop()`` or at the end
+    of the session.
+
+    ``kube_apiserver_factory(ca_cert_pem, ca_key_pem, service_account_key_pem, port=None)`` returns a started
+    ``KubeAPIServer`` (``.url``, ``.version``, ``.kubeconfig_path``, ``.stop()``) trusting that Kubernetes CA
+    (the cluster's: ``cluster.secrets.k8s_ca``). The first call builds the server from Go modules; without
+    Go the test fails.
+    """
+    from kube_apiserver import KubeAPIServer
+
+    servers = []
+
+    def start(ca_cert_pem, ca_key_pem, service_account_key_pem, port=None):
+        state_dir = tmp_path_factory.mktemp("kube-apiserver")
+        server = KubeAPIServer.start(str(state_dir), ca_cert_pem, ca_key_pem, service_account_key_pem, port=port)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
 @pytest.fixture
 def image_factory(tmp_path):
     """Factory for local Image Factories (tests/image_factory), stopped at teardown.

@@ -714,9 +714,10 @@ class InstallerReference:
         that nothing else of the node's config changes; a config where that
         line is not found once is written out anew from its documents.
         """
-        pattern = re.compile(r"^(\s*(?:-\s+)?image:\s*)([\"']?)%s\2(\s*(?:#.*)?)$" % re.escape(self.image), re.MULTILINE)
-        if len(pattern.findall(self.text)) == 1:
-            return pattern.sub(lambda match: match.group(1) + match.group(2) + image + match.group(2) + match.group(3), self.text)
+        from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import rewrite_image_line
+        rewritten = rewrite_image_line(self.text, self.image, image)
+        if rewritten is not None:
+            return rewritten
         from ansible_collections.talos_linux.talos.plugins.module_utils.go_yaml import dump_documents
         set_installer(self.documents, image)
         return dump_documents(self.documents)
@@ -724,9 +725,8 @@ class InstallerReference:
 
 def read_installer_reference(client, node):
     """The InstallerReference of ``node``'s active machine config (needs os:admin: the config is sensitive)."""
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
-    request = state_pb2.GetRequest(namespace="config", type="MachineConfigs.config.talos.dev", id="v1alpha1")
-    return InstallerReference(client.call("cosi.resource.State/Get", request, node=node)[0].resource.spec.yaml_spec)
+    from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import read_active_config
+    return InstallerReference(read_active_config(client, node))
 
 
 def point_installer_at(client, node, reference, image):

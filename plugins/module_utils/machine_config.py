@@ -27,6 +27,7 @@ __metaclass__ = type
 import copy
 import hashlib
 import json
+import re
 
 try:
     import yaml
@@ -158,6 +159,29 @@ def load_config(config=None, config_file=None, config_patches=None):
         return MachineConfig(documents, text.encode("utf-8"))
     documents = apply_patches(documents, config_patches)
     return MachineConfig(documents, dump_documents(documents).encode("utf-8"))
+
+
+def rewrite_image_line(text, old_image, new_image):
+    """``text`` (a machine config) with the one ``image:`` line naming ``old_image`` naming ``new_image``.
+
+    Only that line changes, so the node's config keeps its comments, order and
+    everything else; None when ``old_image`` is not named on exactly one line.
+    """
+    pattern = re.compile(r"^(\s*(?:-\s+)?image:\s*)([\"']?)%s\2(\s*(?:#.*)?)$" % re.escape(old_image), re.MULTILINE)
+    if len(pattern.findall(text)) != 1:
+        return None
+    return pattern.sub(lambda match: match.group(1) + match.group(2) + new_image + match.group(2) + match.group(3), text)
+
+
+ACTIVE_CONFIG = ("config", "MachineConfigs.config.talos.dev", "v1alpha1")
+
+
+def read_active_config(client, node):
+    """The text of ``node``'s active machine config, as the node stores it (needs os:admin: it is sensitive)."""
+    namespace, resource_type, resource_id = ACTIVE_CONFIG
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
+    request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
+    return client.call("cosi.resource.State/Get", request, node=node)[0].resource.spec.yaml_spec
 
 
 def _type_name(value):

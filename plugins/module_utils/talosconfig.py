@@ -253,7 +253,7 @@ class ConnectionSettings:
             context.load_verify_locations(cadata=self.ca)
         except (ssl.SSLError, ValueError) as err:
             raise TalosConfigError("The CA from %s is not a valid PEM certificate (%s)." % (self.ca_source, _ssl_reason(err)))
-        _load_client_certificate(context, self.crt, self.key, self.certificate_source)
+        load_client_certificate(context, self.crt, self.key, self.certificate_source)
         return context
 
 
@@ -261,7 +261,7 @@ def _ssl_reason(err):
     return getattr(err, "reason", None) or type(err).__name__
 
 
-def _load_client_certificate(context, crt, key, source):
+def load_client_certificate(context, crt, key, source):
     """Load certificate and key from memory.
 
     ssl only loads a key pair from a file, so it goes through a private (0600)

@@ -18,6 +18,14 @@ from . import configgen
 from .membership import EtcdCluster, SnapshotError
 from .node import EmulatedNode
 from .pki import CertificateAuthority
+from .services.image import normalized
+
+
+def _image_name(image_ref):
+    try:
+        return normalized(image_ref)
+    except ValueError:
+        return image_ref
 
 
 class ClusterModel:
@@ -117,7 +125,11 @@ class ClusterModel:
             await asyncio.sleep(0.05)
 
     def registry_has(self, image_ref):
-        return bool(image_ref) and image_ref not in self.unavailable_images
+        """Whether the registry serves ``image_ref``: every reference but those marked unavailable, compared as
+        containerd names them (``nginx`` is ``docker.io/library/nginx:latest``)."""
+        if not image_ref:
+            return False
+        return _image_name(image_ref) not in {_image_name(ref) for ref in self.unavailable_images}
 
     def bootstrap_etcd(self, node, recover=False, skip_hash_check=False):
         keyspace = None

@@ -21,6 +21,7 @@ from . import configgen
 from .audit import AuditLog
 from .cluster import ClusterModel
 from .faults import Faults
+from .kubelets import Kubelets
 from .runtime import ClusterRuntime
 
 DEFAULT_TALOS_VERSION = "v1.14.0"
@@ -52,6 +53,7 @@ class EmulatedCluster:
         for role in ["controlplane"] * controlplanes + ["worker"] * workers:
             self.model.new_node(role, None, node_versions)
         self.endpoint = None
+        self.kubelets = None
 
     # Starting and stopping.
 
@@ -82,7 +84,9 @@ class EmulatedCluster:
         return cluster
 
     def stop(self):
-        """Stop every node and the event loop. Safe to call twice."""
+        """Stop the kubelet shim, every node and the event loop. Safe to call twice."""
+        if self.kubelets is not None:
+            self.kubelets.stop()
         self.runtime.stop(self.nodes)
 
     def serve_forever(self):
@@ -193,6 +197,15 @@ class EmulatedCluster:
         that much until a defragmentation."""
         member = self.etcd.member_of(self.node(node))
         self.call(setattr, member, "free_bytes", int(free_bytes))
+
+    def run_kubelets(self, api_url=None, interval=0.2):
+        """Make the nodes the kubelets of a real Kubernetes API server (``kubelets.py``): from the etcd bootstrap on,
+        Nodes, mirror pods, the bootstrap manifests and rollout statuses appear there. The server is the
+        control-plane endpoint of the configs, or ``api_url``. Returns the shim (``.errors``, ``.sync()``); ``stop()``
+        stops it."""
+        if self.kubelets is None:
+            self.kubelets = Kubelets(self, api_url, interval).start()
+        return self.kubelets
 
     # Files for clients.
 

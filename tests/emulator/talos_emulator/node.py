@@ -20,6 +20,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 from . import configgen, pki
 from .events import EventLog
 from .image_factory import factory_schematic
+from .kubernetes import NodeKubernetes
 from .routing import Machined
 from .server import NodeServer
 from .versions import image_tag
@@ -111,6 +112,10 @@ class EmulatedNode:
         self.etcd_snapshot = None
         # containerd namespace (NS_SYSTEM, NS_CRI) -> {image name: ImageRecord} (services/image.py).
         self.images = {}
+        # The kubelet and static pods its config asks for (kubernetes.py).
+        self.kubernetes = NodeKubernetes(self)
+        # COSI (type, id) -> (yaml_spec, version, created): versions grow with every change (services/cosi.py).
+        self.resource_versions = {}
         # What the node was built from, as Version, SecurityState and ExtensionStatuses report it.
         self.platform = "metal"
         self.secure_boot = False
@@ -185,6 +190,7 @@ class EmulatedNode:
         self.config = configgen.parse_machine_config(config_bytes, self.talos_version)
         self.config_bytes = config_bytes
         self.configured_hostname = configgen.configured_hostname(config_bytes)
+        self.kubernetes.config_applied()
 
     def config_text(self):
         return self.config_bytes.decode() if self.config_bytes else ""

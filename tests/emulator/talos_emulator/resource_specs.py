@@ -14,6 +14,8 @@ code that the collection itself never uses.
 
 import ipaddress
 
+from google.protobuf import struct_pb2
+
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 # Talos's machine.Type numbers (pkg/machinery/config/machine).
@@ -145,3 +147,56 @@ def volume_status(spec):
             + _bytes(7, spec.get("parentLocation", "")) + _number(8, spec.get("partitionIndex", 0))
             + _number(10, _FILESYSTEMS[spec.get("filesystem", "none")]) + mount_spec
             + _number(16, _VOLUME_TYPES[spec["type"]]))
+
+
+# Talos's k8s.proto: KubeletSpecSpec, APIServerConfigSpec, ControllerManagerConfigSpec, SchedulerConfigSpec,
+# StaticPodStatusSpec, ManifestSpec (free-form maps are google.protobuf.Struct).
+
+def _struct(field, value):
+    message = struct_pb2.Struct()
+    message.update(value)
+    return _message(field, message.SerializeToString())
+
+
+def _strings(field, values):
+    return b"".join(_bytes(field, value) for value in values)
+
+
+def _string_map(field, values):
+    return b"".join(_message(field, _bytes(1, key) + _bytes(2, value)) for key, value in sorted(values.items()))
+
+
+def _kubernetes_resources(field, resources):
+    return _message(field, _string_map(1, resources.get("requests", {})) + _string_map(2, resources.get("limits", {})))
+
+
+def kubelet_spec(spec):
+    return (_bytes(1, spec["image"]) + _strings(2, spec.get("args", [])) + _bytes(4, spec.get("expectedNodename", ""))
+            + _struct(5, spec.get("config", {})))
+
+
+def apiserver_config(spec):
+    return (_bytes(1, spec["image"]) + _bytes(2, spec["cloudProvider"]) + _bytes(3, spec["controlPlaneEndpoint"])
+            + _strings(4, spec["etcdServers"]) + _number(5, spec["localPort"]) + _strings(6, spec["serviceCIDR"])
+            + _string_map(9, spec["environmentVariables"]) + _bytes(11, spec["advertisedAddress"])
+            + _kubernetes_resources(12, spec["resources"]))
+
+
+def controller_manager_config(spec):
+    return (_number(1, spec["enabled"]) + _bytes(2, spec["image"]) + _bytes(3, spec["cloudProvider"])
+            + _strings(4, spec["podCIDRs"]) + _strings(5, spec["serviceCIDRs"])
+            + _string_map(8, spec["environmentVariables"]) + _kubernetes_resources(9, spec["resources"]))
+
+
+def scheduler_config(spec):
+    return (_number(1, spec["enabled"]) + _bytes(2, spec["image"]) + _string_map(5, spec["environmentVariables"])
+            + _kubernetes_resources(6, spec["resources"]) + _struct(7, spec["config"]))
+
+
+def static_pod_status(pod_status):
+    return _struct(1, pod_status)
+
+
+def manifest(objects):
+    # SingleManifest{object = 1}, one per item.
+    return b"".join(_message(1, _struct(1, obj)) for obj in objects)

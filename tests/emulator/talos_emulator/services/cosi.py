@@ -19,13 +19,13 @@ from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_grpc, state_pb2
 
-from .. import authz, configgen, image_factory, resource_specs
+from .. import authz, configgen, image_factory, kubernetes, resource_specs
 from ..context import current_call
 from . import volumes
 
 _NAMESPACES = frozenset([
-    "meta", "runtime", "config", "network", "k8s", "cluster", "secrets", "etcd", "v1alpha1", "hardware", "block", "cri",
-    "files", "perf", "siderolink",
+    "meta", "runtime", "config", "network", "k8s", "controlplane", "cluster", "secrets", "etcd", "v1alpha1", "hardware",
+    "block", "cri", "files", "perf", "siderolink",
 ])
 _WATCH_POLL_SECONDS = 0.01
 
@@ -44,7 +44,8 @@ class _Kind:
 
     def definition(self):
         singular = self.type.split(".", 1)[0]
-        display = singular[:-1] if singular.endswith("s") else singular
+        # As COSI singularizes: StaticPodStatuses -> StaticPodStatus, Manifests -> Manifest.
+        display = singular[:-2] if singular.endswith("ses") else singular[:-1] if singular.endswith("s") else singular
         all_aliases = list(self.aliases) + [display, display.lower(), singular.lower(), self.type.lower()]
         return {
             "type": self.type,
@@ -161,6 +162,16 @@ _KINDS = [
           resource_specs.security_state),
     _Kind("VolumeStatuses.block.talos.dev", "runtime", ["volumestatus"], [("Type", "{.type}"), ("Phase", "{.phase}"),
           ("Location", "{.location}")], volumes.volume_statuses, resource_specs.volume_status),
+    _Kind("KubeletSpecs.kubernetes.talos.dev", "k8s", [], [], kubernetes.kubelet_specs, resource_specs.kubelet_spec, sensitive=True),
+    _Kind(kubernetes.CONFIG_TYPES["kube-apiserver"], "controlplane", [], [], kubernetes.apiserver_configs,
+          resource_specs.apiserver_config, sensitive=True),
+    _Kind(kubernetes.CONFIG_TYPES["kube-controller-manager"], "controlplane", [], [], kubernetes.controller_manager_configs,
+          resource_specs.controller_manager_config),
+    _Kind(kubernetes.CONFIG_TYPES["kube-scheduler"], "controlplane", [], [], kubernetes.scheduler_configs,
+          resource_specs.scheduler_config),
+    _Kind("StaticPodStatuses.kubernetes.talos.dev", "k8s", ["podstatus"], [("Ready", '{.conditions[?(@.type=="Ready")].status}')],
+          kubernetes.static_pod_statuses, resource_specs.static_pod_status),
+    _Kind("Manifests.kubernetes.talos.dev", "controlplane", [], [], kubernetes.manifests, resource_specs.manifest),
 ]
 
 
@@ -181,11 +192,34 @@ def _timestamp(seconds):
     return stamp
 
 
+def _resource(node, kind, resource_id, spec):
+    # Specs given as text are YAML already (a machine config, a bare scalar).
+    yaml_spec = spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False)
+    key = (kind.type, resource_id)
+    previous, version, created = node.resource_versions.get(key, (None, 0, time.time()))
+    if previous != yaml_spec:
+        version += 1
+        node.resource_versions[key] = (yaml_spec, version, created)
+    metadata = resource_pb2.Metadata(
+        namespace=kind.namespace, type=kind.type, id=resource_id, version=str(version), phase="running",
+        created=_timestamp(created), updated=_timestamp(time.time()),
+        labels=node.resource_labels.get((kind.type, resource_id), {}),
+    )
+    return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec(proto_spec=kind.encode(spec), yaml_spec=yaml_spec))
+
+
+def resource_version(node, resource_type, resource_id):
+    """The metadata version of one of the node's resources as a read now reports it (None when it has none)."""
+    kind = _BY_TYPE[resource_type]
+    for found_id, spec in kind.read(node):
+        if found_id == resource_id:
+            return _resource(node, kind, found_id, spec).metadata.version
+    return None
+
+
 class CosiStateService(state_grpc.StateBase):
     def __init__(self, node):
         self.node = node
-        # (type, id) -> (yaml_spec, version, created): COSI versions grow with every change.
-        self._versions = {}
 
     def _kind(self, namespace, resource_type):
         kind = _BY_TYPE.get(resource_type)
@@ -200,22 +234,7 @@ class CosiStateService(state_grpc.StateBase):
     def _resources(self, kind, namespace):
         if namespace != kind.namespace:
             return []
-        return [self._resource(kind, resource_id, spec) for resource_id, spec in kind.read(self.node)]
-
-    def _resource(self, kind, resource_id, spec):
-        # Specs given as text are YAML already (a machine config, a bare scalar).
-        yaml_spec = spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False)
-        key = (kind.type, resource_id)
-        previous, version, created = self._versions.get(key, (None, 0, time.time()))
-        if previous != yaml_spec:
-            version += 1
-            self._versions[key] = (yaml_spec, version, created)
-        metadata = resource_pb2.Metadata(
-            namespace=kind.namespace, type=kind.type, id=resource_id, version=str(version), phase="running",
-            created=_timestamp(created), updated=_timestamp(time.time()),
-            labels=self.node.resource_labels.get((kind.type, resource_id), {}),
-        )
-        return resource_pb2.Resource(metadata=metadata, spec=resource_pb2.Spec(proto_spec=kind.encode(spec), yaml_spec=yaml_spec))
+        return [_resource(self.node, kind, resource_id, spec) for resource_id, spec in kind.read(self.node)]
 
     async def Get(self, stream):
         request = await stream.recv_message()

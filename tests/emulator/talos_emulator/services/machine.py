@@ -8,7 +8,6 @@ they are mixed into the one generated service class here.
 """
 
 import asyncio
-import base64
 import gzip
 import io
 import tarfile
@@ -22,7 +21,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 
 from .. import configgen
 from ..context import current_call
-from ..pki import CertificateAuthority
+from ..kubernetes import admin_kubeconfig
 from ..versions import older_than
 from .apply import ApplyConfigurationRPC
 from .common import new_actor_id, require_machine_type, send_chunks
@@ -301,22 +300,7 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, LegacyImageRPCs, LogRPCs, 
 
 def _kubeconfig_archive(node, kubernetes):
     """A fresh admin kubeconfig as Talos sends it: a gzip'd tar holding one file ``kubeconfig`` (0600)."""
-    ca = CertificateAuthority.from_pem(kubernetes["ca_crt"], kubernetes["ca_key"])
-    crt_pem, key_pem = ca.issue_client(["system:masters"], common_name="admin")
-    name = kubernetes["cluster_name"]
-    endpoint = kubernetes["endpoint"] or "https://%s:6443" % node.address
-    user = "admin@%s" % name
-    document = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": endpoint, "certificate-authority-data": base64.b64encode(kubernetes["ca_crt"]).decode()}}],
-        "users": [{"name": user, "user": {
-            "client-certificate-data": base64.b64encode(crt_pem).decode(),
-            "client-key-data": base64.b64encode(key_pem).decode(),
-        }}],
-        "contexts": [{"name": user, "context": {"cluster": name, "namespace": "default", "user": user}}],
-        "current-context": user,
-    }
+    document = admin_kubeconfig(kubernetes, "https://%s:6443" % node.address)
     content = yaml.safe_dump(document, sort_keys=False).encode()
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb") as compressed:

@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Kubernetes components Talos runs, as the machine config names them.
+
+Each component has one image, set in one of two homes: a v1alpha1 field
+(``.cluster.apiServer.image``) or, from Talos v1.14, the ``image`` of its own
+document (``KubeAPIServerConfig``). A node takes the document when its config
+has one, so an upgrade writes the home the config already uses: writing the
+other form gives a config Talos rejects or ignores (upstream
+``stdpatches.GuessVersionContract*``). What the node runs is read from its
+resources (``APIServerConfigs``, ``KubeletSpecs``), which also hold the image
+Talos chose when the config sets none.
+
+Also here: which version jumps Kubernetes allows, and which Kubernetes minors
+each Talos minor supports.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import copy
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import is_v1alpha1, rewrite_image_line
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import normalize_version, parse_version
+
+
+class Component:
+    """One Kubernetes component: its names, its two config homes and the Talos resource that reports its image.
+
+    ``static_pod``: a control-plane static pod Talos renders (a mirror pod in
+    kube-system with label ``k8s-app=<name>``). ``resource`` is the COSI
+    ``(namespace, type, id)`` whose spec has the image the node runs (None:
+    kube-proxy, which runs as a DaemonSet from the bootstrap manifests).
+    """
+
+    def __init__(self, name, v1alpha1_path, document, repository, resource, static_pod=False, control_plane=True):
+        self.name = name
+        self.v1alpha1_path = v1alpha1_path
+        self.document = document
+        self.repository = repository
+        self.resource = resource
+        self.static_pod = static_pod
+        self.control_plane = control_plane
+
+    @property
+    def v1alpha1_field(self):
+        return "." + ".".join(self.v1alpha1_path)
+
+
+KUBE_APISERVER = Component("kube-apiserver", ("cluster", "apiServer", "image"), "KubeAPIServerConfig",
+                           "registry.k8s.io/kube-apiserver",
+                           ("controlplane", "APIServerConfigs.kubernetes.talos.dev", "kube-apiserver"), static_pod=True)
+KUBE_CONTROLLER_MANAGER = Component("kube-controller-manager", ("cluster", "controllerManager", "image"),
+                                    "KubeControllerManagerConfig", "registry.k8s.io/kube-controller-manager",
+                                    ("controlplane", "ControllerManagerConfigs.kubernetes.talos.dev", "kube-controller-manager"),
+                                    static_pod=True)
+KUBE_SCHEDULER = Component("kube-scheduler", ("cluster", "scheduler", "image"), "KubeSchedulerConfig",
+                           "registry.k8s.io/kube-scheduler",
+                           ("controlplane", "SchedulerConfigs.kubernetes.talos.dev", "kube-scheduler"), static_pod=True)
+KUBE_PROXY = Component("kube-proxy", ("cluster", "proxy", "image"), "KubeProxyConfig", "registry.k8s.io/kube-proxy", None)
+KUBELET = Component("kubelet", ("machine", "kubelet", "image"), "KubeletConfig", "ghcr.io/siderolabs/kubelet",
+                    ("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet"), control_plane=False)
+
+# The order talosctl upgrades them in.
+STATIC_PODS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER)
+
+# Talos minor -> the (lowest, highest) Kubernetes minors it supports (pkg/machinery/compatibility).
+SUPPORTED_KUBERNETES = {
+    (1, 9): ((1, 27), (1, 32)),
+    (1, 10): ((1, 28), (1, 33)),
+    (1, 11): ((1, 29), (1, 34)),
+    (1, 12): ((1, 30), (1, 35)),
+    (1, 13): ((1, 31), (1, 36)),
+    (1, 14): ((1, 32), (1, 37)),
+}
+
+
+def kubernetes_version(version, option="to_version"):
+    """``version`` without its ``v`` (``1.37.2``), as Talos and talosctl spell Kubernetes versions.
+
+    Raises TalosConfigError naming ``option`` when it is not ``MAJOR.MINOR.PATCH[-pre]``.
+    """
+    tag = normalize_version(version)
+    if parse_version(tag) is None:
+        raise TalosConfigError("%s %r is not a Kubernetes version such as 1.37.2." % (option, version))
+    return tag[1:]
+
+
+def _minor_text(key):
+    return "%d.%d" % key[:2]
+
+
+def upgrade_path_problem(from_version, to_version):
+    """Why Kubernetes cannot go from ``from_version`` to ``to_version`` in one upgrade, or None.
+
+    Kubernetes supports upgrades of one minor at a time, and moves within a
+    minor (patch releases, either way); a minor downgrade is not supported.
+    """
+    old, new = parse_version("v" + from_version), parse_version("v" + to_version)
+    if old[0] != new[0]:
+        return "Kubernetes cannot move from %s to %s: a major version change is not supported." % (from_version, to_version)
+    if new[1] < old[1]:
+        return ("Kubernetes cannot be downgraded from %s to %s: a minor release down is not supported (only patch "
+                "releases within %s)." % (from_version, to_version, _minor_text(old)))
+    if new[1] > old[1] + 1:
+        return ("Kubernetes upgrades one minor release at a time: %s to %s skips %s; upgrade to the newest %d.%d "
+                "patch release first." % (from_version, to_version, ", ".join("%d.%d" % (old[0], minor)
+                                                                         for minor in range(old[1] + 1, new[1])),
+                                      old[0], old[1] + 1))
+    return None
+
+
+def talos_support_problem(talos_tag, to_version, node_label):
+    """Why the Talos release ``talos_tag`` cannot run Kubernetes ``to_version``, or None (also for unknown releases)."""
+    talos_key = parse_version(talos_tag)
+    supported = SUPPORTED_KUBERNETES.get(talos_key[:2]) if talos_key else None
+    if supported is None:
+        return None
+    wanted = parse_version("v" + to_version)[:2]
+    lowest, highest = supported
+    if lowest <= wanted <= highest:
+        return None
+    return ("%s runs Talos %s, which supports Kubernetes %s to %s, not %s: upgrade Talos first."
+            % (node_label, talos_tag, _minor_text(lowest), _minor_text(highest), to_version))
+
+
+def image_version(image):
+    """The Kubernetes version an image's tag names (``registry.k8s.io/kube-apiserver:v1.36.3`` -> ``1.36.3``), or None."""
+    from ansible_collections.talos_linux.talos.plugins.module_utils.images import image_tag
+    tag = image_tag(image or "")
+    key = parse_version(tag) if tag else None
+    return normalize_version(tag)[1:] if key else None
+
+
+def retagged(image, version, repository):
+    """``image`` with the tag ``v<version>``: its repository kept (a mirror stays a mirror), digest dropped."""
+    if not image:
+        return "%s:v%s" % (repository, version)
+    name = image.split("@", 1)[0]
+    head, _slash, last = name.rpartition("/")
+    last = last.split(":", 1)[0]
+    return "%s:v%s" % ((head + "/" + last) if head else last, version)
+
+
+def _document(documents, kind):
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == kind:
+            return document
+    return None
+
+
+def _v1alpha1(documents):
+    for document in documents:
+        if isinstance(document, dict) and is_v1alpha1(document):
+            return document
+    return None
+
+
+def _get_path(document, path):
+    value = document
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+class ConfigHome:
+    """Where a machine config sets ``component``'s image: ``document`` (a kind, or ``v1alpha1``), ``field`` and ``image``."""
+
+    def __init__(self, component, document, field, image):
+        self.component = component
+        self.document = document
+        self.field = field
+        self.image = image
+
+    def as_dict(self):
+        return {"document": self.document, "field": self.field}
+
+
+def config_home(documents, component):
+    """The ConfigHome of ``component`` in ``documents`` (a parsed machine config): its document when the config
+    has one, else the v1alpha1 field (``image`` None when the config leaves the image to Talos)."""
+    document = _document(documents, component.document)
+    if document is not None:
+        return ConfigHome(component, component.document, "image", document.get("image"))
+    v1alpha1 = _v1alpha1(documents)
+    if v1alpha1 is None:
+        raise TalosConfigError("The machine config has neither a %s document nor a v1alpha1 document to set the %s "
+                               "image in." % (component.document, component.name))
+    return ConfigHome(component, "v1alpha1", component.v1alpha1_field, _get_path(v1alpha1, component.v1alpha1_path))
+
+
+def kube_proxy_enabled(documents):
+    """Whether the config runs kube-proxy: unless ``.cluster.proxy.disabled`` is set in the v1alpha1 document."""
+    return not _get_path(_v1alpha1(documents) or {}, ("cluster", "proxy", "disabled"))
+
+
+def config_with_image(text, documents, home, image):
+    """The config ``text`` with ``home`` set to ``image``, changing as little as possible.
+
+    The one line naming the old image is rewritten when there is exactly one;
+    otherwise (no image set yet, or the same image named twice) the documents
+    are written out anew with the field set.
+    """
+    from ansible_collections.talos_linux.talos.plugins.module_utils.go_yaml import dump_documents
+    if home.image:
+        rewritten = rewrite_image_line(text, home.image, image)
+        if rewritten is not None:
+            return rewritten
+    documents = copy.deepcopy(documents)
+    if home.document == "v1alpha1":
+        value = _v1alpha1(documents)
+        for key in home.component.v1alpha1_path[:-1]:
+            if not isinstance(value.get(key), dict):
+                value[key] = {}
+            value = value[key]
+        value[home.component.v1alpha1_path[-1]] = image
+    else:
+        _document(documents, home.document)["image"] = image
+    return dump_documents(documents)

@@ -1,0 +1,287 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""talos_kubernetes_upgrade end to end: a 3-control-plane + 2-worker cluster provisioned by the cluster role, a real
+kube-apiserver (tests/kube_apiserver) on the cluster's own Kubernetes CA, and the emulator's nodes acting as kubelets.
+
+Both config forms: Talos v1.13 configs set the images in v1alpha1 fields (Kubernetes 1.35 -> 1.36), Talos v1.14
+configs in Kube*Config documents (1.36 -> 1.37). For each: check mode plans and changes nothing, a missing image stops
+the upgrade before any change, the upgrade runs (its -vvv output holds no secret), and a rerun changes nothing.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import json
+
+import pytest
+import yaml
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from playbook_runner import run_playbook_in
+
+import kube_apiserver
+from talos_emulator import EmulatedCluster
+
+FORMS = {
+    "v1alpha1": dict(talos_version="v1.13.5", from_version="1.35.4", to_version="1.36.3"),
+    "documents": dict(talos_version="v1.14.0", from_version="1.36.3", to_version="1.37.2"),
+}
+STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+V1ALPHA1_FIELDS = {
+    "kube-apiserver": ("cluster", "apiServer"), "kube-controller-manager": ("cluster", "controllerManager"),
+    "kube-scheduler": ("cluster", "scheduler"), "kube-proxy": ("cluster", "proxy"), "kubelet": ("machine", "kubelet"),
+}
+DOCUMENTS = {
+    "kube-apiserver": "KubeAPIServerConfig", "kube-controller-manager": "KubeControllerManagerConfig",
+    "kube-scheduler": "KubeSchedulerConfig", "kube-proxy": "KubeProxyConfig", "kubelet": "KubeletConfig",
+}
+
+
+def _b64(value):
+    return base64.b64decode(value).decode("ascii")
+
+
+class KubeCluster:
+    def __init__(self, form, cluster, server, workdir, inventory, secrets):
+        self.form = form
+        self.cluster = cluster
+        self.server = server
+        self.workdir = workdir
+        self.inventory = inventory
+        self.secrets = secrets
+        self.runs = 0
+
+    def play(self, args, check=False, diff=False, verbosity=0, expect_rc=0):
+        self.runs += 1
+        task = {"name": "Upgrade Kubernetes", "talos_linux.talos.talos_kubernetes_upgrade": dict(
+            {"talosconfig": str(self.workdir / "generated" / "talosconfig"), "node": self.cluster.controlplanes[0].address,
+             "wait_timeout": 60}, **args)}
+        run = run_playbook_in(self.workdir, "upgrade-%d" % self.runs,
+                              [{"hosts": "localhost", "gather_facts": False, "tasks": [task]}],
+                              check=check, diff=diff, verbosity=verbosity)
+        assert run.rc == expect_rc, run.stdout[-6000:] + run.stderr[-3000:]
+        recorded = run.task("Upgrade Kubernetes")
+        assert recorded["status"] == ("failed" if expect_rc else recorded["status"])
+        return run, recorded["result"]
+
+    def documents(self, node):
+        return [document for document in yaml.safe_load_all(self.cluster.call(node.config_text)) if document]
+
+    def image(self, node, component):
+        """The image ``component`` is set to in ``node``'s config, and where: ``(home, image)``."""
+        documents = self.documents(node)
+        for document in documents:
+            if document.get("kind") == DOCUMENTS[component]:
+                return DOCUMENTS[component], document.get("image")
+        v1alpha1 = next(document for document in documents if document.get("version") == "v1alpha1" and "kind" not in document)
+        section, name = V1ALPHA1_FIELDS[component]
+        return "v1alpha1", ((v1alpha1.get(section) or {}).get(name) or {}).get("image")
+
+    def configs(self):
+        return dict((node.address, self.cluster.call(node.config_text)) for node in self.cluster.nodes)
+
+    def kube(self, path):
+        return self.server.get(path)
+
+    def kube_client(self):
+        return kube_config.new_client_from_config(config_file=self.server.kubeconfig_path)
+
+    def secret_strings(self):
+        """Every secret of the bundle (and the raw keys inside its base64 PEMs), to search the output for."""
+        found = set()
+
+        def walk(value):
+            if isinstance(value, dict):
+                for item in value.values():
+                    walk(item)
+            elif isinstance(value, str) and len(value) >= 16:
+                found.add(value)
+                if value.startswith("LS0t"):
+                    pem = _b64(value)
+                    if "PRIVATE KEY" in pem:
+                        found.update(line for line in pem.splitlines() if len(line) >= 40 and "-----" not in line)
+
+        walk({key: value for key, value in self.secrets.items() if key != "certs"})
+        for pair in self.secrets["certs"].values():
+            walk({"key": pair.get("key")})
+        return found
+
+
+@pytest.fixture(scope="module", params=sorted(FORMS))
+def kube_cluster(request, tmp_path_factory):
+    form = dict(FORMS[request.param], name=request.param)
+    workdir = tmp_path_factory.mktemp("kubernetes-%s" % request.param)
+    cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
+                                    talos_version=form["talos_version"], reboot_seconds=0.1)
+    server = None
+    try:
+        port = kube_apiserver.free_port()
+        inventory = workdir / "inventory.yml"
+        inventory.write_text(yaml.safe_dump(cluster.inventory()))
+        secrets_path = workdir / "generated" / "secrets.yaml"
+        provision = run_playbook_in(workdir, "provision", [{
+            "hosts": "controlplane:workers", "gather_facts": False,
+            "roles": [{"role": "talos_linux.talos.cluster", "vars": {
+                "cluster_name": "k8s-%s" % request.param,
+                "cluster_endpoint": "https://127.0.0.1:%d" % port,
+                "cluster_talos_version": form["talos_version"],
+                "cluster_kubernetes_version": form["from_version"],
+                "cluster_secrets_path": str(secrets_path),
+                "cluster_generated_dir": str(workdir / "generated"),
+                "cluster_kubeconfig_path": str(workdir / "generated" / "kubeconfig"),
+            }}]}], inventory=str(inventory))
+        assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
+        secrets = yaml.safe_load(secrets_path.read_text())
+        server = kube_apiserver.KubeAPIServer.start(
+            str(workdir / "apiserver"), base64.b64decode(secrets["certs"]["k8s"]["crt"]),
+            base64.b64decode(secrets["certs"]["k8s"]["key"]), base64.b64decode(secrets["certs"]["k8sserviceaccount"]["key"]),
+            port=port)
+        cluster.run_kubelets()
+        setup = KubeCluster(form, cluster, server, workdir, str(inventory), secrets)
+        cluster.wait_until(lambda: len(setup.kube("/api/v1/nodes")["items"]) == 5, timeout=60)
+        yield setup
+    finally:
+        cluster.stop()
+        if server is not None:
+            server.stop()
+
+
+def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster):
+    setup, form = kube_cluster, kube_cluster.form
+    cluster = setup.cluster
+    control_planes = [node.address for node in cluster.controlplanes]
+    workers = [node.address for node in cluster.workers]
+    to_version = form["to_version"]
+    # Drift in the bootstrap manifests: a binding deleted, a field of the bootstrap token Secret changed by hand.
+    api = setup.kube_client()
+    core, rbac = kube_client.CoreV1Api(api), kube_client.RbacAuthorizationV1Api(api)
+    rbac.delete_cluster_role_binding("system:coredns")
+    token_secret = next(item.metadata.name for item in core.list_namespaced_secret("kube-system").items
+                        if item.metadata.name.startswith("bootstrap-token-"))
+    core.patch_namespaced_secret(token_secret, "kube-system", {"data": {"usage-bootstrap-authentication": "ZmFsc2U="}})
+    before = setup.configs()
+    applied_before = len(cluster.audit(method="ApplyConfiguration", include_dry_run=False))
+
+    # Check mode: the plan, in the form each config uses, and the manifests to sync; nothing changes.
+    run, result = setup.play({"to_version": to_version}, check=True, diff=True)
+    assert result["changed"] is True
+    assert result["from_version"] == form["from_version"] and result["to_version"] == to_version
+    assert sorted(result["control_plane_nodes"]) == sorted(control_planes)
+    assert sorted(result["worker_nodes"]) == sorted(workers)
+    planned = [(item["node"], item["component"]) for item in result["plan"]]
+    assert planned == ([(node, component) for component in STATIC_PODS for node in result["control_plane_nodes"]]
+                       + [(node, "kube-proxy") for node in result["control_plane_nodes"]]
+                       + [(node, "kubelet") for node in result["control_plane_nodes"] + result["worker_nodes"]])
+    for item in result["plan"]:
+        node = cluster.find_node(item["node"])
+        home, image = setup.image(node, item["component"])
+        assert item["image_from"] in (image, None) and item["to"] == to_version and item["from"] in (form["from_version"], None)
+        assert item["document"] == home
+        assert item["image_to"].endswith(":v" + to_version)
+    if form["name"] == "documents":
+        assert {item["document"] for item in result["plan"]} == set(DOCUMENTS.values())
+    else:
+        assert {item["document"] for item in result["plan"]} == {"v1alpha1"}
+    assert setup.configs() == before
+    assert len(cluster.audit(method="ApplyConfiguration", include_dry_run=False)) == applied_before
+    drift = dict((item["object"], item["action"]) for item in result["manifests"])
+    assert drift["ClusterRoleBinding system:coredns"] == "created"
+    assert [action for name, action in drift.items() if name.startswith("Secret kube-system/bootstrap-token-")] == ["updated"]
+    assert len(drift) == 2, drift
+    diff_text = json.dumps(result.get("diff"))
+    assert "kube-apiserver:v" + to_version in diff_text
+    secret_diff = next(item for item in result["diff"] if item["before_header"].startswith("Secret "))
+    assert "<redacted>" in secret_diff["before"] and "<redacted>" in secret_diff["after"]
+    assert rbac.list_cluster_role_binding(field_selector="metadata.name=system:coredns").items == []
+    for secret in setup.secret_strings():
+        assert secret not in run.stdout and secret not in diff_text
+
+    # A kubelet image the registry lacks: the pre-pull fails, naming node and image, before any change.
+    missing = "ghcr.io/siderolabs/kubelet:v" + to_version
+    cluster.model.faults.mark_image_unavailable(missing)
+    try:
+        _run, failed = setup.play({"to_version": to_version}, expect_rc=2)
+    finally:
+        cluster.model.faults.clear()
+    assert failed["msg"].startswith("Pre-pulling %s on " % missing)
+    assert "nothing was changed, rerun the task to finish the upgrade" in failed["msg"]
+    assert failed["changed"] is False and failed["done"] == []
+    assert setup.configs() == before
+
+    # The upgrade, at -vvv: no secret in the whole output.
+    run, result = setup.play({"to_version": to_version}, verbosity=3)
+    assert result["changed"] is True, result["msg"]
+    assert len(result["plan"]) == 3 * 5 + 2
+    assert result["msg"].startswith("Upgraded Kubernetes from %s to %s" % (form["from_version"], to_version))
+    for secret in setup.secret_strings():
+        assert secret not in run.stdout and secret not in run.stderr
+    for node in cluster.nodes:
+        components = STATIC_PODS + ("kube-proxy", "kubelet") if node.address in control_planes else ("kubelet",)
+        for component in components:
+            home, image = setup.image(node, component)
+            assert image.endswith(":v" + to_version), (node.address, component, home, image)
+            assert home == (DOCUMENTS[component] if form["name"] == "documents" else "v1alpha1")
+    # Only the image lines changed.
+    after = setup.configs()
+    for address, text in before.items():
+        changed_lines = [(old, new) for old, new in zip(text.splitlines(), after[address].splitlines()) if old != new]
+        assert len(text.splitlines()) == len(after[address].splitlines())
+        assert changed_lines and all("image:" in old and "image:" in new for old, new in changed_lines)
+    if form["name"] == "documents":
+        # The v1alpha1 document gained no image field.
+        v1alpha1 = next(document for document in setup.documents(cluster.controlplanes[0]) if "kind" not in document)
+        assert "image" not in ((v1alpha1.get("cluster") or {}).get("apiServer") or {})
+    nodes = setup.kube("/api/v1/nodes")["items"]
+    assert sorted(item["status"]["nodeInfo"]["kubeletVersion"] for item in nodes) == ["v" + to_version] * 5
+    for component in STATIC_PODS:
+        pods = setup.kube("/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3D" + component)["items"]
+        assert len(pods) == 3
+        assert {pod["spec"]["containers"][0]["image"] for pod in pods} == {"registry.k8s.io/%s:v%s" % (component, to_version)}
+    proxy = setup.kube("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy")
+    assert proxy["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.k8s.io/kube-proxy:v" + to_version
+    assert proxy["status"]["updatedNumberScheduled"] == proxy["status"]["desiredNumberScheduled"] == 5
+
+    assert sorted(item["object"] for item in result["manifests"]) == sorted(drift)
+    # Every bootstrap manifest object stays in Talos's inventory, the drift undone.
+    restored = rbac.read_cluster_role_binding("system:coredns")
+    assert restored.metadata.annotations["config.k8s.io/owning-inventory"] == "talos-bootstrap-manifests-inventory"
+    assert core.read_namespaced_secret(token_secret, "kube-system").data["usage-bootstrap-authentication"] == "dHJ1ZQ=="
+    inventory = core.read_namespaced_config_map("talos-bootstrap-manifests-inventory", "kube-system").data
+    assert "_system__coredns_rbac.authorization.k8s.io_ClusterRoleBinding" in inventory
+    assert "kube-system_kube-proxy_apps_DaemonSet" in inventory
+
+    # A rerun at the target changes nothing and says so.
+    _run, rerun = setup.play({"to_version": to_version})
+    assert rerun["changed"] is False and rerun["plan"] == [] and rerun["manifests"] == []
+    assert rerun["msg"] == ("Kubernetes %s runs on every node and the bootstrap manifests are in sync: nothing to do."
+                            % to_version)
+    assert setup.configs() == after
+
+
+def test_the_upgrade_role_upgrades_kubernetes_alone_and_a_rerun_changes_nothing(kube_cluster):
+    """upgrade_kubernetes_version without upgrade_version: the Talos steps are skipped, the Kubernetes step runs
+    through the first control plane with the inventory's node lists (a patch release here)."""
+    setup, form = kube_cluster, kube_cluster.form
+    major, minor, patch = form["to_version"].split(".")
+    target = "%s.%s.%d" % (major, minor, int(patch) + 1)
+    play = [{"hosts": "controlplane:workers", "gather_facts": False, "roles": [{
+        "role": "talos_linux.talos.upgrade",
+        "vars": {"upgrade_kubernetes_version": target,
+                 "upgrade_talosconfig": str(setup.workdir / "generated" / "talosconfig"), "upgrade_wait_timeout": 60}}]}]
+
+    run = run_playbook_in(setup.workdir, "role-1", play, inventory=setup.inventory)
+    assert run.rc == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert not [result for result in run.results if "talos_upgrade" in str(result.get("action", ""))]
+    upgraded = run.task("talos_linux.talos.upgrade : Upgrade Kubernetes")
+    assert upgraded["status"] == "changed"
+    assert {item["to"] for item in upgraded["result"]["plan"]} == {target}
+    assert len(upgraded["result"]["plan"]) == 3 * 5 + 2
+    nodes = setup.kube("/api/v1/nodes")["items"]
+    assert {item["status"]["nodeInfo"]["kubeletVersion"] for item in nodes} == {"v" + target}
+    report = run.task("talos_linux.talos.upgrade : Report the Kubernetes upgrade")["result"]["msg"]
+    assert report.startswith("Upgraded Kubernetes from ") and (" to %s: 17 image change(s)" % target) in report
+
+    again = run_playbook_in(setup.workdir, "role-2", play, inventory=setup.inventory)
+    assert again.rc == 0 and again.changed_count == 0, again.stdout[-4000:]

@@ -1,0 +1,276 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A real Kubernetes API server for tests: upstream kube-apiserver with an embedded etcd (``main.go`` here).
+
+``binary()`` builds it once per process with ``./build`` (Go modules; a missing
+Go toolchain is an error, never a skip). ``KubeAPIServer.start`` serves it on
+127.0.0.1 with a certificate signed by the cluster's Kubernetes CA, trusting
+client certificates of that CA (the admin kubeconfig Talos's Kubeconfig RPC
+returns) and the cluster's service-account key. There is no
+controller-manager, scheduler or kubelet: what they would write is up to the
+test (the emulator's kubelet shim, ``talos_emulator/kubelets.py``).
+"""
+
+import datetime
+import http.client
+import ipaddress
+import json
+import os
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_BUILD = os.path.join(_HERE, "build")
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
+_SERVING_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                  "kubernetes.default.svc.cluster.local")
+# 127.0.0.1 is where it listens; 10.96.0.1 is the "kubernetes" Service's address in the service range.
+_SERVING_IPS = ("127.0.0.1", "10.96.0.1")
+_LOG_TAIL_BYTES = 4000
+
+_build_lock = threading.Lock()
+_built = []
+
+
+class KubeAPIServerError(RuntimeError):
+    """The test API server could not be built or started."""
+
+
+def binary():
+    """The path of the kube-apiserver harness, built by ``./build`` on the first call of the process."""
+    with _build_lock:
+        if not _built:
+            result = subprocess.run([_BUILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+            if result.returncode != 0:
+                raise KubeAPIServerError("building the test Kubernetes API server failed (%s exited %d):\n%s"
+                                         % (_BUILD, result.returncode, (result.stderr or result.stdout)[-_LOG_TAIL_BYTES:]))
+            _built.append(result.stdout.strip().splitlines()[-1])
+    return _built[0]
+
+
+def _port_is_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now: choose the API server's port before the configs that name it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _free_port_pair(taken):
+    """Two consecutive free ports (the embedded etcd's client and peer ports), neither of them ``taken``."""
+    for _attempt in range(100):
+        port = free_port()
+        if port < 65535 and taken not in (port, port + 1) and _port_is_free(port + 1):
+            return port
+    raise KubeAPIServerError("no two consecutive free ports for the embedded etcd")
+
+
+def _load_key(pem):
+    return serialization.load_pem_private_key(pem, password=None)
+
+
+def _issue(ca_cert_pem, ca_key_pem, subject, usage, sans=None):
+    """A certificate and key (PEM) signed by the CA, valid for a day."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = _load_key(ca_key_pem)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def _write(path, data):
+    with open(path, "wb") as output:
+        output.write(data)
+    os.chmod(path, 0o600)
+    return path
+
+
+def _log_tail(path):
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - _LOG_TAIL_BYTES))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class KubeAPIServer:
+    """A running test API server: ``url``, ``version``, ``kubeconfig_path`` (admin, ``system:masters``), ``stop()``."""
+
+    def __init__(self, state_dir, port, process, log_path, ca_path, admin_cert_path, admin_key_path, kubeconfig_path):
+        self.state_dir = state_dir
+        self.port = port
+        self.url = "https://127.0.0.1:%d" % port
+        self.process = process
+        self.log_path = log_path
+        self.ca_path = ca_path
+        self.kubeconfig_path = kubeconfig_path
+        self.version = None
+        self._admin_cert_path = admin_cert_path
+        self._admin_key_path = admin_key_path
+
+    @classmethod
+    def start(cls, state_dir, ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, timeout=90):
+        """Start a server whose clients are certificates of the Kubernetes CA ``ca_cert_pem``/``ca_key_pem`` (PEM,
+        bytes or text) and whose service-account tokens are signed with ``service_account_key_pem``; return it once
+        ``/readyz`` answers. ``port`` (see ``free_port``) is the secure port, a free one by default."""
+        ca_cert_pem, ca_key_pem, service_account_key_pem = (
+            pem.encode() if isinstance(pem, str) else pem for pem in (ca_cert_pem, ca_key_pem, service_account_key_pem))
+        state_dir = os.path.abspath(state_dir)
+        os.makedirs(state_dir, exist_ok=True)
+        port = port or free_port()
+        sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
+        serving_cert, serving_key = _issue(ca_cert_pem, ca_key_pem, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
+                                           ExtendedKeyUsageOID.SERVER_AUTH, sans)
+        admin_subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                   x509.NameAttribute(NameOID.COMMON_NAME, "admin")])
+        admin_cert, admin_key = _issue(ca_cert_pem, ca_key_pem, admin_subject, ExtendedKeyUsageOID.CLIENT_AUTH)
+
+        def path(name):
+            return os.path.join(state_dir, name)
+        ca_path = _write(path("ca.crt"), ca_cert_pem)
+        _write(path("apiserver.crt"), serving_cert)
+        _write(path("apiserver.key"), serving_key)
+        _write(path("sa.key"), service_account_key_pem)
+        admin_cert_path = _write(path("admin.crt"), admin_cert)
+        admin_key_path = _write(path("admin.key"), admin_key)
+        kubeconfig_path = _write(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
+
+        etcd_port = _free_port_pair(port)
+        command = [
+            binary(), "--etcd-dir", path("etcd"), "--etcd-port", str(etcd_port), "--",
+            "--secure-port=%d" % port,
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # The endpoint reconciler refuses a loopback address; nothing here needs the kubernetes Service's endpoints.
+            "--endpoint-reconciler-type=none",
+            "--cert-dir=%s" % path("certs"),
+            "--tls-cert-file=%s" % path("apiserver.crt"),
+            "--tls-private-key-file=%s" % path("apiserver.key"),
+            "--client-ca-file=%s" % ca_path,
+            "--service-account-key-file=%s" % path("sa.key"),
+            "--service-account-signing-key-file=%s" % path("sa.key"),
+            "--service-account-issuer=%s" % SERVICE_ACCOUNT_ISSUER,
+            "--service-cluster-ip-range=%s" % SERVICE_CLUSTER_IP_RANGE,
+            "--authorization-mode=Node,RBAC",
+            # Without a controller-manager nobody creates service-account tokens: pods must not need one.
+            "--disable-admission-plugins=ServiceAccount",
+            # kube-proxy runs privileged, as Talos's manifest asks.
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+        log_path = path("kube-apiserver.log")
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        server = cls(state_dir, port, process, log_path, ca_path, admin_cert_path, admin_key_path, kubeconfig_path)
+        try:
+            server._wait_ready(timeout)
+            server.version = server.get("/version")["gitVersion"]
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _ssl_context(self):
+        context = ssl.create_default_context(cafile=self.ca_path)
+        context.load_cert_chain(self._admin_cert_path, self._admin_key_path)
+        return context
+
+    def _request(self, path, timeout=5):
+        connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl_context(), timeout=timeout)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def get(self, path):
+        """GET ``path`` as the admin; the decoded JSON body (KubeAPIServerError unless 200)."""
+        status, body = self._request(path)
+        if status != 200:
+            raise KubeAPIServerError("GET %s answered %d: %s" % (path, status, body[:500].decode("utf-8", "replace")))
+        return json.loads(body)
+
+    def _wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        last = "no answer yet"
+        while True:
+            if self.process.poll() is not None:
+                raise KubeAPIServerError("the test Kubernetes API server exited with %d before it was ready; log tail (%s):\n%s"
+                                         % (self.process.returncode, self.log_path, _log_tail(self.log_path)))
+            try:
+                status, body = self._request("/readyz")
+                if status == 200:
+                    return
+                last = "/readyz answered %d: %s" % (status, body[-300:].decode("utf-8", "replace"))
+            except (OSError, http.client.HTTPException) as error:
+                last = "%s: %s" % (type(error).__name__, error)
+            if time.monotonic() > deadline:
+                raise KubeAPIServerError("the test Kubernetes API server was not ready within %ss (%s); log tail (%s):\n%s"
+                                         % (timeout, last, self.log_path, _log_tail(self.log_path)))
+            time.sleep(0.2)
+
+    def stop(self):
+        """Stop the server (and its etcd). Safe to call twice."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=15)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _admin_kubeconfig(port, ca_path, cert_path, key_path):
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": "https://127.0.0.1:%d" % port, "certificate-authority": ca_path}}],
+        "users": [{"name": "admin", "user": {"client-certificate": cert_path, "client-key": key_path}}],
+        "contexts": [{"name": "admin@test", "context": {"cluster": "test", "user": "admin"}}],
+        "current-context": "admin@test",
+    }
+    return yaml.safe_dump(document, sort_keys=False).encode()

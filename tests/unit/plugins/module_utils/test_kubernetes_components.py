@@ -1,0 +1,160 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kubernetes_components.py: versions and upgrade paths, Talos support, image tags, config homes in both forms and
+the least-change patch of a config's text."""
+
+import pytest
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import kubernetes_components as components
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+
+V1ALPHA1 = """\
+version: v1alpha1 # comment kept
+machine:
+  type: controlplane
+  kubelet:
+    image: ghcr.io/siderolabs/kubelet:v1.36.3
+cluster:
+  apiServer:
+    image: registry.k8s.io/kube-apiserver:v1.36.3 # pinned by us
+  controllerManager:
+    image: registry.k8s.io/kube-controller-manager:v1.36.3
+  proxy:
+    image: registry.k8s.io/kube-proxy:v1.36.3
+"""
+
+DOCUMENTS = """\
+version: v1alpha1
+machine:
+  type: controlplane
+  kubelet:
+    image: ghcr.io/siderolabs/kubelet:v1.36.3
+---
+apiVersion: v1alpha1
+kind: KubeAPIServerConfig
+image: mirror.example.com/k8s/kube-apiserver:v1.36.3
+---
+apiVersion: v1alpha1
+kind: KubeletConfig
+image: ghcr.io/siderolabs/kubelet:v1.36.3
+"""
+
+
+def documents(text):
+    return [document for document in yaml.safe_load_all(text) if document is not None]
+
+
+@pytest.mark.parametrize("from_version, to_version, problem", [
+    ("1.36.3", "1.37.2", None),
+    ("1.36.3", "1.36.5", None),
+    ("1.36.5", "1.36.3", None),
+    ("1.36.3", "1.37.0-rc.1", None),
+    ("1.35.2", "1.37.2", "one minor release at a time: 1.35.2 to 1.37.2 skips 1.36; upgrade to the newest 1.36"),
+    ("1.37.2", "1.36.3", "cannot be downgraded from 1.37.2 to 1.36.3"),
+    ("1.36.3", "2.0.0", "a major version change is not supported"),
+])
+def test_upgrade_path(from_version, to_version, problem):
+    found = components.upgrade_path_problem(from_version, to_version)
+    if problem is None:
+        assert found is None
+    else:
+        assert problem in found
+
+
+def test_talos_support_names_the_node_and_the_range():
+    assert components.talos_support_problem("v1.14.0", "1.37.2", "10.5.0.2") is None
+    problem = components.talos_support_problem("v1.13.5", "1.37.2", "10.5.0.2")
+    assert problem == ("10.5.0.2 runs Talos v1.13.5, which supports Kubernetes 1.31 to 1.36, not 1.37.2: "
+                       "upgrade Talos first.")
+    # A release the table does not know is not refused.
+    assert components.talos_support_problem("v1.15.0-alpha.0", "1.38.0", "10.5.0.2") is None
+
+
+@pytest.mark.parametrize("given, spelled", [("1.37.2", "1.37.2"), ("v1.37.2", "1.37.2"), (" v1.37.0-rc.1", "1.37.0-rc.1")])
+def test_kubernetes_version(given, spelled):
+    assert components.kubernetes_version(given) == spelled
+
+
+def test_kubernetes_version_names_the_option():
+    with pytest.raises(TalosConfigError, match=r"^from_version 'latest' is not a Kubernetes version such as 1.37.2.$"):
+        components.kubernetes_version("latest", "from_version")
+
+
+@pytest.mark.parametrize("image, version, retagged", [
+    ("registry.k8s.io/kube-apiserver:v1.36.3", "1.37.2", "registry.k8s.io/kube-apiserver:v1.37.2"),
+    ("registry.local:5000/k8s/kube-apiserver:v1.36.3@sha256:" + "a" * 64, "1.37.2",
+     "registry.local:5000/k8s/kube-apiserver:v1.37.2"),
+    ("registry.local:5000/kube-apiserver", "1.37.2", "registry.local:5000/kube-apiserver:v1.37.2"),
+    (None, "1.37.2", "registry.k8s.io/kube-scheduler:v1.37.2"),
+])
+def test_retagged_keeps_the_repository(image, version, retagged):
+    assert components.retagged(image, version, "registry.k8s.io/kube-scheduler") == retagged
+
+
+def test_image_version():
+    assert components.image_version("registry.k8s.io/kube-apiserver:v1.36.3") == "1.36.3"
+    assert components.image_version("registry.local:5000/kube-apiserver") is None
+    assert components.image_version("example.com/kube-apiserver:latest") is None
+
+
+def test_config_home_v1alpha1_fields():
+    docs = documents(V1ALPHA1)
+    home = components.config_home(docs, components.KUBE_APISERVER)
+    assert (home.document, home.field, home.image) == ("v1alpha1", ".cluster.apiServer.image",
+                                                       "registry.k8s.io/kube-apiserver:v1.36.3")
+    # A field the config leaves to Talos.
+    home = components.config_home(docs, components.KUBE_SCHEDULER)
+    assert (home.document, home.field, home.image) == ("v1alpha1", ".cluster.scheduler.image", None)
+
+
+def test_config_home_prefers_the_document_the_config_has():
+    docs = documents(DOCUMENTS)
+    assert components.config_home(docs, components.KUBE_APISERVER).as_dict() == {"document": "KubeAPIServerConfig",
+                                                                                  "field": "image"}
+    assert components.config_home(docs, components.KUBELET).document == "KubeletConfig"
+    # No KubeSchedulerConfig document: the v1alpha1 field, as Talos reads it.
+    assert components.config_home(docs, components.KUBE_SCHEDULER).document == "v1alpha1"
+
+
+def test_config_home_needs_somewhere_to_write():
+    docs = documents("apiVersion: v1alpha1\nkind: KubeletConfig\nimage: ghcr.io/siderolabs/kubelet:v1.36.3\n")
+    with pytest.raises(TalosConfigError, match="neither a KubeAPIServerConfig document nor a v1alpha1 document"):
+        components.config_home(docs, components.KUBE_APISERVER)
+
+
+def test_config_with_image_changes_one_line_only():
+    docs = documents(V1ALPHA1)
+    home = components.config_home(docs, components.KUBE_APISERVER)
+    patched = components.config_with_image(V1ALPHA1, docs, home, "registry.k8s.io/kube-apiserver:v1.37.2")
+    assert patched == V1ALPHA1.replace("kube-apiserver:v1.36.3 # pinned", "kube-apiserver:v1.37.2 # pinned")
+
+
+def test_config_with_image_in_a_document():
+    docs = documents(DOCUMENTS)
+    home = components.config_home(docs, components.KUBE_APISERVER)
+    patched = components.config_with_image(DOCUMENTS, docs, home, "mirror.example.com/k8s/kube-apiserver:v1.37.2")
+    assert patched == DOCUMENTS.replace("kube-apiserver:v1.36.3", "kube-apiserver:v1.37.2")
+
+
+def test_config_with_image_sets_a_field_the_config_lacks():
+    docs = documents(V1ALPHA1)
+    home = components.config_home(docs, components.KUBE_SCHEDULER)
+    patched = documents(components.config_with_image(V1ALPHA1, docs, home, "registry.k8s.io/kube-scheduler:v1.37.2"))
+    assert patched[0]["cluster"]["scheduler"] == {"image": "registry.k8s.io/kube-scheduler:v1.37.2"}
+    assert patched[0]["cluster"]["apiServer"]["image"] == "registry.k8s.io/kube-apiserver:v1.36.3"
+
+
+def test_config_with_image_named_twice_writes_the_home_only():
+    # The kubelet image is named in machine.kubelet and in the KubeletConfig document: only the document is Talos's.
+    docs = documents(DOCUMENTS)
+    home = components.config_home(docs, components.KUBELET)
+    patched = documents(components.config_with_image(DOCUMENTS, docs, home, "ghcr.io/siderolabs/kubelet:v1.37.2"))
+    assert patched[2]["image"] == "ghcr.io/siderolabs/kubelet:v1.37.2"
+    assert patched[0]["machine"]["kubelet"]["image"] == "ghcr.io/siderolabs/kubelet:v1.36.3"
+
+
+def test_kube_proxy_enabled():
+    assert components.kube_proxy_enabled(documents(V1ALPHA1)) is True
+    disabled = V1ALPHA1.replace("  proxy:\n", "  proxy:\n    disabled: true\n")
+    assert components.kube_proxy_enabled(documents(disabled)) is False
