@@ -96,6 +96,17 @@ def object_label(obj):
     return "%s %s" % (obj.get("kind"), where)
 
 
+def deprecated_apis(metrics):
+    """The deprecated APIs with a removal release that clients asked for, from the API server's ``metrics`` text
+    (``apiserver_requested_deprecated_apis``): ``[{group, version, resource, removed_release}]``, sorted."""
+    found = []
+    for labels, value in _DEPRECATED_METRIC.findall(metrics):
+        fields = dict(_METRIC_LABEL.findall(labels))
+        if fields.get("removed_release") and float(value) > 0:
+            found.append(dict((key, fields.get(key, "")) for key in ("group", "version", "resource", "removed_release")))
+    return sorted(found, key=lambda item: (item["group"], item["version"], item["resource"]))
+
+
 def is_ready(conditions, kind="Ready"):
     """Whether ``conditions`` (a list of dicts) has ``kind`` with status True."""
     return any(condition.get("type") == kind and condition.get("status") == "True" for condition in conditions or ())
@@ -208,13 +219,7 @@ class KubeAPI:
         if response.status >= 400:
             raise KubernetesAPIError("The Kubernetes API at %s refused to read its metrics: %s %s."
                                      % (self.server, response.status, response.reason), status=response.status)
-        text = response.data.decode("utf-8", "replace")
-        found = []
-        for labels, value in _DEPRECATED_METRIC.findall(text):
-            fields = dict(_METRIC_LABEL.findall(labels))
-            if fields.get("removed_release") and float(value) > 0:
-                found.append(dict((key, fields.get(key, "")) for key in ("group", "version", "resource", "removed_release")))
-        return sorted(found, key=lambda item: (item["group"], item["version"], item["resource"]))
+        return deprecated_apis(response.data.decode("utf-8", "replace"))
 
     def add_config_map_keys(self, namespace, name, keys):
         """Add ``keys`` (with empty values) to ConfigMap ``namespace/name``, creating it when missing; returns the

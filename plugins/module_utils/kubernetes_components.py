@@ -126,6 +126,27 @@ def talos_support_problem(talos_tag, to_version, node_label):
             % (node_label, talos_tag, _minor_text(lowest), _minor_text(highest), to_version))
 
 
+def removed_apis(requested, to_version):
+    """The APIs of ``requested`` (``kube_api.deprecated_apis``) that Kubernetes ``to_version`` no longer serves."""
+    wanted = parse_version("v" + to_version)[:2]
+    removed = []
+    for item in requested:
+        release = parse_version("v%s.0" % item["removed_release"])
+        if release is not None and release[:2] <= wanted:
+            removed.append(item)
+    return removed
+
+
+def removed_apis_problem(removed, to_version):
+    """The refusal for ``removed`` (``removed_apis``), or None when it is empty."""
+    if not removed:
+        return None
+    names = ", ".join("%s%s/%s (removed in %s)" % (item["group"] + "/" if item["group"] else "", item["version"],
+                                                  item["resource"], item["removed_release"]) for item in removed)
+    return ("Clients still ask the API server for APIs Kubernetes %s no longer serves: %s; move them to the current "
+            "APIs first, or set check_deprecated_apis: false." % (to_version, names))
+
+
 def image_version(image):
     """The Kubernetes version an image's tag names (``registry.k8s.io/kube-apiserver:v1.36.3`` -> ``1.36.3``), or None."""
     from ansible_collections.talos_linux.talos.plugins.module_utils.images import image_tag

@@ -215,19 +215,13 @@ class KubernetesUpgrade:
                 raise TalosConfigError(problem)
 
     def _check_deprecated_apis(self):
-        if not self.check_deprecated_apis or _minor(self.to_version) <= _minor(self.from_version):
-            self.result["deprecated_apis"] = []
-            return
-        removed = [item for item in self.kube.deprecated_api_requests()
-                   if parse_version("v%s.0" % item["removed_release"]) is not None
-                   and parse_version("v%s.0" % item["removed_release"])[:2] <= _minor(self.to_version)]
+        removed = []
+        if self.check_deprecated_apis and _minor(self.to_version) > _minor(self.from_version):
+            removed = components.removed_apis(self.kube.deprecated_api_requests(), self.to_version)
         self.result["deprecated_apis"] = removed
-        if removed:
-            names = ", ".join("%s%s/%s (removed in %s)" % (item["group"] + "/" if item["group"] else "", item["version"],
-                                                          item["resource"], item["removed_release"]) for item in removed)
-            raise TalosConfigError("Clients still ask the API server for APIs Kubernetes %s no longer serves: %s; move "
-                                   "them to the current APIs first, or set check_deprecated_apis: false."
-                                   % (self.to_version, names))
+        problem = components.removed_apis_problem(removed, self.to_version)
+        if problem:
+            raise TalosConfigError(problem)
 
     def _change(self, node, component, running):
         state = self.states[node]
@@ -355,16 +349,18 @@ class KubernetesUpgrade:
             changes = dict((change.node, change) for change in self._changes(component))
             if changes:
                 self.progress("updating %s to %s" % (component.name, self.to_version))
-            for node in self.control_planes:
+            for node in self.control_planes if changes else ():
                 change = changes.get(node)
-                if change is None:
-                    continue
-                step = "patching the machine config"
+                step = "reading its static pod's config version"
                 try:
-                    before = self._resource_version(node, component)
-                    self._apply(change, step)
-                    step = "waiting for Talos to render the new static pod"
-                    version = self._wait_config_rendered(node, component, change.image_to, before)
+                    version = self._resource_version(node, component)
+                    if change is not None:
+                        step = "patching the machine config"
+                        self._apply(change, step)
+                        step = "waiting for Talos to render the new static pod"
+                        version = self._wait_config_rendered(node, component, change.image_to, version)
+                    # A node already patched (a rerun after an interruption) is waited for too: the next node
+                    # only goes once this one serves again.
                     step = "waiting for the mirror pod to run the new version and be Ready"
                     self._wait_static_pod(node, component, version)
                 except ActionFailed:
@@ -457,11 +453,10 @@ class KubernetesUpgrade:
         changes = dict((change.node, change) for change in self._changes(components.KUBELET))
         if changes:
             self.progress("updating kubelet to %s" % self.to_version)
-        for node in self.control_planes + self.workers:
+        for node in self.control_planes + self.workers if changes else ():
             change = changes.get(node)
-            if change is None:
-                continue
-            self._apply(change, "patching the machine config")
+            if change is not None:
+                self._apply(change, "patching the machine config")
             try:
                 self._wait_kubelet(node)
             except TalosError as error:

@@ -106,6 +106,8 @@ class KubeCluster:
         walk({key: value for key, value in self.secrets.items() if key != "certs"})
         for pair in self.secrets["certs"].values():
             walk({"key": pair.get("key")})
+        # The bootstrap token's secret half: the bootstrap token Secret of the manifests holds it alone.
+        found.add(self.secrets["secrets"]["bootstraptoken"].split(".", 1)[1])
         return found
 
 
@@ -165,7 +167,7 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     applied_before = len(cluster.audit(method="ApplyConfiguration", include_dry_run=False))
 
     # Check mode: the plan, in the form each config uses, and the manifests to sync; nothing changes.
-    run, result = setup.play({"to_version": to_version}, check=True, diff=True)
+    run, result = setup.play({"to_version": to_version}, check=True, diff=True, verbosity=3)
     assert result["changed"] is True
     assert result["from_version"] == form["from_version"] and result["to_version"] == to_version
     assert sorted(result["control_plane_nodes"]) == sorted(control_planes)
@@ -196,15 +198,17 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     assert "<redacted>" in secret_diff["before"] and "<redacted>" in secret_diff["after"]
     assert rbac.list_cluster_role_binding(field_selector="metadata.name=system:coredns").items == []
     for secret in setup.secret_strings():
-        assert secret not in run.stdout and secret not in diff_text
+        assert secret not in run.stdout + run.stderr and secret not in diff_text
 
     # A kubelet image the registry lacks: the pre-pull fails, naming node and image, before any change.
     missing = "ghcr.io/siderolabs/kubelet:v" + to_version
     cluster.model.faults.mark_image_unavailable(missing)
     try:
-        _run, failed = setup.play({"to_version": to_version}, expect_rc=2)
+        run, failed = setup.play({"to_version": to_version}, expect_rc=2, verbosity=3)
     finally:
         cluster.model.faults.clear()
+    for secret in setup.secret_strings():
+        assert secret not in run.stdout + run.stderr
     assert failed["msg"].startswith("Pre-pulling %s on " % missing)
     assert "nothing was changed, rerun the task to finish the upgrade" in failed["msg"]
     assert failed["changed"] is False and failed["done"] == []
@@ -260,12 +264,48 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     assert setup.configs() == after
 
 
+def _next_patch(version, steps=1):
+    major, minor, patch = version.split(".")
+    return "%s.%s.%d" % (major, minor, int(patch) + steps)
+
+
+def test_an_upgrade_stopped_by_a_pod_that_never_comes_up_names_it_and_a_rerun_finishes(kube_cluster):
+    """kube-scheduler's new image is missing and not pre-pulled: the first scheduler never becomes Ready. The
+    failure names the component, the node and the step and lists what was done; once the image is there, a rerun
+    waits for that pod and finishes the rest."""
+    setup = kube_cluster
+    cluster = setup.cluster
+    target = _next_patch(setup.form["to_version"])
+    first = cluster.controlplanes[0].address
+    missing = "registry.k8s.io/kube-scheduler:v" + target
+    cluster.model.faults.mark_image_unavailable(missing)
+    try:
+        _run, failed = setup.play({"to_version": target, "pre_pull_images": False, "wait_timeout": 3}, expect_rc=2)
+    finally:
+        cluster.model.faults.clear()
+    assert failed["msg"].startswith("kube-scheduler on node %s, waiting for the mirror pod to run the new version and "
+                                    "be Ready: Timed out after 3 seconds" % first), failed["msg"]
+    assert failed["msg"].endswith("; 7 of 17 planned changes were made, rerun the task to finish the upgrade.")
+    assert failed["changed"] is True
+    assert [(item["component"], item["node"]) for item in failed["done"]] == (
+        [("kube-apiserver", node.address) for node in cluster.controlplanes]
+        + [("kube-controller-manager", node.address) for node in cluster.controlplanes]
+        + [("kube-scheduler", first)])
+
+    _run, finished = setup.play({"to_version": target, "pre_pull_images": False})
+    assert finished["changed"] is True
+    assert len(finished["plan"]) == 17 - 7
+    pods = setup.kube("/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-scheduler")["items"]
+    assert {pod["spec"]["containers"][0]["image"] for pod in pods} == {missing}
+    assert all(condition["status"] == "True" for pod in pods for condition in pod["status"]["conditions"]
+               if condition["type"] == "Ready")
+
+
 def test_the_upgrade_role_upgrades_kubernetes_alone_and_a_rerun_changes_nothing(kube_cluster):
     """upgrade_kubernetes_version without upgrade_version: the Talos steps are skipped, the Kubernetes step runs
     through the first control plane with the inventory's node lists (a patch release here)."""
-    setup, form = kube_cluster, kube_cluster.form
-    major, minor, patch = form["to_version"].split(".")
-    target = "%s.%s.%d" % (major, minor, int(patch) + 1)
+    setup = kube_cluster
+    target = _next_patch(setup.form["to_version"], 2)
     play = [{"hosts": "controlplane:workers", "gather_facts": False, "roles": [{
         "role": "talos_linux.talos.upgrade",
         "vars": {"upgrade_kubernetes_version": target,

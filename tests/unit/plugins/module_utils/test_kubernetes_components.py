@@ -6,6 +6,7 @@ the least-change patch of a config's text."""
 import pytest
 import yaml
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import kube_api
 from ansible_collections.talos_linux.talos.plugins.module_utils import kubernetes_components as components
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
@@ -158,3 +159,29 @@ def test_kube_proxy_enabled():
     assert components.kube_proxy_enabled(documents(V1ALPHA1)) is True
     disabled = V1ALPHA1.replace("  proxy:\n", "  proxy:\n    disabled: true\n")
     assert components.kube_proxy_enabled(documents(disabled)) is False
+
+
+METRICS = """\
+# HELP apiserver_requested_deprecated_apis [STABLE] Gauge of deprecated APIs that have been requested.
+# TYPE apiserver_requested_deprecated_apis gauge
+apiserver_requested_deprecated_apis{group="flowcontrol.apiserver.k8s.io",removed_release="1.37",resource="flowschemas",subresource="",version="v1beta3"} 1
+apiserver_requested_deprecated_apis{group="",removed_release="",resource="componentstatuses",subresource="",version="v1"} 1
+apiserver_requested_deprecated_apis{group="storage.k8s.io",removed_release="1.38",resource="csistoragecapacities",subresource="",version="v1beta1"} 1
+apiserver_request_total{code="200",resource="pods",verb="LIST",version="v1"} 12
+"""
+
+
+def test_deprecated_apis_from_metrics_and_those_the_target_removes():
+    requested = kube_api.deprecated_apis(METRICS)
+    assert requested == [
+        {"group": "flowcontrol.apiserver.k8s.io", "version": "v1beta3", "resource": "flowschemas", "removed_release": "1.37"},
+        {"group": "storage.k8s.io", "version": "v1beta1", "resource": "csistoragecapacities", "removed_release": "1.38"},
+    ]
+    assert components.removed_apis(requested, "1.36.3") == []
+    removed = components.removed_apis(requested, "1.37.2")
+    assert [item["resource"] for item in removed] == ["flowschemas"]
+    assert components.removed_apis_problem(removed, "1.37.2") == (
+        "Clients still ask the API server for APIs Kubernetes 1.37.2 no longer serves: "
+        "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas (removed in 1.37); move them to the current APIs first, "
+        "or set check_deprecated_apis: false.")
+    assert components.removed_apis_problem([], "1.37.2") is None
