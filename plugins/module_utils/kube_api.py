@@ -34,7 +34,12 @@ try:
     from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 except ImportError:  # reported by the doors through missing_required_lib (LIBRARY)
     kube_client = DynamicClient = None
-    DynamicApiError = NotFoundError = Exception
+
+    class DynamicApiError(Exception):
+        pass
+
+    class NotFoundError(DynamicApiError):
+        pass
 
 # (name on PyPI, module to import), for a module's TaskSpec libraries.
 LIBRARY = ("kubernetes", "kubernetes")

@@ -105,10 +105,9 @@ def upgrade_path_problem(from_version, to_version):
         return ("Kubernetes cannot be downgraded from %s to %s: a minor release down is not supported (only patch "
                 "releases within %s)." % (from_version, to_version, _minor_text(old)))
     if new[1] > old[1] + 1:
+        skipped = ", ".join("%d.%d" % (old[0], minor) for minor in range(old[1] + 1, new[1]))
         return ("Kubernetes upgrades one minor release at a time: %s to %s skips %s; upgrade to the newest %d.%d "
-                "patch release first." % (from_version, to_version, ", ".join("%d.%d" % (old[0], minor)
-                                                                         for minor in range(old[1] + 1, new[1])),
-                                      old[0], old[1] + 1))
+                "patch release first." % (from_version, to_version, skipped, old[0], old[1] + 1))
     return None
 
 
@@ -119,7 +118,7 @@ def talos_support_problem(talos_tag, to_version, node_label):
     if supported is None:
         return None
     wanted = parse_version("v" + to_version)[:2]
-    lowest, highest = supported
+    lowest, highest = supported[0], supported[1]
     if lowest <= wanted <= highest:
         return None
     return ("%s runs Talos %s, which supports Kubernetes %s to %s, not %s: upgrade Talos first."
@@ -141,8 +140,9 @@ def removed_apis_problem(removed, to_version):
     """The refusal for ``removed`` (``removed_apis``), or None when it is empty."""
     if not removed:
         return None
-    names = ", ".join("%s%s/%s (removed in %s)" % (item["group"] + "/" if item["group"] else "", item["version"],
-                                                  item["resource"], item["removed_release"]) for item in removed)
+    names = ", ".join("%s%s/%s (removed in %s)" % (
+        (item["group"] + "/") if item["group"] else "", item["version"], item["resource"], item["removed_release"])
+        for item in removed)
     return ("Clients still ask the API server for APIs Kubernetes %s no longer serves: %s; move them to the current "
             "APIs first, or set check_deprecated_apis: false." % (to_version, names))
 

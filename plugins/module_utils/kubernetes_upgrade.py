@@ -112,8 +112,9 @@ class Change:
         }
 
     def line(self):
-        return "%s on %s: %s -> %s (%s %s)" % (self.component.name, label(self.node), self.image_from or "Talos default",
-                                                self.image_to, self.home.document, self.home.field)
+        return "%s on %s: %s -> %s (%s %s)" % (
+            self.component.name, label(self.node), self.image_from or "Talos default", self.image_to, self.home.document,
+            self.home.field)
 
 
 def inventoried(obj):

@@ -83,6 +83,12 @@ options:
       - Before a minor upgrade, fail when the API server reports requests to APIs the target version removes.
     type: bool
     default: true
+  wait_timeout:
+    description:
+      - Seconds each wait may take - Talos rendering a static pod and its mirror pod becoming Ready, the kube-proxy
+        rollout, a Node reporting its new kubelet - not the whole upgrade.
+    type: int
+    default: 600
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
@@ -101,7 +107,6 @@ attributes:
 notes:
   - The task addresses one control plane (O(node), or the endpoint itself), which issues the kubeconfig; the other
     nodes are reached through it as usual.
-  - O(wait_timeout) bounds each wait - one static pod, one rollout, one kubelet - not the whole upgrade.
   - Talos's manifests are applied, never pruned - an object that a newer Talos no longer renders stays in the cluster.
 seealso:
   - module: talos_linux.talos.talos_upgrade

@@ -111,8 +111,8 @@ def test_config_home_v1alpha1_fields():
 
 def test_config_home_prefers_the_document_the_config_has():
     docs = documents(DOCUMENTS)
-    assert components.config_home(docs, components.KUBE_APISERVER).as_dict() == {"document": "KubeAPIServerConfig",
-                                                                                  "field": "image"}
+    home = components.config_home(docs, components.KUBE_APISERVER)
+    assert home.as_dict() == {"document": "KubeAPIServerConfig", "field": "image"}
     assert components.config_home(docs, components.KUBELET).document == "KubeletConfig"
     # No KubeSchedulerConfig document: the v1alpha1 field, as Talos reads it.
     assert components.config_home(docs, components.KUBE_SCHEDULER).document == "v1alpha1"
