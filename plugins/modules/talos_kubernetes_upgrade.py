@@ -185,8 +185,10 @@ done:
   type: list
   elements: dict
 pre_pulled:
-  description: The images pre-pulled, each with C(node), C(image), C(namespace) (containerd) and C(pulled).
-  returned: when not in check mode
+  description:
+    - The images pre-pulled, each with C(node), C(image), C(namespace) (containerd) and C(pulled) (false when the node
+      had it already). Empty in check mode and with O(pre_pull_images=false).
+  returned: when the nodes were read
   type: list
   elements: dict
 manifests:
