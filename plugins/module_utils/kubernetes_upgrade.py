@@ -146,6 +146,20 @@ def redacted_object(obj):
     return obj
 
 
+def requested_versions(to_version, from_version=None):
+    """``(to_version, from_version)`` as Kubernetes spells them (``from_version`` None when not given).
+
+    Raises TalosConfigError, before anything is asked of the cluster, for a
+    version that is none or a given ``from_version`` the path refuses.
+    """
+    to_version = components.kubernetes_version(to_version, "to_version")
+    from_version = components.kubernetes_version(from_version, "from_version") if from_version else None
+    problem = components.upgrade_path_problem(from_version, to_version) if from_version else None
+    if problem:
+        raise TalosConfigError(problem)
+    return to_version, from_version
+
+
 class KubernetesUpgrade:
     """One Kubernetes upgrade of a cluster, through ``client`` (Talos) and ``kube`` (a KubeAPI).
 
@@ -158,8 +172,7 @@ class KubernetesUpgrade:
                  check_mode=False, progress=None):
         self.client = client
         self.kube = kube
-        self.to_version = components.kubernetes_version(to_version, "to_version")
-        self.from_version = components.kubernetes_version(from_version, "from_version") if from_version else None
+        self.to_version, self.from_version = requested_versions(to_version, from_version)
         self.control_planes = list(control_planes or ())
         self.workers = list(workers or ())
         self.pre_pull = pre_pull

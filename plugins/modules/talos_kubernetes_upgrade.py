@@ -208,7 +208,7 @@ deprecated_apis:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import kube_api
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgrade import KubernetesUpgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgrade import KubernetesUpgrade, requested_versions
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import secret_values
@@ -262,12 +262,13 @@ def _message(result, check_mode):
 
 def run(task):
     params = task.params
+    to_version, from_version = requested_versions(params["to_version"], params["from_version"])
     node = task.single_node("reads the admin kubeconfig from one control-plane node")
     _text, kubeconfig = fetch_kubeconfig(task.client, node)
     task.hide(secret_values(kubeconfig))
     kube = kube_api.KubeAPI(kubeconfig)
     upgrade = KubernetesUpgrade(
-        task.client, kube, params["to_version"], from_version=params["from_version"],
+        task.client, kube, to_version, from_version=from_version,
         control_planes=params["control_plane_nodes"], workers=params["worker_nodes"],
         pre_pull=params["pre_pull_images"], upgrade_kubelet=params["upgrade_kubelet"],
         sync_manifests=params["sync_manifests"], check_deprecated_apis=params["check_deprecated_apis"],

@@ -202,6 +202,21 @@ MODULE_CASES = [
     case("etcd-maintenance-reader-role", "talos_etcd_maintenance", {"defragment": True, "talosconfig": "{reader}"},
          r"Permission denied for machine.MachineService/EtcdDefragment .*needs role os:admin or os:operator", group="node"),
 
+    # talos_kubernetes_upgrade: versions and paths refused before any call; a worker issues no kubeconfig; the
+    # robustness cluster runs no Kubernetes API server.
+    case("kubernetes-upgrade-to-no-version", "talos_kubernetes_upgrade", {"to_version": "latest"},
+         r"^to_version 'latest' is not a Kubernetes version such as 1\.37\.2\.$"),
+    case("kubernetes-upgrade-skips-a-minor", "talos_kubernetes_upgrade", {"to_version": "1.37.2", "from_version": "v1.35.4"},
+         r"^Kubernetes upgrades one minor release at a time: 1\.35\.4 to 1\.37\.2 skips 1\.36; upgrade to the newest "
+         r"1\.36 patch release first\.$"),
+    case("kubernetes-upgrade-through-a-worker", "talos_kubernetes_upgrade", {"to_version": "1.37.2", "node": "{worker}"},
+         r"kubeconfig is only available on control plane nodes", group="node"),
+    case("kubernetes-upgrade-without-an-api-server", "talos_kubernetes_upgrade", {"to_version": "1.37.2"},
+         r"^The Kubernetes API at https://\S+ could not be reached to list the nodes \(.*\); the admin kubeconfig Talos "
+         r"issues names it as the cluster's control-plane endpoint\.$", group="node"),
+    case("kubernetes-upgrade-check-mode-without-an-api-server", "talos_kubernetes_upgrade", {"to_version": "1.37.2"},
+         r"could not be reached to list the nodes", group="node", check_mode=True, diff=True),
+
     # talos_kubeconfig
     case("kubeconfig-dest-is-a-directory", "talos_kubeconfig", {"dest": "{tmp}"},
          r"^Cannot write the kubeconfig to .*: it is a directory; set dest to a file path\.$"),
