@@ -27,22 +27,16 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.node import norm
 
 
 class Component:
-    """One Kubernetes component: its names, its two config homes and the Talos resource that reports its image.
+    """One Kubernetes component: its name, its two config homes, its default repository and the Talos resource
+    that reports the image the node runs (COSI ``(namespace, type, id)``; None for kube-proxy, which runs as a
+    DaemonSet from the bootstrap manifests)."""
 
-    ``static_pod``: a control-plane static pod Talos renders (a mirror pod in
-    kube-system with label ``k8s-app=<name>``). ``resource`` is the COSI
-    ``(namespace, type, id)`` whose spec has the image the node runs (None:
-    kube-proxy, which runs as a DaemonSet from the bootstrap manifests).
-    """
-
-    def __init__(self, name, v1alpha1_path, document, repository, resource, static_pod=False, control_plane=True):
+    def __init__(self, name, v1alpha1_path, document, repository, resource):
         self.name = name
         self.v1alpha1_path = v1alpha1_path
         self.document = document
         self.repository = repository
         self.resource = resource
-        self.static_pod = static_pod
-        self.control_plane = control_plane
 
     @property
     def v1alpha1_field(self):
@@ -51,19 +45,19 @@ class Component:
 
 KUBE_APISERVER = Component("kube-apiserver", ("cluster", "apiServer", "image"), "KubeAPIServerConfig",
                            "registry.k8s.io/kube-apiserver",
-                           ("controlplane", "APIServerConfigs.kubernetes.talos.dev", "kube-apiserver"), static_pod=True)
+                           ("controlplane", "APIServerConfigs.kubernetes.talos.dev", "kube-apiserver"))
 KUBE_CONTROLLER_MANAGER = Component("kube-controller-manager", ("cluster", "controllerManager", "image"),
                                     "KubeControllerManagerConfig", "registry.k8s.io/kube-controller-manager",
-                                    ("controlplane", "ControllerManagerConfigs.kubernetes.talos.dev", "kube-controller-manager"),
-                                    static_pod=True)
+                                    ("controlplane", "ControllerManagerConfigs.kubernetes.talos.dev", "kube-controller-manager"))
 KUBE_SCHEDULER = Component("kube-scheduler", ("cluster", "scheduler", "image"), "KubeSchedulerConfig",
                            "registry.k8s.io/kube-scheduler",
-                           ("controlplane", "SchedulerConfigs.kubernetes.talos.dev", "kube-scheduler"), static_pod=True)
+                           ("controlplane", "SchedulerConfigs.kubernetes.talos.dev", "kube-scheduler"))
 KUBE_PROXY = Component("kube-proxy", ("cluster", "proxy", "image"), "KubeProxyConfig", "registry.k8s.io/kube-proxy", None)
 KUBELET = Component("kubelet", ("machine", "kubelet", "image"), "KubeletConfig", "ghcr.io/siderolabs/kubelet",
-                    ("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet"), control_plane=False)
+                    ("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet"))
 
-# The order talosctl upgrades them in.
+# The control-plane static pods (a mirror pod each in kube-system, label k8s-app=<name>), in the order talosctl
+# upgrades them.
 STATIC_PODS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER)
 
 # Talos minor -> the (lowest, highest) Kubernetes minors it supports (pkg/machinery/compatibility).

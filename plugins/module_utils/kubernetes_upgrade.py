@@ -68,11 +68,10 @@ def _minor(version):
 
 
 class NodeState:
-    """What one node runs: its address, role, Talos version, active config and each component's image."""
+    """What one node runs: its address, Talos version, active config and each component's image."""
 
-    def __init__(self, node, control_plane, talos_version, config_text, images):
+    def __init__(self, node, talos_version, config_text, images):
         self.node = node
-        self.control_plane = control_plane
         self.talos_version = talos_version
         self.config_text = config_text
         self.documents = parse_yaml_stream(config_text, "the active machine config of %s" % label(node))
@@ -86,7 +85,7 @@ def read_node_state(client, node, control_plane):
     for component in wanted:
         namespace, resource_type, resource_id = component.resource
         images[component.name] = _spec_image(client.get_resource(namespace, resource_type, resource_id, node=node))
-    return NodeState(node, control_plane, read_version_tag(client, node), read_active_config(client, node), images)
+    return NodeState(node, read_version_tag(client, node), read_active_config(client, node), images)
 
 
 class Change:
