@@ -22,6 +22,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import image_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import is_v1alpha1, rewrite_image_line
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import normalize_version, parse_version
 
@@ -141,22 +142,33 @@ def removed_apis_problem(removed, to_version):
             "APIs first, or set check_deprecated_apis: false." % (to_version, names))
 
 
+# Flavours of an image Talos publishes as a tag suffix (the kubelet's ``v1.36.3-fat``): kept across upgrades, as
+# talosctl keeps them.
+TAG_FLAVOURS = ("-fat", "-slim")
+
+
+def _tag_and_flavour(image):
+    tag = image_tag(image or "") or ""
+    flavour = next((suffix for suffix in TAG_FLAVOURS if tag.endswith(suffix)), "")
+    return tag[:len(tag) - len(flavour)], flavour
+
+
 def image_version(image):
-    """The Kubernetes version an image's tag names (``registry.k8s.io/kube-apiserver:v1.36.3`` -> ``1.36.3``), or None."""
-    from ansible_collections.talos_linux.talos.plugins.module_utils.images import image_tag
-    tag = image_tag(image or "")
-    key = parse_version(tag) if tag else None
-    return normalize_version(tag)[1:] if key else None
+    """The Kubernetes version an image's tag names (``registry.k8s.io/kube-apiserver:v1.36.3`` -> ``1.36.3``,
+    ``ghcr.io/siderolabs/kubelet:v1.36.3-fat`` -> ``1.36.3``), or None."""
+    tag, _flavour = _tag_and_flavour(image)
+    return normalize_version(tag)[1:] if tag and parse_version(tag) else None
 
 
 def retagged(image, version, repository):
-    """``image`` with the tag ``v<version>``: its repository kept (a mirror stays a mirror), digest dropped."""
+    """``image`` with the tag ``v<version>`` (and its flavour): its repository kept (a mirror stays a mirror),
+    digest dropped; ``repository`` when there is no image."""
     if not image:
         return "%s:v%s" % (repository, version)
     name = image.split("@", 1)[0]
     head, _slash, last = name.rpartition("/")
     last = last.split(":", 1)[0]
-    return "%s:v%s" % ((head + "/" + last) if head else last, version)
+    return "%s:v%s%s" % ((head + "/" + last) if head else last, version, _tag_and_flavour(image)[1])
 
 
 def _document(documents, kind):

@@ -88,6 +88,7 @@ def test_kubernetes_version_names_the_option():
      "registry.local:5000/k8s/kube-apiserver:v1.37.2"),
     ("registry.local:5000/kube-apiserver", "1.37.2", "registry.local:5000/kube-apiserver:v1.37.2"),
     (None, "1.37.2", "registry.k8s.io/kube-scheduler:v1.37.2"),
+    ("ghcr.io/siderolabs/kubelet:v1.36.3-fat", "1.37.2", "ghcr.io/siderolabs/kubelet:v1.37.2-fat"),
 ])
 def test_retagged_keeps_the_repository(image, version, retagged):
     assert components.retagged(image, version, "registry.k8s.io/kube-scheduler") == retagged
@@ -95,6 +96,8 @@ def test_retagged_keeps_the_repository(image, version, retagged):
 
 def test_image_version():
     assert components.image_version("registry.k8s.io/kube-apiserver:v1.36.3") == "1.36.3"
+    assert components.image_version("ghcr.io/siderolabs/kubelet:v1.36.3-slim") == "1.36.3"
+    assert components.image_version("ghcr.io/siderolabs/kubelet:v1.37.0-rc.1") == "1.37.0-rc.1"
     assert components.image_version("registry.local:5000/kube-apiserver") is None
     assert components.image_version("example.com/kube-apiserver:latest") is None
 
