@@ -120,6 +120,73 @@ def talos_support_problem(talos_tag, to_version, node_label):
             % (node_label, talos_tag, _minor_text(lowest), _minor_text(highest), to_version))
 
 
+# What a Kubernetes minor release removes that a machine config's extraArgs may still name (the Kubernetes release
+# notes): command-line flags per component, feature gates (any component) and kube-apiserver admission plugins.
+# A component given a removed flag or feature gate does not start.
+REMOVED_ARGUMENTS = {
+    (1, 29): {"kube-apiserver": {"admission": ("SecurityContextDeny",)}},
+    (1, 30): {"feature_gates": ("ExpandedDNSConfig", "ExperimentalHostUserNamespaceDefaultingGate",
+                                "IPTablesOwnershipCleanup", "KubeletPodResources", "KubeletPodResourcesGetAllocatable",
+                                "MinimizeIPTablesRestore", "ProxyTerminatingEndpoints", "RemoveSelfLink")},
+    (1, 31): {
+        "feature_gates": ("APIPriorityAndFairness", "CSINodeExpandSecret", "ConsistentHTTPGetHandlers",
+                          "DefaultHostNetworkHostPortsInPodTemplates", "ServiceNodePortStaticSubrange",
+                          "SkipReadOnlyValidationGCE"),
+        "kubelet": {"flags": ("keep-terminated-pod-volumes", "iptables-masquerade-bit", "iptables-drop-bit")},
+        "kube-controller-manager": {"flags": ("volume-host-cidr-denylist", "volume-host-allow-local-loopback",
+                                              "horizontal-pod-autoscaler-upscale-delay",
+                                              "horizontal-pod-autoscaler-downscale-delay")},
+    },
+    (1, 32): {"feature_gates": ("AllowServiceLBStatusOnNonLB", "CloudDualStackNodeIPs", "DRAControlPlaneController",
+                                "HPAContainerMetrics", "KMSv2", "KMSv2KDF", "LegacyServiceAccountTokenCleanUp",
+                                "MinDomainsInPodTopologySpread", "NewVolumeManagerReconstruction",
+                                "NodeOutOfServiceVolumeDetach", "ServerSideApply", "ServerSideFieldValidation",
+                                "StableLoadBalancerNodeSet", "ValidatingAdmissionPolicy",
+                                "ZeroLimitedNominalConcurrencyShares")},
+    (1, 33): {
+        "feature_gates": ("AppArmor", "AppArmorFields", "CPUManager", "DisableCloudProviders",
+                          "DisableKubeletCloudCredentialProviders", "JobPodFailurePolicy",
+                          "KubeProxyDrainingTerminatingNodes", "PDBUnhealthyPodEvictionPolicy",
+                          "PersistentVolumeLastPhaseTransitionTime", "VolumeCapacityPriority"),
+        "kube-apiserver": {"flags": ("cloud-config",)},
+    },
+    (1, 34): {
+        "feature_gates": ("DevicePluginCDIDevices", "LegacySidecarContainers", "PodDisruptionConditions"),
+        "kubelet": {"flags": ("cloud-config",)},
+    },
+    (1, 35): {
+        "feature_gates": ("SizeMemoryBackedVolumes", "UserNamespacesHostNetworkSupport"),
+        "kubelet": {"flags": ("pod-infra-container-image",)},
+    },
+    (1, 36): {"feature_gates": ("CSIMigrationPortworx", "InTreePluginPortworxUnregister",
+                                "WatchFromStorageWithoutResourceVersion")},
+}
+
+
+def extra_args(documents, component):
+    """The extraArgs ``documents`` give ``component``, from its document or its v1alpha1 section: ``{flag: value}``."""
+    document = _document(documents, component.document)
+    if document is None:
+        document = _get_path(_v1alpha1(documents) or {}, component.v1alpha1_path[:-1]) or {}
+    args = document.get("extraArgs") if isinstance(document, dict) else None
+    if isinstance(args, list):  # the list form of newer documents: [{name, value}]
+        args = dict((item.get("name"), item.get("value")) for item in args if isinstance(item, dict))
+    return dict((str(flag), "" if value is None else str(value)) for flag, value in (args or {}).items())
+
+
+def removed_arguments(component, args, to_version):
+    """What ``args`` (``extra_args``) name that Kubernetes ``to_version`` removed: a list of words such as
+    ``flag --cloud-config`` or ``feature gate CPUManager``."""
+    removed = REMOVED_ARGUMENTS.get(parse_version("v" + to_version)[:2], {})
+    found = ["flag --%s" % flag for flag in removed.get(component.name, {}).get("flags", ()) if flag in args]
+    gates = [gate.split("=", 1)[0].strip() for gate in args.get("feature-gates", "").split(",")]
+    found += ["feature gate %s" % gate for gate in removed.get("feature_gates", ()) if gate in gates]
+    plugins = [plugin.strip() for plugin in args.get("enable-admission-plugins", "").split(",")]
+    found += ["admission plugin %s" % plugin for plugin in removed.get(component.name, {}).get("admission", ())
+              if plugin in plugins]
+    return found
+
+
 def removed_apis(requested, to_version):
     """The APIs of ``requested`` (``kube_api.deprecated_apis``) that Kubernetes ``to_version`` no longer serves."""
     wanted = parse_version("v" + to_version)[:2]

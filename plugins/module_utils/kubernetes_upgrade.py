@@ -227,6 +227,23 @@ class KubernetesUpgrade:
             if problem:
                 raise TalosConfigError(problem)
 
+    def _check_removed_arguments(self):
+        """Refuse a minor upgrade while a config gives a component a flag, feature gate or admission plugin the
+        target removed: the component would not start on the new version."""
+        if _minor(self.to_version) <= _minor(self.from_version):
+            return
+        found = []
+        for node, state in self.states.items():
+            wanted = (components.STATIC_PODS + (components.KUBE_PROXY,) if node in self.control_planes else ()) + (
+                components.KUBELET,)
+            for component in wanted:
+                for item in components.removed_arguments(component, components.extra_args(state.documents, component),
+                                                         self.to_version):
+                    found.append("%s of %s on %s" % (item, component.name, label(node)))
+        if found:
+            raise TalosConfigError("Kubernetes %s removed what the machine config still gives its components: %s; "
+                                   "remove them from the config's extraArgs first." % (self.to_version, "; ".join(found)))
+
     def _check_deprecated_apis(self):
         removed = []
         if self.check_deprecated_apis and _minor(self.to_version) > _minor(self.from_version):
@@ -272,6 +289,7 @@ class KubernetesUpgrade:
         self.result.update(from_version=self.from_version, to_version=self.to_version,
                            control_plane_nodes=self.control_planes, worker_nodes=self.workers if self.upgrade_kubelet else [])
         self._check_path()
+        self._check_removed_arguments()
         self._check_deprecated_apis()
         self._make_plan()
         self.result["plan"] = [change.as_dict() for change in self.plan]

@@ -14,7 +14,8 @@ description:
   - Upgrades the Kubernetes components Talos runs - kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
     and the kubelets - and syncs Talos's bootstrap manifests, in the order C(talosctl upgrade-k8s) follows.
   - 1. Checks the path (Kubernetes moves one minor release at a time; every node's Talos must support the target) and,
-    for a minor upgrade, that no client still asks for an API the target removes (the API server's
+    for a minor upgrade, that no machine config gives a component a flag, feature gate or admission plugin the target
+    removed (its C(extraArgs)) and that no client still asks for an API the target removes (the API server's
     C(apiserver_requested_deprecated_apis) metric).
   - 2. Pre-pulls every new image on every node that will run it (O(pre_pull_images)); a pull that fails stops the task
     before anything changed.

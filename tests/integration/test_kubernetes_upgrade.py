@@ -156,6 +156,23 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     control_planes = [node.address for node in cluster.controlplanes]
     workers = [node.address for node in cluster.workers]
     to_version = form["to_version"]
+    if form["name"] == "v1alpha1":
+        # A feature gate Kubernetes 1.36 removed, given to one worker's kubelet: refused, nothing asked to change.
+        worker = cluster.workers[0]
+        original = cluster.call(worker.config_text)
+        documents = [document for document in yaml.safe_load_all(original) if document]
+        v1alpha1 = next(document for document in documents if "kind" not in document)
+        v1alpha1["machine"]["kubelet"]["extraArgs"] = {"feature-gates": "WatchFromStorageWithoutResourceVersion=true"}
+        cluster.call(worker.apply_active_config, yaml.safe_dump_all(documents).encode())
+        try:
+            _run, refused = setup.play({"to_version": to_version}, check=True, expect_rc=2)
+        finally:
+            cluster.call(worker.apply_active_config, original.encode())
+        assert refused["msg"] == (
+            "Kubernetes %s removed what the machine config still gives its components: feature gate "
+            "WatchFromStorageWithoutResourceVersion of kubelet on node %s; remove them from the config's extraArgs first."
+            % (to_version, worker.address))
+
     # Drift in the bootstrap manifests: a binding deleted, a field of the bootstrap token Secret changed by hand.
     api = setup.kube_client()
     core, rbac = kube_client.CoreV1Api(api), kube_client.RbacAuthorizationV1Api(api)

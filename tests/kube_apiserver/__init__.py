@@ -102,8 +102,18 @@ def _issue(ca_cert_pem, ca_key_pem, subject, usage, sans=None):
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     )
+    # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a certificate must name its issuer's key.
+    try:
+        issuer_key_id = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(issuer_key_id),
+                                        critical=False)
+    except x509.ExtensionNotFound:
+        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                        critical=False)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())

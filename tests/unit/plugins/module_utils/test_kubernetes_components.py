@@ -188,3 +188,22 @@ def test_deprecated_apis_from_metrics_and_those_the_target_removes():
         "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas (removed in 1.37); move them to the current APIs first, "
         "or set check_deprecated_apis: false.")
     assert components.removed_apis_problem([], "1.37.2") is None
+
+
+def test_extra_args_from_either_home():
+    v1alpha1 = documents(V1ALPHA1.replace("  kubelet:\n", "  kubelet:\n    extraArgs:\n      pod-infra-container-image: pause:3.9\n"))
+    assert components.extra_args(v1alpha1, components.KUBELET) == {"pod-infra-container-image": "pause:3.9"}
+    assert components.extra_args(v1alpha1, components.KUBE_APISERVER) == {}
+    docs = documents(DOCUMENTS.replace("kind: KubeAPIServerConfig\n",
+                                       "kind: KubeAPIServerConfig\nextraArgs:\n  feature-gates: CPUManager=true\n"))
+    assert components.extra_args(docs, components.KUBE_APISERVER) == {"feature-gates": "CPUManager=true"}
+
+
+def test_removed_arguments_of_the_target_minor():
+    args = {"pod-infra-container-image": "pause:3.9", "feature-gates": "SizeMemoryBackedVolumes=true,Other=false"}
+    assert components.removed_arguments(components.KUBELET, args, "1.35.0") == [
+        "flag --pod-infra-container-image", "feature gate SizeMemoryBackedVolumes"]
+    assert components.removed_arguments(components.KUBELET, args, "1.34.3") == []
+    assert components.removed_arguments(components.KUBE_APISERVER, {"enable-admission-plugins": "NodeRestriction, SecurityContextDeny"},
+                                        "1.29.1") == ["admission plugin SecurityContextDeny"]
+    assert components.removed_arguments(components.KUBE_APISERVER, {"cloud-config": "/etc/cloud"}, "1.37.2") == []
