@@ -19,7 +19,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import io
-import json
 from collections import namedtuple
 
 try:
@@ -121,7 +120,7 @@ def _fits_literal(text):
     spaces, and there must be one; control characters need the escapes of a
     double-quoted string.
     """
-    if "\n" not in text or not all(char in "\n\t" or char.isprintable() for char in text):
+    if "\n" not in text or not all(char == "\t" or _printable(char) for char in text):
         return False
     for line in text.split("\n"):
         if line.strip(" "):
@@ -157,11 +156,40 @@ def _string(text):
     # A string that would read back as another type is double-quoted (Go does the same);
     # one the plain style cannot carry is single-quoted, or double-quoted when it must be.
     # A multi-line string here did not fit a literal block: only escapes keep its line breaks.
-    if "\n" in text or Resolver().resolve(ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
-        return json.dumps(text, ensure_ascii=False)
-    analysis = Emitter(io.StringIO()).analyze_scalar(text)
+    # Characters Go's encoder cannot print (controls, tab, NEL, BOM, beyond U+FFFF) force double quotes;
+    # other non-ASCII text it writes as it is.
+    if "\n" in text or not all(_printable(char) for char in text) \
+            or Resolver().resolve(ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str":
+        return _double_quoted(text)
+    analysis = Emitter(io.StringIO(), allow_unicode=True).analyze_scalar(text)
     if analysis.allow_block_plain and not analysis.empty:
         return text
     if analysis.allow_single_quoted:
         return "'%s'" % text.replace("'", "''")
-    return json.dumps(text, ensure_ascii=False)
+    return _double_quoted(text)
+
+
+def _printable(char):
+    """Whether Go's yaml.v3 writes ``char`` as it is (its is_printable: no tab, NEL, BOM or character past U+FFFF)."""
+    code = ord(char)
+    return code == 0x0A or 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xD7FF or (0xE000 <= code <= 0xFFFD and code != 0xFEFF)
+
+
+# The short escapes of Go's double-quoted style; other characters it escapes are \xXX, \uXXXX or \UXXXXXXXX.
+_SHORT_ESCAPES = {
+    "\0": "0", "\a": "a", "\b": "b", "\t": "t", "\n": "n", "\v": "v", "\f": "f", "\r": "r", "\x1b": "e",
+    '"': '"', "\\": "\\", "\x85": "N", "\u2028": "L", "\u2029": "P",
+}
+
+
+def _double_quoted(text):
+    out = []
+    for char in text:
+        if char in _SHORT_ESCAPES:
+            out.append("\\" + _SHORT_ESCAPES[char])
+        elif _printable(char):
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append("\\x%02X" % code if code <= 0xFF else "\\u%04X" % code if code <= 0xFFFF else "\\U%08X" % code)
+    return '"%s"' % "".join(out)

@@ -7,6 +7,7 @@ require (
 	github.com/hashicorp/go-multierror v1.1.1
 	github.com/siderolabs/talos/pkg/machinery v1.14.1
 	go.yaml.in/yaml/v4 v4.0.0-rc.6
+	gopkg.in/yaml.v3 v3.0.1
 	google.golang.org/grpc v1.83.2
 	google.golang.org/protobuf v1.36.12
 )
