@@ -52,20 +52,25 @@ def _kind_from_definition(spec, fallback_type):
                         sensitive=spec.get("sensitivity") == "sensitive")
 
 
-def resolve_kind(client, type_ref, node=None):
+def resolve_kind(client, type_ref, node=None, waiter=None):
     """The ResourceKind that ``type_ref`` names (full type, display type or alias, any case), as talosctl resolves it.
 
     The definition whose ID is the lower-cased full type is read first; otherwise
     every definition is listed and ``type_ref`` matched against IDs and aliases.
+    With a ``waiter`` (a waits.Waiter), the reads ride out a node or endpoint that
+    does not answer yet, within the wait's time: resolving the type is part of the wait.
     """
     wanted = type_ref.strip().lower()
+    patience = dict(deadline=max(1.0, waiter.remaining), retry_unreachable=True) if waiter else {}
     try:
-        definition = client.get_resource(DEFINITIONS_NAMESPACE, DEFINITIONS_TYPE, wanted, node=node)
+        definition = client.get_resource(DEFINITIONS_NAMESPACE, DEFINITIONS_TYPE, wanted, node=node, **patience)
         return _kind_from_definition(_definition_spec(definition), type_ref)
     except TalosError as error:
         if error.code != "NotFound":
             raise
-    for definition in client.list_resources(DEFINITIONS_NAMESPACE, DEFINITIONS_TYPE, node=node):
+    if waiter:
+        patience["deadline"] = max(1.0, waiter.remaining)
+    for definition in client.list_resources(DEFINITIONS_NAMESPACE, DEFINITIONS_TYPE, node=node, **patience):
         spec = _definition_spec(definition)
         names = [definition["metadata"]["id"]] + list(spec.get("allAliases") or spec.get("aliases") or [])
         if wanted in (str(name).lower() for name in names):

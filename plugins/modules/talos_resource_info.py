@@ -212,20 +212,20 @@ def run(task):
     params = task.params
     client = task.client
     nodes = task.target_nodes
-    kind = resources.resolve_kind(client, params["type"], node=nodes[0])
-    namespace = resources.namespace_for(kind, params["namespace"])
     selectors = params["label_selectors"]
     resources.label_query(selectors)  # bad selectors fail before any read
+    condition = dict(state="present", field=None, value=None)
+    condition.update((key, value) for key, value in (params["wait_condition"] or {}).items() if value is not None)
+    if params["wait"] and condition.get("field") and condition.get("value") is None:
+        raise TaskFailed("wait_condition.field needs wait_condition.value: the value the field must have.")
+    # One waiter for every node, type resolution included: wait_timeout is for all of it together.
+    waiter = Waiter(params["wait_timeout"], POLL_INTERVAL, task.progress) if params["wait"] else None
+    kind = resources.resolve_kind(client, params["type"], node=nodes[0], waiter=waiter)
+    namespace = resources.namespace_for(kind, params["namespace"])
 
     found = []
     result = dict(changed=False, type=kind.type, namespace=namespace)
-    if params["wait"]:
-        condition = dict(state="present", field=None, value=None)
-        condition.update((key, value) for key, value in (params["wait_condition"] or {}).items() if value is not None)
-        if condition.get("field") and condition.get("value") is None:
-            raise TaskFailed("wait_condition.field needs wait_condition.value: the value the field must have.")
-        # One waiter for every node: wait_timeout is for all of them together.
-        waiter = Waiter(params["wait_timeout"], POLL_INTERVAL, task.progress)
+    if waiter:
         for node in nodes:
             items = resources.wait_for_condition(client, kind, namespace, params["id"], selectors, condition, node, waiter)
             found.extend(dict(item, node=node) for item in items)

@@ -102,3 +102,22 @@ def test_wait_for_a_condition(emulator, run_playbook):
     assert "waiting for MachineStatuses.runtime.talos.dev machine on node %s to be present with stage=upgrading" % worker.address in never["msg"]
     assert "stage=running" in never["msg"]
     assert run.task("still there")["status"] == "failed"
+
+
+def test_a_wait_rides_out_an_endpoint_that_refuses_until_it_is_back(emulator, run_playbook):
+    # The type is resolved inside the wait: an endpoint still booting does not fail the task at once.
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, reboot_seconds=0.1)
+    cp, worker = cluster.controlplanes[0], cluster.workers[0]
+    cluster.faults.make_unreachable(cp)
+    back = threading.Timer(3, cluster.faults.make_reachable, args=(cp,))
+    back.start()
+    play = module_play(cluster, "talos_resource_info", {
+        "type": "MachineStatus", "id": "machine", "wait": True, "wait_timeout": 60,
+        "wait_condition": {"field": "stage", "value": "running"}}, worker.address, "through the outage")
+    try:
+        run = run_playbook(play)
+    finally:
+        back.join()
+    waited = run.task("through the outage")["result"]
+    assert waited["resources"][0]["spec"]["stage"] == "running" and waited["elapsed"] >= 2
+    assert waited["type"] == "MachineStatuses.runtime.talos.dev"
