@@ -42,8 +42,10 @@ ee-local: build
 	python tools/local_execution_environment.py build
 
 # Start an emulated Talos cluster in maintenance mode, provision it with the
-# cluster role, print the facts; the cluster keeps running until `make demo-stop`.
-demo: setup
+# cluster role, print the facts; the cluster keeps running until `make demo-stop`. It runs in
+# a venv of its own with what a user installs (requirements.txt, ansible-core: .cache/demo-venv),
+# not in the development venv that `setup` makes.
+demo:
 	tests/run-demo
 
 demo-stop:

@@ -70,18 +70,19 @@ def kube_apiserver_factory(tmp_path_factory):
     """Factory for real Kubernetes API servers (tests/kube_apiserver), each stopped by ``.stop()`` or at the end
     of the session.
 
-    ``kube_apiserver_factory(ca_cert_pem, ca_key_pem, service_account_key_pem, port=None)`` returns a started
-    ``KubeAPIServer`` (``.url``, ``.version``, ``.kubeconfig_path``, ``.stop()``) trusting that Kubernetes CA
-    (the cluster's: ``cluster.secrets.k8s_ca``). The first call builds the server from Go modules; without
-    Go the test fails.
+    ``kube_apiserver_factory(ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, etcd=None)`` returns a
+    started ``KubeAPIServer`` (``.url``, ``.version``, ``.kubeconfig_path``, ``.stop()``) trusting that Kubernetes CA
+    (the cluster's: ``cluster.secrets.k8s_ca``); ``etcd`` (client URLs, etcd CA certificate and key) is where it
+    stores its objects, an embedded etcd by default (see ``KubeAPIServer.start``). The first call builds the server
+    from Go modules; without Go the test fails.
     """
     from kube_apiserver import KubeAPIServer
 
     servers = []
 
-    def start(ca_cert_pem, ca_key_pem, service_account_key_pem, port=None):
+    def start(ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, etcd=None):
         state_dir = tmp_path_factory.mktemp("kube-apiserver")
-        server = KubeAPIServer.start(str(state_dir), ca_cert_pem, ca_key_pem, service_account_key_pem, port=port)
+        server = KubeAPIServer.start(str(state_dir), ca_cert_pem, ca_key_pem, service_account_key_pem, port=port, etcd=etcd)
         servers.append(server)
         return server
 

@@ -37,7 +37,12 @@ options:
     description:
       - The node the task acts on (IP address or hostname), reached through an endpoint.
       - Overrides the nodes of the talosconfig context. Mutually exclusive with O(nodes).
-      - When neither O(node), O(nodes) nor the context's nodes are set, the endpoint itself answers.
+      - A task on an inventory host that sets neither O(node) nor O(nodes) acts on that host's node - its variable
+        C(talos_node) (which the inventory plugin C(talos_linux.talos.talos) sets), else its C(ansible_host) - through
+        either door, ad hoc too. M(talos_linux.talos.talos_health) is the exception, since its O(node) is the control
+        plane it asks.
+      - When neither O(node), O(nodes), such a host variable nor the context's nodes are set, the endpoint itself
+        answers.
     type: str
   nodes:
     description:

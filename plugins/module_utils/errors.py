@@ -127,6 +127,9 @@ _DIAL_FAILURES = (
     ("connection timed out", "timed out connecting"),
     ("no such host", "no such host"),
 )
+# How an endpoint relays that the node's API certificate is not signed by the cluster's CA (Go's TLS in apid):
+# a node in maintenance mode serves a self-signed one; nothing changes that but configuring the node.
+_UNTRUSTED_NODE = ("certificate signed by unknown authority", "failed to verify certificate")
 _UNREACHABLE_NODE_HINTS = {
     "connection refused": "nothing answers on its Talos API port 50000; the node may be powered off or rebooting.",
     "no route to host": "the endpoint has no route to it; the node may be powered off or on a network the "
@@ -222,6 +225,14 @@ def from_status(code, server_message, method, node, endpoint=None, client_roles=
                 "%s is unreachable through endpoint %s (%s): %s"
                 % (label(node, start=True), endpoint or "in use", cause, _UNREACHABLE_NODE_HINTS[cause]),
                 code=code, node=node, server_message=server_message)
+        if node and any(text in server_message for text in _UNTRUSTED_NODE):
+            # A TLS failure, final like the client's own: the node answers, with a certificate nothing will change.
+            return TalosTLSError(
+                "%s is unreachable through endpoint %s: the endpoint does not trust its certificate (%s), so the node is "
+                "probably in maintenance mode (not configured yet, or reset) or belongs to another cluster; reach it "
+                "directly with endpoints: [%s] and insecure: true."
+                % (label(node, start=True), endpoint or "in use", _untrusted_detail(server_message), node),
+                code=code, node=node, server_message=server_message)
         through = " through endpoint %s" % endpoint if endpoint and node else ""
         return TalosConnectionError("%s is unavailable%s for %s: %s"
                                     % (label(node, start=True), through, method, _sentence(detail)),
@@ -246,6 +257,12 @@ def _dial_failure(server_message):
         if text in server_message:
             return cause
     return None
+
+
+def _untrusted_detail(server_message):
+    """The x509 part of a relayed certificate failure: ``x509: certificate signed by unknown authority``."""
+    start = server_message.find("x509:")
+    return server_message[start:].rstrip('" ') if start >= 0 else "certificate verification failed"
 
 
 def from_grpc_error(err, method, node, endpoint=None, client_roles=None):

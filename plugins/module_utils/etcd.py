@@ -326,9 +326,10 @@ class QuorumGuard:
         problem = None
         if not check["safe"]:
             unhealthy = _health_problems(members, statuses, check["unhealthy"])
-            problem = ("etcd would keep %d voting member(s) and need %d of them healthy for quorum, but only %d other "
-                       "than %s are healthy%s" % (check["voters_after"], check["quorum_after"], check["healthy_after"],
-                                                  name, unhealthy))
+            problem = ("etcd would keep %s and need %d of them healthy for quorum, but only %s other than %s %s "
+                       "healthy%s" % (_members(check["voters_after"], "voting member"), check["quorum_after"],
+                                      _members(check["healthy_after"], "member"), name,
+                                      "is" if check["healthy_after"] == 1 else "are", unhealthy))
         return self._decide(what, findings, problem)
 
     def _decide(self, what, findings, problem):
@@ -337,6 +338,11 @@ class QuorumGuard:
             return findings
         raise QuorumLossRefused("Refusing to %s: %s; fix the unhealthy members first, or set force_quorum_loss: true "
                                 "to go ahead anyway." % (what, problem), findings, reason=problem)
+
+
+def _members(count, noun):
+    """``1 member``, ``3 voting members``: a count of members as a sentence says it."""
+    return "%d %s%s" % (count, noun, "" if count == 1 else "s")
 
 
 def _health_problems(members, statuses, names):

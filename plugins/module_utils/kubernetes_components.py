@@ -12,8 +12,9 @@ other form gives a config Talos rejects or ignores (upstream
 resources (``APIServerConfigs``, ``KubeletSpecs``), which also hold the image
 Talos chose when the config sets none.
 
-Also here: which version jumps Kubernetes allows, and which Kubernetes minors
-each Talos minor supports.
+Also here: which version jumps Kubernetes allows, which Kubernetes minors
+each Talos minor supports, and what each upgrade path removes (talosctl's
+table of flags, feature gates, admission plugins and API resources).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -61,7 +62,8 @@ KUBELET = Component("kubelet", ("machine", "kubelet", "image"), "KubeletConfig",
 # upgrades them.
 STATIC_PODS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER)
 
-# Talos minor -> the (lowest, highest) Kubernetes minors it supports (pkg/machinery/compatibility).
+# Talos minor -> the (lowest, highest) Kubernetes minors it supports (pkg/machinery/compatibility, talosNNN packages).
+# A Talos release missing here is refused, as talosctl refuses it.
 SUPPORTED_KUBERNETES = {
     (1, 9): ((1, 27), (1, 32)),
     (1, 10): ((1, 28), (1, 33)),
@@ -69,6 +71,7 @@ SUPPORTED_KUBERNETES = {
     (1, 12): ((1, 30), (1, 35)),
     (1, 13): ((1, 31), (1, 36)),
     (1, 14): ((1, 32), (1, 37)),
+    (1, 15): ((1, 33), (1, 38)),
 }
 
 
@@ -106,12 +109,33 @@ def upgrade_path_problem(from_version, to_version):
     return None
 
 
+def _supported_range_text():
+    talos = sorted(SUPPORTED_KUBERNETES)
+    return "Talos %s to %s" % (_minor_text(talos[0]), _minor_text(talos[-1]))
+
+
+def unsupported_everywhere_problem(to_version):
+    """Why no Talos release this collection knows runs Kubernetes ``to_version``, or None (no node is asked)."""
+    wanted = parse_version("v" + to_version)[:2]
+    if any(lowest <= wanted <= highest for lowest, highest in SUPPORTED_KUBERNETES.values()):
+        return None
+    lowest = min(low for low, _high in SUPPORTED_KUBERNETES.values())
+    highest = max(high for _low, high in SUPPORTED_KUBERNETES.values())
+    return ("to_version %s is not supported by any Talos release (%s run Kubernetes %s to %s)."
+            % (to_version, _supported_range_text(), _minor_text(lowest), _minor_text(highest)))
+
+
 def talos_support_problem(talos_tag, to_version, node_label):
-    """Why the Talos release ``talos_tag`` cannot run Kubernetes ``to_version``, or None (also for unknown releases)."""
+    """Why the Talos release ``talos_tag`` cannot run Kubernetes ``to_version``, or None.
+
+    A release missing from SUPPORTED_KUBERNETES is refused: nobody has said
+    which Kubernetes it runs.
+    """
     talos_key = parse_version(talos_tag)
     supported = SUPPORTED_KUBERNETES.get(talos_key[:2]) if talos_key else None
     if supported is None:
-        return None
+        return ("%s runs Talos %s, whose supported Kubernetes versions this collection does not know (it knows %s); "
+                "use a collection release that supports it." % (node_label, talos_tag, _supported_range_text()))
     wanted = parse_version("v" + to_version)[:2]
     lowest, highest = supported[0], supported[1]
     if lowest <= wanted <= highest:
@@ -120,70 +144,139 @@ def talos_support_problem(talos_tag, to_version, node_label):
             % (node_label, talos_tag, _minor_text(lowest), _minor_text(highest), to_version))
 
 
-# What a Kubernetes minor release removes that a machine config's extraArgs may still name (the Kubernetes release
-# notes): command-line flags per component, feature gates (any component) and kube-apiserver admission plugins.
-# A component given a removed flag or feature gate does not start.
-REMOVED_ARGUMENTS = {
-    (1, 29): {"kube-apiserver": {"admission": ("SecurityContextDeny",)}},
-    (1, 30): {"feature_gates": ("ExpandedDNSConfig", "ExperimentalHostUserNamespaceDefaultingGate",
-                                "IPTablesOwnershipCleanup", "KubeletPodResources", "KubeletPodResourcesGetAllocatable",
-                                "MinimizeIPTablesRestore", "ProxyTerminatingEndpoints", "RemoveSelfLink")},
-    (1, 31): {
+# What each upgrade path removes that a component may still be started with, as talosctl checks it
+# (siderolabs/go-kubernetes kubernetes/upgrade/checks.go, upgradeVersionCheck; the one copy here, held to upstream's by
+# tests/unit/plugins/module_utils/test_kubernetes_components.py): feature gates (kube-apiserver,
+# kube-controller-manager, kube-scheduler), command-line flags per component, kube-apiserver admission plugins, and
+# API resources (``resource.version.group``) the API server no longer serves. A component started with a removed
+# flag or feature gate does not start.
+REMOVED_BY_PATH = {
+    "1.24->1.25": {
+        "feature_gates": ("CSIVolumeFSGroupPolicy", "ConfigurableFSGroupPolicy", "PodDisruptionBudget", "SelectorIndex"),
+        "flags": {"kube-apiserver": ("service-account-api-audiences",),
+                  "kube-controller-manager": ("deleting-pods-qps", "deleting-pods-burst", "register-retry-count")},
+        "admission_plugins": ("PodSecurityPolicy",),
+        "api_resources": ("podsecuritypolicies.v1beta1.policy",),
+    },
+    "1.25->1.26": {
+        "feature_gates": ("DynamicKubeletConfig",),
+        "flags": {"kube-apiserver": ("master-service-namespace",)},
+    },
+    "1.26->1.27": {
+        "feature_gates": ("ExpandCSIVolumes", "ExpandInUsePersistentVolumes", "ExpandPersistentVolumes",
+                          "ControllerManagerLeaderMigration", "CSIMigration", "CSIInlineVolume", "EphemeralContainers",
+                          "LocalStorageCapacityIsolation", "NetworkPolicyEndPort", "StatefulSetMinReadySeconds",
+                          "IdentifyPodOS", "DaemonSetUpdateSurge"),
+        "flags": {"kube-controller-manager": ("enable-taint-manager", "pod-eviction-timeout"),
+                  "kubelet": ("container-runtime", "master-service-namespace")},
+    },
+    "1.27->1.28": {
+        "feature_gates": ("AdvancedAuditing", "DelegateFSGroupToCSIDriver", "DevicePlugins",
+                          "DisableAcceleratorUsageMetrics", "EndpointSliceTerminatingCondition", "CSIStorageCapacity",
+                          "CSIMigrationGCE", "KubeletCredentialProviders", "MixedProtocolLBService",
+                          "ServiceInternalTrafficPolicy", "ServiceIPStaticSubrange", "WindowsHostProcessContainers"),
+    },
+    "1.28->1.29": {
+        "api_resources": ("clustercidrs.v1alpha1.networking.k8s.io",),
+    },
+    "1.29->1.30": {
+        "feature_gates": ("ExpandedDNSConfig", "ExperimentalHostUserNamespaceDefaultingGate", "IPTablesOwnershipCleanup",
+                          "KubeletPodResources", "KubeletPodResourcesGetAllocatable", "MinimizeIPTablesRestore",
+                          "ProxyTerminatingEndpoints", "RemoveSelfLink"),
+        "admission_plugins": ("SecurityContextDeny",),
+    },
+    "1.30->1.31": {
         "feature_gates": ("APIPriorityAndFairness", "CSINodeExpandSecret", "ConsistentHTTPGetHandlers",
                           "DefaultHostNetworkHostPortsInPodTemplates", "ServiceNodePortStaticSubrange",
                           "SkipReadOnlyValidationGCE"),
-        "kubelet": {"flags": ("keep-terminated-pod-volumes", "iptables-masquerade-bit", "iptables-drop-bit")},
-        "kube-controller-manager": {"flags": ("volume-host-cidr-denylist", "volume-host-allow-local-loopback",
+        "flags": {"kubelet": ("keep-terminated-pod-volumes", "iptables-masquerade-bit", "iptables-drop-bit"),
+                  "kube-controller-manager": ("volume-host-cidr-denylist", "volume-host-allow-local-loopback",
                                               "horizontal-pod-autoscaler-upscale-delay",
                                               "horizontal-pod-autoscaler-downscale-delay")},
     },
-    (1, 32): {"feature_gates": ("AllowServiceLBStatusOnNonLB", "CloudDualStackNodeIPs", "DRAControlPlaneController",
-                                "HPAContainerMetrics", "KMSv2", "KMSv2KDF", "LegacyServiceAccountTokenCleanUp",
-                                "MinDomainsInPodTopologySpread", "NewVolumeManagerReconstruction",
-                                "NodeOutOfServiceVolumeDetach", "ServerSideApply", "ServerSideFieldValidation",
-                                "StableLoadBalancerNodeSet", "ValidatingAdmissionPolicy",
-                                "ZeroLimitedNominalConcurrencyShares")},
-    (1, 33): {
+    "1.31->1.32": {
+        "feature_gates": ("AllowServiceLBStatusOnNonLB", "CloudDualStackNodeIPs", "DRAControlPlaneController",
+                          "HPAContainerMetrics", "KMSv2", "KMSv2KDF", "LegacyServiceAccountTokenCleanUp",
+                          "MinDomainsInPodTopologySpread", "NewVolumeManagerReconstruction",
+                          "NodeOutOfServiceVolumeDetach", "ServerSideApply", "ServerSideFieldValidation",
+                          "StableLoadBalancerNodeSet", "ValidatingAdmissionPolicy",
+                          "ZeroLimitedNominalConcurrencyShares"),
+        "api_resources": ("podschedulingcontexts.v1alpha3.resource.k8s.io",),
+    },
+    "1.32->1.33": {
         "feature_gates": ("AppArmor", "AppArmorFields", "CPUManager", "DisableCloudProviders",
                           "DisableKubeletCloudCredentialProviders", "JobPodFailurePolicy",
                           "KubeProxyDrainingTerminatingNodes", "PDBUnhealthyPodEvictionPolicy",
                           "PersistentVolumeLastPhaseTransitionTime", "VolumeCapacityPriority"),
-        "kube-apiserver": {"flags": ("cloud-config",)},
+        "flags": {"kube-apiserver": ("cloud-config",)},
     },
-    (1, 34): {
+    "1.33->1.34": {
         "feature_gates": ("DevicePluginCDIDevices", "LegacySidecarContainers", "PodDisruptionConditions"),
-        "kubelet": {"flags": ("cloud-config",)},
+        "flags": {"kubelet": ("cloud-config",)},
     },
-    (1, 35): {
+    "1.34->1.35": {
         "feature_gates": ("SizeMemoryBackedVolumes", "UserNamespacesHostNetworkSupport"),
-        "kubelet": {"flags": ("pod-infra-container-image",)},
+        "flags": {"kubelet": ("pod-infra-container-image",)},
     },
-    (1, 36): {"feature_gates": ("CSIMigrationPortworx", "InTreePluginPortworxUnregister",
-                                "WatchFromStorageWithoutResourceVersion")},
+    "1.35->1.36": {
+        "feature_gates": ("CSIMigrationPortworx", "HonorPVReclaimPolicy", "InTreePluginPortworxUnregister",
+                          "WatchFromStorageWithoutResourceVersion"),
+    },
+    "1.36->1.37": {
+        "feature_gates": ("AnyVolumeDataSource", "DeclarativeValidationTakeover", "GangScheduling",
+                          "PreventStaticPodAPIReferences", "WorkloadAwarePreemption"),
+        "flags": {"kubelet": ("application-metrics-count-limit", "boot-id-file", "container-hints", "containerd",
+                              "containerd-namespace", "enable-load-reader", "event-storage-age-limit",
+                              "event-storage-event-limit", "global-housekeeping-interval", "log-cadvisor-usage",
+                              "machine-id-file", "storage-driver-user", "storage-driver-password",
+                              "storage-driver-host", "storage-driver-db", "storage-driver-table",
+                              "storage-driver-secure", "storage-driver-buffer-duration")},
+        "api_resources": ("workloads.v1alpha2.scheduling.k8s.io", "podgroups.v1alpha2.scheduling.k8s.io"),
+    },
 }
 
 
-def extra_args(documents, component):
-    """The extraArgs ``documents`` give ``component``, from its document or its v1alpha1 section: ``{flag: value}``."""
-    document = _document(documents, component.document)
-    if document is None:
-        document = _get_path(_v1alpha1(documents) or {}, component.v1alpha1_path[:-1]) or {}
-    args = document.get("extraArgs") if isinstance(document, dict) else None
-    if isinstance(args, list):  # the list form of newer documents: [{name, value}]
-        args = dict((item.get("name"), item.get("value")) for item in args if isinstance(item, dict))
-    return dict((str(flag), "" if value is None else str(value)) for flag, value in (args or {}).items())
+def upgrade_path(from_version, to_version):
+    """The key of REMOVED_BY_PATH for a minor upgrade (``1.36->1.37``), or None within a minor."""
+    old, new = parse_version("v" + from_version), parse_version("v" + to_version)
+    if new[:2] <= old[:2]:
+        return None
+    return "%d.%d->%d.%d" % (old[0], old[1], new[0], new[1])
 
 
-def removed_arguments(component, args, to_version):
-    """What ``args`` (``extra_args``) name that Kubernetes ``to_version`` removed: a list of words such as
-    ``flag --cloud-config`` or ``feature gate CPUManager``."""
-    removed = REMOVED_ARGUMENTS.get(parse_version("v" + to_version)[:2], {})
-    found = ["flag --%s" % flag for flag in removed.get(component.name, {}).get("flags", ()) if flag in args]
-    gates = [gate.split("=", 1)[0].strip() for gate in args.get("feature-gates", "").split(",")]
+def _flag_values(args, flag):
+    """The values of ``--flag`` in a command line ``args`` (``--flag=value`` or ``--flag value``)."""
+    values = []
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name == "--" + flag:
+            values.append(value if equals else (args[index + 1] if index + 1 < len(args) else ""))
+    return values
+
+
+def removed_arguments(component, args, path, feature_gates=None):
+    """What the command line ``args`` of ``component`` (a name) names that the upgrade ``path`` (``upgrade_path``)
+    removed: words such as ``flag --cloud-config`` or ``feature gate CPUManager``. ``feature_gates`` adds the gates
+    a config file turns on or off (the kubelet's ``featureGates``)."""
+    removed = REMOVED_BY_PATH.get(path) or {}
+    found = ["flag --%s" % flag for flag in (removed.get("flags") or {}).get(component, ())
+             if any(arg.partition("=")[0] == "--" + flag for arg in args)]
+    gates = set(feature_gates or ())
+    for value in _flag_values(args, "feature-gates"):
+        gates.update(gate.split("=", 1)[0].strip() for gate in value.split(","))
     found += ["feature gate %s" % gate for gate in removed.get("feature_gates", ()) if gate in gates]
-    plugins = [plugin.strip() for plugin in args.get("enable-admission-plugins", "").split(",")]
-    found += ["admission plugin %s" % plugin for plugin in removed.get(component.name, {}).get("admission", ())
-              if plugin in plugins]
+    if component == KUBE_APISERVER.name:
+        plugins = set(plugin.strip() for value in _flag_values(args, "enable-admission-plugins") for plugin in value.split(","))
+        found += ["admission plugin %s" % plugin for plugin in removed.get("admission_plugins", ()) if plugin in plugins]
+    return found
+
+
+def removed_api_resources(path):
+    """The API resources (``resource.version.group``) the upgrade ``path`` removed, as ``(group, version, resource)``."""
+    found = []
+    for name in (REMOVED_BY_PATH.get(path) or {}).get("api_resources", ()):
+        resource, version, group = (name.split(".", 2) + ["", ""])[:3]
+        found.append((group, version, resource))
     return found
 
 
@@ -227,15 +320,29 @@ def image_version(image):
     return normalize_version(tag)[1:] if tag and parse_version(tag) else None
 
 
-def retagged(image, version, repository):
-    """``image`` with the tag ``v<version>`` (and its flavour): its repository kept (a mirror stays a mirror),
-    digest dropped; ``repository`` when there is no image."""
+def retagged(image, version, repository, moved_to=None):
+    """``image`` with the tag ``v<version>`` (and its flavour): its repository kept (a mirror stays a mirror), or
+    ``moved_to`` when given; digest dropped. ``repository`` when there is no image."""
+    flavour = _tag_and_flavour(image)[1] if image else ""
+    if moved_to:
+        return "%s:v%s%s" % (moved_to, version, flavour)
     if not image:
         return "%s:v%s" % (repository, version)
     name = image.split("@", 1)[0]
     head, _slash, last = name.rpartition("/")
     last = last.split(":", 1)[0]
-    return "%s:v%s%s" % ((head + "/" + last) if head else last, version, _tag_and_flavour(image)[1])
+    return "%s:v%s%s" % ((head + "/" + last) if head else last, version, flavour)
+
+
+def image_repository(value, option):
+    """``value`` (an image option) as a repository to move a component to; TalosConfigError naming ``option`` when
+    it has a tag or a digest (the tag is always ``v<to_version>``)."""
+    value = value.strip()
+    last = value.rpartition("/")[2]
+    if not value or "@" in value or ":" in last or value != value.lower() or " " in value:
+        raise TalosConfigError("%s %r is not an image repository such as registry.example.com/kube-apiserver: give it "
+                               "without a tag or digest (the tag is v<to_version>)." % (option, value))
+    return value
 
 
 def _document(documents, kind):
@@ -288,7 +395,11 @@ def config_home(documents, component):
 
 
 def kube_proxy_enabled(documents):
-    """Whether the config runs kube-proxy: unless ``.cluster.proxy.disabled`` is set in the v1alpha1 document."""
+    """Whether the config runs kube-proxy: a ``KubeProxyConfig`` document's ``enabled`` when the config has one (the
+    document replaces the v1alpha1 section), else unless ``.cluster.proxy.disabled`` is set."""
+    document = _document(documents, KUBE_PROXY.document)
+    if document is not None:
+        return document.get("enabled", True) is not False
     return not _get_path(_v1alpha1(documents) or {}, ("cluster", "proxy", "disabled"))
 
 

@@ -3,9 +3,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Upgrading Kubernetes on a Talos cluster, as ``talosctl upgrade-k8s`` does it and in its order.
 
-1. Check the path (one minor at a time, and a Kubernetes every node's Talos
-   supports) and the deprecated APIs clients still ask for that the target
-   removes.
+0. Find each Talos node's Kubernetes Node (by the Node's name, any address it
+   reports, or the nodename Talos registers): every wait looks at what
+   Kubernetes reports of that Node.
+1. Check the versions: first what needs no node, then every node's Talos
+   support before the Kubernetes API is asked, then the path from the lowest
+   version the control plane runs (one minor at a time), and for a minor
+   upgrade what the target removes that is still used: flags, feature gates and
+   admission plugins the components are started with (as Talos renders them),
+   objects of removed API resources, requests to removed APIs.
 2. Pre-pull every new image on every node that will run it; a pull that fails
    stops the upgrade before anything changed.
 3. For kube-apiserver, then kube-controller-manager, then kube-scheduler, on
@@ -17,10 +23,13 @@
    applied and the DaemonSet rolled out.
 5. The kubelet on every node in turn: patch, then wait for the Node to report
    the new version and be Ready.
-6. Sync Talos's bootstrap manifests to the API server with server-side apply.
+6. Sync Talos's bootstrap manifests to the API server (kubernetes_manifests: server-side apply in stages, the
+   inventory and its policy, pruning, the wait until what was written is ready).
 
-Every step reads what the node runs before it acts, so a rerun at the target
-changes nothing and a rerun after an interruption finishes the job. Check mode
+Every step reads what the node runs before it acts (a node's config is read
+again right before it is patched), so a rerun at the target changes nothing,
+a rerun after an interruption finishes the job, and an edit made meanwhile is
+kept. Check mode
 returns the plan and the manifest changes, having only asked the nodes to
 validate the patched configs (dry run).
 """
@@ -28,12 +37,16 @@ validate the patched configs (dry run).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import copy
-
 from ansible_collections.talos_linux.talos.plugins.module_utils import kubernetes_components as components
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import NodeImages
-from ansible_collections.talos_linux.talos.plugins.module_utils.kube_api import object_label, strip_volatile
+from ansible_collections.talos_linux.talos.plugins.module_utils.kube_api import is_retryable
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_manifests import (
+    ManifestSync,
+    inventoried,
+    manifest_secrets,
+    read_manifests,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import (
     ConfigApplier,
@@ -42,18 +55,16 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config i
     read_active_config,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import label, parse_version, read_version_tag, short_label
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED, redact, secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen, Waiter
 
 SYSTEM_NAMESPACE = "kube-system"
 # The annotation of a mirror pod naming the version of the Talos resource it was rendered from.
 CONFIG_VERSION_ANNOTATION = "talos.dev/config-version"
-MANIFESTS = ("controlplane", "Manifests.kubernetes.talos.dev")
 KUBE_PROXY_DAEMONSET = "kube-proxy"
-# Talos (v1.13 and later) records the bootstrap manifests it applied in an inventory ConfigMap and marks each object
-# with the annotation naming it; talosctl updates only objects that carry it, so every object applied here does.
-INVENTORY = ("kube-system", "talos-bootstrap-manifests-inventory")
-INVENTORY_ANNOTATION = "config.k8s.io/owning-inventory"
+# The COSI type of the static pods Talos renders (one per component, by its name), and the resource naming the
+# Kubernetes Node a Talos node registers as.
+STATIC_POD_RESOURCE = ("k8s", "StaticPods.kubernetes.talos.dev")
+NODENAME = ("k8s", "Nodenames.kubernetes.talos.dev", "nodename")
 # Seconds between two looks at a pod, a node or a rollout.
 POLL_SECONDS = 0.5
 
@@ -68,24 +79,46 @@ def _minor(version):
 
 
 class NodeState:
-    """What one node runs: its address, Talos version, active config and each component's image."""
+    """What one node runs: its address, Talos version, active config, each component's image and the kubelet's
+    command line and feature gates (its KubeletSpec)."""
 
-    def __init__(self, node, talos_version, config_text, images):
+    def __init__(self, node, talos_version, config_text, images, kubelet_spec):
         self.node = node
         self.talos_version = talos_version
         self.config_text = config_text
         self.documents = parse_yaml_stream(config_text, "the active machine config of %s" % label(node))
         self.images = images
+        self.kubelet_args = [str(arg) for arg in kubelet_spec.get("args") or ()]
+        config = kubelet_spec.get("config") if isinstance(kubelet_spec.get("config"), dict) else {}
+        self.kubelet_feature_gates = [str(gate) for gate in (config.get("featureGates") or {})]
 
 
-def read_node_state(client, node, control_plane):
-    """The NodeState of ``node``: its config and the images Talos's resources report."""
+def read_node_state(client, node, control_plane, talos_version):
+    """The NodeState of ``node``: its config and what Talos's resources report it runs."""
     images = {}
+    kubelet_spec = {}
     wanted = (components.STATIC_PODS if control_plane else ()) + (components.KUBELET,)
     for component in wanted:
         namespace, resource_type, resource_id = component.resource
-        images[component.name] = _spec_image(client.get_resource(namespace, resource_type, resource_id, node=node))
-    return NodeState(node, read_version_tag(client, node), read_active_config(client, node), images)
+        resource = client.get_resource(namespace, resource_type, resource_id, node=node)
+        images[component.name] = _spec_image(resource)
+        if component is components.KUBELET and isinstance(resource.get("spec"), dict):
+            kubelet_spec = resource["spec"]
+    return NodeState(node, talos_version, read_active_config(client, node), images, kubelet_spec)
+
+
+def static_pod_command(client, node, component):
+    """The command line Talos renders for ``component``'s static pod on ``node`` (its StaticPod resource: the
+    container's command and args), or None when the node renders none (a component the config disables)."""
+    try:
+        pod = client.get_resource(STATIC_POD_RESOURCE[0], STATIC_POD_RESOURCE[1], component.name, node=node).get("spec") or {}
+    except TalosError as error:
+        if error.code == "NotFound":
+            return None
+        raise
+    containers = ((pod.get("spec") or {}).get("containers") or []) if isinstance(pod, dict) else []
+    container = next((item for item in containers if item.get("name") == component.name), containers[0] if containers else {})
+    return [str(arg) for arg in (container.get("command") or []) + (container.get("args") or [])]
 
 
 class Change:
@@ -116,59 +149,53 @@ class Change:
             self.home.field)
 
 
-def inventoried(obj):
-    """``obj`` marked as an object of Talos's bootstrap-manifest inventory."""
-    obj = copy.deepcopy(obj)
-    metadata = obj.setdefault("metadata", {})
-    metadata["annotations"] = dict(metadata.get("annotations") or {}, **{INVENTORY_ANNOTATION: INVENTORY[1]})
-    return obj
-
-
-def inventory_key(obj):
-    """How the inventory names an object: ``namespace_name_group_kind`` (``:`` in a name written ``__``)."""
-    api_version = obj.get("apiVersion") or ""
-    group = api_version.rpartition("/")[0] if "/" in api_version else ""
-    metadata = obj.get("metadata") or {}
-    return "%s_%s_%s_%s" % (metadata.get("namespace") or "", str(metadata.get("name")).replace(":", "__"), group,
-                            obj.get("kind"))
-
-
-def redacted_object(obj):
-    """A Kubernetes object for a diff or a result: a Secret's values and every secret-named field redacted."""
-    if obj is None:
-        return None
-    obj = redact(copy.deepcopy(obj))
-    if obj.get("kind") == "Secret":
-        for field in ("data", "stringData"):
-            if isinstance(obj.get(field), dict):
-                obj[field] = dict((key, REDACTED) for key in obj[field])
-    return obj
-
-
 def requested_versions(to_version, from_version=None):
     """``(to_version, from_version)`` as Kubernetes spells them (``from_version`` None when not given).
 
     Raises TalosConfigError, before anything is asked of the cluster, for a
-    version that is none or a given ``from_version`` the path refuses.
+    version that is none, a target no Talos release supports, or a given
+    ``from_version`` the path refuses.
     """
     to_version = components.kubernetes_version(to_version, "to_version")
     from_version = components.kubernetes_version(from_version, "from_version") if from_version else None
-    problem = components.upgrade_path_problem(from_version, to_version) if from_version else None
+    problem = components.unsupported_everywhere_problem(to_version)
+    if problem is None and from_version:
+        problem = components.upgrade_path_problem(from_version, to_version)
     if problem:
         raise TalosConfigError(problem)
     return to_version, from_version
 
 
-class KubernetesUpgrade:
-    """One Kubernetes upgrade of a cluster, through ``client`` (Talos) and ``kube`` (a KubeAPI).
+def requested_repositories(images):
+    """``{component name: repository}`` from the image options (``{option: value or None}``, options named in
+    IMAGE_OPTIONS); raises TalosConfigError naming the option for a value that is no repository."""
+    return dict((IMAGE_OPTIONS[option].name, components.image_repository(value, option))
+                for option, value in images.items() if value is not None)
 
-    ``control_planes`` and ``workers`` are node addresses (None: the Nodes the
-    API server lists). ``progress`` hears each step and the long waits.
+
+# The module's image options (talosctl's --apiserver-image, ...): the repository each component moves to.
+IMAGE_OPTIONS = {
+    "apiserver_image": components.KUBE_APISERVER,
+    "controller_manager_image": components.KUBE_CONTROLLER_MANAGER,
+    "scheduler_image": components.KUBE_SCHEDULER,
+    "proxy_image": components.KUBE_PROXY,
+    "kubelet_image": components.KUBELET,
+}
+
+
+class KubernetesUpgrade:
+    """One Kubernetes upgrade of a cluster, through ``client`` (Talos) and ``kube`` (a KubeAPI; asked nothing before
+    the checks that need only Talos).
+
+    ``control_planes`` and ``workers`` are Talos nodes as the Talos API reaches them (an address or a name; None:
+    the InternalIPs of the Nodes the API server lists). ``issuer`` is the node that issues the kubeconfig.
+    ``repositories`` (``requested_repositories``) moves components to other repositories. ``progress`` hears each
+    step and the long waits.
     """
 
     def __init__(self, client, kube, to_version, from_version=None, control_planes=None, workers=None, pre_pull=True,
                  upgrade_kubelet=True, sync_manifests=True, check_deprecated_apis=True, wait_timeout=600,
-                 check_mode=False, progress=None):
+                 check_mode=False, progress=None, manifest_options=None, issuer=None, repositories=None):
         self.client = client
         self.kube = kube
         self.to_version, self.from_version = requested_versions(to_version, from_version)
@@ -181,6 +208,12 @@ class KubernetesUpgrade:
         self.wait_timeout = wait_timeout
         self.check_mode = check_mode
         self.progress = progress or (lambda line: None)
+        self.manifest_sync = ManifestSync(kube, manifest_options, check_mode=check_mode, progress=self.progress)
+        self.issuer = issuer
+        self.repositories = dict(repositories or {})
+        self.talos_versions = {}
+        # Talos node -> the name of its Kubernetes Node.
+        self.kube_names = {}
         self.states = {}
         self.plan = []
         self.done = []
@@ -192,57 +225,126 @@ class KubernetesUpgrade:
 
     # -- what to do -------------------------------------------------------------------
 
-    def _discover(self):
-        """The node lists not given: the Nodes the API server lists, by their control-plane label."""
+    def _nodes(self):
+        return self.control_planes + (self.workers if self.upgrade_kubelet else [])
+
+    def _check_talos_support(self, nodes):
+        """Refuse, naming the node, a target some node's Talos does not support (its Version read once)."""
+        for node in nodes:
+            if node in self.talos_versions:
+                continue
+            self.talos_versions[node] = read_version_tag(self.client, node)
+            problem = components.talos_support_problem(self.talos_versions[node], self.to_version, label(node))
+            if problem:
+                raise TalosConfigError(problem)
+
+    def _find_nodes(self):
+        """The node lists not given, from the Nodes the API server lists (their InternalIP, as talosctl reaches
+        them); then each Talos node's Kubernetes Node, by its name or any address the Node reports, else by the
+        nodename Talos registered it with. A node that has none is refused before anything changes."""
+        listed = self.kube.nodes()
+        given = [("control_plane_nodes", node) for node in self.control_planes] + [
+            ("worker_nodes", node) for node in (self.workers if self.upgrade_kubelet else ())]
         if not self.control_planes or not self.workers:
-            listed = self.kube.nodes()
             self.control_planes = self.control_planes or [item["address"] for item in listed if item["control_plane"]]
             self.workers = self.workers or [item["address"] for item in listed if not item["control_plane"]]
         if not self.control_planes:
             raise TalosConfigError("No control-plane node was found: the API server lists no Node labelled "
                                    "node-role.kubernetes.io/control-plane; set control_plane_nodes.")
+        by_name = dict((item["name"], item) for item in listed)
+        unknown = []
+        named = [node for _option, node in given]
+        for option, node in given + [(None, node) for node in self._nodes() if node not in named]:
+            found = [item for item in listed if node == item["name"] or node in item["addresses"]]
+            if not found:
+                nodename = self._talos_nodename(node)
+                found = [by_name[nodename]] if nodename in by_name else []
+            if found:
+                self.kube_names[node] = found[0]["name"]
+            else:
+                unknown.append("%s entry %s" % (option, node) if option else "node %s" % node)
+        if unknown:
+            raise TalosConfigError("No Kubernetes Node matches %s (by the Node's name, an address it reports, or the "
+                                   "nodename Talos registers the node with); the API server lists %s; nothing was "
+                                   "changed." % (", ".join(unknown), ", ".join(
+                                       "%s (%s)" % (item["name"], ", ".join(item["addresses"])) for item in listed) or "no Node"))
+        self.result["kubernetes_nodes"] = dict(self.kube_names)
+
+    def _talos_nodename(self, node):
+        try:
+            return (self.client.get_resource(NODENAME[0], NODENAME[1], NODENAME[2], node=node).get("spec") or {}).get("nodename")
+        except TalosError as error:
+            if error.code == "NotFound":
+                return None
+            raise
 
     def _read_states(self):
         for node in self.control_planes:
-            self.states[node] = read_node_state(self.client, node, True)
+            self.states[node] = read_node_state(self.client, node, True, self.talos_versions[node])
         for node in (self.workers if self.upgrade_kubelet else ()):
-            self.states[node] = read_node_state(self.client, node, False)
+            self.states[node] = read_node_state(self.client, node, False, self.talos_versions[node])
+        self.proxy_enabled = all(components.kube_proxy_enabled(self.states[node].documents) for node in self.control_planes)
 
     def _detect_from_version(self):
+        """The lowest version of kube-apiserver, kube-controller-manager, kube-scheduler (on every control plane)
+        and kube-proxy (its DaemonSet), as talosctl detects it: after an interrupted upgrade the component left
+        behind still says where the cluster is."""
         versions = []
         for node in self.control_planes:
-            version = components.image_version(self.states[node].images[components.KUBE_APISERVER.name])
-            if version is None:
-                raise TalosConfigError("The kube-apiserver image of %s (%s) has no version tag: set from_version."
-                                       % (label(node), self.states[node].images[components.KUBE_APISERVER.name]))
-            versions.append(version)
+            for component in components.STATIC_PODS:
+                image = self.states[node].images[component.name]
+                version = components.image_version(image)
+                if version is None:
+                    raise TalosConfigError("The %s image of %s (%s) has no version tag: set from_version."
+                                           % (component.name, label(node), image))
+                versions.append(version)
+        if self.proxy_enabled:
+            rollout = self.kube.daemonset_rollout(SYSTEM_NAMESPACE, KUBE_PROXY_DAEMONSET, retry=True)
+            for image in (rollout or {}).get("images", ()):
+                if components.image_version(image):
+                    versions.append(components.image_version(image))
         return min(versions, key=lambda version: parse_version("v" + version))
 
     def _check_path(self):
         problem = components.upgrade_path_problem(self.from_version, self.to_version)
         if problem:
             raise TalosConfigError(problem)
-        for node, state in self.states.items():
-            problem = components.talos_support_problem(state.talos_version, self.to_version, label(node))
-            if problem:
-                raise TalosConfigError(problem)
 
     def _check_removed_arguments(self):
-        """Refuse a minor upgrade while a config gives a component a flag, feature gate or admission plugin the
-        target removed: the component would not start on the new version."""
-        if _minor(self.to_version) <= _minor(self.from_version):
+        """Refuse a minor upgrade while a component is started with a flag, feature gate or admission plugin the
+        target removed (what Talos renders: the static pods' command lines, the kubelet's arguments and feature
+        gates), as talosctl does: the component would not start on the new version."""
+        path = components.upgrade_path(self.from_version, self.to_version)
+        if path is None:
             return
         found = []
-        for node, state in self.states.items():
-            wanted = (components.STATIC_PODS + (components.KUBE_PROXY,) if node in self.control_planes else ()) + (
-                components.KUBELET,)
-            for component in wanted:
-                for item in components.removed_arguments(component, components.extra_args(state.documents, component),
-                                                         self.to_version):
+        for node in self.control_planes:
+            for component in components.STATIC_PODS:
+                args = static_pod_command(self.client, node, component)
+                for item in components.removed_arguments(component.name, args or (), path):
                     found.append("%s of %s on %s" % (item, component.name, label(node)))
+        for node in self._nodes():
+            state = self.states[node]
+            for item in components.removed_arguments(components.KUBELET.name, state.kubelet_args, path,
+                                                     feature_gates=state.kubelet_feature_gates):
+                found.append("%s of kubelet on %s" % (item, label(node)))
         if found:
-            raise TalosConfigError("Kubernetes %s removed what the machine config still gives its components: %s; "
-                                   "remove them from the config's extraArgs first." % (self.to_version, "; ".join(found)))
+            raise TalosConfigError("Kubernetes %s removed what the components are still started with: %s; remove them "
+                                   "from the machine config (extraArgs, or the kubelet's extraConfig) first."
+                                   % (self.to_version, "; ".join(found)))
+
+    def _check_removed_api_resources(self):
+        """Refuse a minor upgrade while the API server holds objects of an API resource the target removed."""
+        path = components.upgrade_path(self.from_version, self.to_version)
+        held = []
+        for group, version, resource in components.removed_api_resources(path) if path else ():
+            count = self.kube.object_count(group, version, resource)
+            if count:
+                held.append("%s.%s%s (%d object%s)" % (resource, version, "." + group if group else "", count,
+                                                       "" if count == 1 else "s"))
+        if held:
+            raise TalosConfigError("Kubernetes %s no longer serves API resources the cluster still holds objects of: %s; "
+                                   "migrate or delete them first." % (self.to_version, ", ".join(held)))
 
     def _check_deprecated_apis(self):
         removed = []
@@ -253,10 +355,13 @@ class KubernetesUpgrade:
         if problem:
             raise TalosConfigError(problem)
 
+    def _target(self, component, image):
+        return components.retagged(image, self.to_version, component.repository, self.repositories.get(component.name))
+
     def _change(self, node, component, running):
         state = self.states[node]
         home = components.config_home(state.documents, component)
-        target = components.retagged(running or home.image, self.to_version, component.repository)
+        target = self._target(component, running or home.image)
         if running == target:
             return None
         return Change(node, component, home, running, target)
@@ -265,7 +370,6 @@ class KubernetesUpgrade:
         for component in components.STATIC_PODS:
             for node in self.control_planes:
                 self._add(self._change(node, component, self.states[node].images[component.name]))
-        self.proxy_enabled = all(components.kube_proxy_enabled(self.states[node].documents) for node in self.control_planes)
         if self.proxy_enabled:
             for node in self.control_planes:
                 home = components.config_home(self.states[node].documents, components.KUBE_PROXY)
@@ -282,7 +386,10 @@ class KubernetesUpgrade:
 
     def run(self):
         """Upgrade, or in check mode plan; returns the result (raises ActionFailed with the result so far)."""
-        self._discover()
+        # Talos's support first: it needs no Kubernetes API.
+        self._check_talos_support([self.issuer] + self.control_planes + self.workers)
+        self._find_nodes()
+        self._check_talos_support(self._nodes())
         self._read_states()
         if self.from_version is None:
             self.from_version = self._detect_from_version()
@@ -290,6 +397,7 @@ class KubernetesUpgrade:
                            control_plane_nodes=self.control_planes, worker_nodes=self.workers if self.upgrade_kubelet else [])
         self._check_path()
         self._check_removed_arguments()
+        self._check_removed_api_resources()
         self._check_deprecated_apis()
         self._make_plan()
         self.result["plan"] = [change.as_dict() for change in self.plan]
@@ -304,15 +412,28 @@ class KubernetesUpgrade:
             self._upgrade_static_pods()
             self._upgrade_kube_proxy()
             self._upgrade_kubelets()
-        self.result["manifests"] = self._sync_manifests() if self.sync_manifests else []
-        self.result["changed"] = bool(self.plan or self.result["manifests"])
+        # The sync's lists fill as it writes, so that a failure reports what it wrote too.
+        self.result["manifests"] = self.manifest_sync.changes
+        self.result["manifests_inventory"] = self.manifest_sync.inventory
+        if self.sync_manifests:
+            self._sync_manifests()
+        self.result["changed"] = bool(self.plan or self.manifest_sync.changes or self.manifest_sync.inventory["added"]
+                                      or self.manifest_sync.inventory["removed"]) or self._wrote()
         return self.result
+
+    def _wrote(self):
+        """Whether the task wrote anything: a machine config, or anything in the Kubernetes API (the kube-proxy
+        manifest, the manifest sync, the inventory ConfigMap: every write the KubeAPI counted)."""
+        return bool(self.done) or bool(self.kube.writes)
 
     def _failed(self, what, error):
         self.result["done"] = [change.as_dict() for change in self.done]
-        left = "nothing was changed" if not self.done else "%d of %d planned changes were made" % (len(self.done), len(self.plan))
+        made = ["%d of %d planned changes were made" % (len(self.done), len(self.plan))] if self.done else []
+        if self.kube.writes:
+            made.append("%d write(s) were made in the Kubernetes API" % self.kube.writes)
+        left = " and ".join(made) or "nothing was changed"
         raise ActionFailed("%s: %s; %s, rerun the task to finish the upgrade." % (what, error.message.rstrip("."), left),
-                           dict(self.result, changed=bool(self.done)), error)
+                           dict(self.result, changed=self._wrote()), error)
 
     def _patched_text(self, node, changes):
         state = self.states[node]
@@ -358,22 +479,34 @@ class KubernetesUpgrade:
                                                   "pulled": bool(outcome["changed"])})
 
     def _apply(self, change, step):
-        text, documents = self._patched_text(change.node, [change])
+        """Patch ``change`` into the node's config as the node has it now (read again: an edit made during a long
+        upgrade is kept), and apply it without a reboot."""
+        node = change.node
         try:
-            ConfigApplier(self.client, load_config(config=text), mode="no_reboot").apply(change.node)
+            text = read_active_config(self.client, node)
+            documents = parse_yaml_stream(text, "the active machine config of %s" % label(node))
+            home = components.config_home(documents, change.component)
+            patched = home.image != change.image_to
+            if patched:
+                text = components.config_with_image(text, documents, home, change.image_to)
+                documents = parse_yaml_stream(text, "the patched machine config of %s" % label(node))
+                ConfigApplier(self.client, load_config(config=text), mode="no_reboot").apply(node)
+                self.done.append(change)
         except TalosError as error:
-            self._failed("%s on %s, %s" % (change.component.name, label(change.node), step), error)
-        self.states[change.node].config_text, self.states[change.node].documents = text, documents
-        self.done.append(change)
-        self.progress("%s on %s: machine config patched (%s -> %s)" % (
-            change.component.name, label(change.node), change.image_from or "Talos default", change.image_to))
+            self._failed("%s on %s, %s" % (change.component.name, label(node), step), error)
+        self.states[node].config_text, self.states[node].documents = text, documents
+        self.progress("%s on %s: machine config %s (%s -> %s)" % (
+            change.component.name, label(node), "patched" if patched else "already set", change.image_from or "Talos default",
+            change.image_to))
 
     def _changes(self, component):
         return [change for change in self.plan if change.component is component]
 
-    def _resource_version(self, node, component):
+    def _rendered(self, node, component):
+        """``(version, image)`` of the config resource Talos renders ``component``'s static pod from."""
         namespace, resource_type, resource_id = component.resource
-        return self.client.get_resource(namespace, resource_type, resource_id, node=node)["metadata"]["version"]
+        resource = self.client.get_resource(namespace, resource_type, resource_id, node=node)
+        return resource["metadata"]["version"], _spec_image(resource)
 
     def _upgrade_static_pods(self):
         for component in components.STATIC_PODS:
@@ -384,8 +517,10 @@ class KubernetesUpgrade:
                 change = changes.get(node)
                 step = "reading its static pod's config version"
                 try:
-                    version = self._resource_version(node, component)
-                    if change is not None:
+                    version, image = self._rendered(node, component)
+                    # Rendered with the new image already (the config was patched meanwhile): nothing to wait for
+                    # but the pod.
+                    if change is not None and image != change.image_to:
                         step = "patching the machine config"
                         self._apply(change, step)
                         step = "waiting for Talos to render the new static pod"
@@ -414,10 +549,12 @@ class KubernetesUpgrade:
             "%s %s" % (short_label(node), component.name))
 
     def _wait_static_pod(self, node, component, config_version):
+        name = self.kube_names[node]
+
         def poll():
-            pods = [pod for pod in self.kube.pods(SYSTEM_NAMESPACE, "k8s-app=%s" % component.name) if pod["host_ip"] == node]
+            pods = [pod for pod in self.kube.pods(SYSTEM_NAMESPACE, "k8s-app=%s" % component.name) if pod["node_name"] == name]
             if not pods:
-                return Seen("no mirror pod", detail="no %s pod on %s in kube-system" % (component.name, node))
+                return Seen("no mirror pod", detail="no %s pod on Node %s in kube-system" % (component.name, name))
             pod = pods[0]
             seen = pod["annotations"].get(CONFIG_VERSION_ANNOTATION)
             if seen != config_version:
@@ -429,7 +566,7 @@ class KubernetesUpgrade:
 
         return Waiter(self.wait_timeout, POLL_SECONDS, self.progress).until(
             poll, "the %s pod on %s to run config version %s and be Ready" % (component.name, label(node), config_version),
-            "%s %s" % (short_label(node), component.name), tolerate=lambda error: getattr(error, "status", None) is None)
+            "%s %s" % (short_label(node), component.name), tolerate=is_retryable)
 
     def _upgrade_kube_proxy(self):
         changes = self._changes(components.KUBE_PROXY)
@@ -452,7 +589,7 @@ class KubernetesUpgrade:
 
     def _wait_manifest_image(self, node, daemonset, image):
         def poll():
-            for objects in self._manifests(node):
+            for objects in read_manifests(self.client, node):
                 for obj in objects:
                     if obj.get("kind") == "DaemonSet" and (obj.get("metadata") or {}).get("name") == daemonset:
                         images = [container.get("image") for container in
@@ -477,8 +614,7 @@ class KubernetesUpgrade:
             return Seen(state, done=done, value=status)
 
         return Waiter(self.wait_timeout, POLL_SECONDS, self.progress).until(
-            poll, "DaemonSet %s/%s to roll out" % (SYSTEM_NAMESPACE, name), "daemonset %s" % name,
-            tolerate=lambda error: getattr(error, "status", None) is None)
+            poll, "DaemonSet %s/%s to roll out" % (SYSTEM_NAMESPACE, name), "daemonset %s" % name, tolerate=is_retryable)
 
     def _upgrade_kubelets(self):
         changes = dict((change.node, change) for change in self._changes(components.KUBELET))
@@ -496,11 +632,12 @@ class KubernetesUpgrade:
 
     def _wait_kubelet(self, node):
         wanted = "v" + self.to_version
+        name = self.kube_names[node]
 
         def poll():
-            found = [item for item in self.kube.nodes() if item["address"] == node]
+            found = [item for item in self.kube.nodes(retry=False) if item["name"] == name]
             if not found:
-                return Seen("no Node", detail="the API server lists no Node with address %s" % node)
+                return Seen("no Node", detail="the API server lists no Node %s" % name)
             item = found[0]
             if item["kubelet_version"] != wanted:
                 return Seen("kubelet %s" % item["kubelet_version"], detail="Node %s reports kubelet %s"
@@ -511,55 +648,19 @@ class KubernetesUpgrade:
 
         return Waiter(self.wait_timeout, POLL_SECONDS, self.progress).until(
             poll, "the Node of %s to report kubelet %s and be Ready" % (label(node), wanted),
-            "%s kubelet" % short_label(node), tolerate=lambda error: getattr(error, "status", None) is None)
+            "%s kubelet" % short_label(node), tolerate=is_retryable)
 
     # -- bootstrap manifests ---------------------------------------------------------------
 
-    def _manifests(self, node):
-        """Each Talos Manifest resource's objects, in the resources' order (their IDs sort as Talos applies them)."""
-        resources = self.client.list_resources(MANIFESTS[0], MANIFESTS[1], node=node)
-        # A Manifest's spec is the list of its objects (ManifestSpec marshals as its items).
-        return [[obj for obj in (resource.get("spec") if isinstance(resource.get("spec"), list) else [resource.get("spec")])
-                 if isinstance(obj, dict)]
-                for resource in sorted(resources, key=lambda resource: resource["metadata"]["id"])]
-
     def _sync_manifests(self):
-        """Server-side apply every bootstrap manifest that differs from what the API server has."""
         node = self.control_planes[0]
-        changes = []
         try:
-            objects = [inventoried(obj) for group in self._manifests(node) for obj in group]
+            objects = [obj for group in read_manifests(self.client, node) for obj in group]
         except TalosError as error:
             self._failed("Reading the bootstrap manifests from %s" % label(node), error)
-        for obj in objects:
-            self.secrets.update(secret_values(obj) if obj.get("kind") != "Secret" else
-                                set(str(value) for field in ("data", "stringData")
-                                    for value in (obj.get(field) or {}).values()))
-        for obj in objects:
-            what = object_label(obj)
-            try:
-                live = self.kube.live(obj)
-                applied = self.kube.apply(obj, dry_run=True)
-            except TalosError as error:
-                self._failed("Syncing the bootstrap manifests, %s" % what, error)
-            if live is not None and strip_volatile(live) == strip_volatile(applied):
-                continue
-            action = "created" if live is None else "updated"
-            changes.append({"object": what, "action": action})
-            self.diffs.append({
-                "before": redacted_object(strip_volatile(live)) if live is not None else None,
-                "after": redacted_object(strip_volatile(applied)),
-                "object": what,
-            })
-            self.progress("manifest %s: %s%s" % (what, action, " (check mode)" if self.check_mode else ""))
-            if not self.check_mode:
-                try:
-                    self.kube.apply(obj)
-                except TalosError as error:
-                    self._failed("Syncing the bootstrap manifests, applying %s" % what, error)
-        if not self.check_mode and objects:
-            try:
-                self.kube.add_config_map_keys(INVENTORY[0], INVENTORY[1], [inventory_key(obj) for obj in objects])
-            except TalosError as error:
-                self._failed("Recording the bootstrap manifests in ConfigMap %s/%s" % INVENTORY, error)
-        return changes
+        self.secrets.update(manifest_secrets(objects))
+        try:
+            self.manifest_sync.run(objects)
+        except TalosError as error:
+            self._failed("Syncing the bootstrap manifests, %s" % self.manifest_sync.step, error)
+        self.diffs.extend(self.manifest_sync.diffs)

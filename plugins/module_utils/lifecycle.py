@@ -23,6 +23,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import errors, e
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError, format_seconds
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import PULL_TIMEOUT
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
+    CONTROL_PLANE_SERVICES,
     VERSION,
     is_configured_type,
     is_control_plane_type,
@@ -239,6 +240,8 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
     result.update(guard(client, node, "reboot", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
                         progress=progress))
     result["boot_id_before"] = waits.read_boot_marker(client, node)
+    # Which of the services this node may run at all is known before it goes down.
+    machine_type = etcd.machine_type(client, node) if any(name in CONTROL_PLANE_SERVICES for name in services) else None
     if check_mode:
         return result
 
@@ -250,7 +253,7 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
     with _failing_as("The reboot of %s was requested but the node is not back as expected" % label(node), result):
         result["boot_id_after"] = waits.wait_for_reboot(client, node, result["boot_id_before"], waiter)
         if services:
-            result["services"] = waits.wait_for_services(client, node, services, waiter)
+            result["services"] = waits.wait_for_services(client, node, services, waiter, machine_type=machine_type)
     result["elapsed"] = waiter.elapsed
     return result
 

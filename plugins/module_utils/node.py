@@ -226,6 +226,27 @@ def service_state(info):
     return "%s, %s" % (info.state, health_word(info))
 
 
+# The services Talos v1.9 to v1.14 defines itself; a system extension's are ext-<name>. Control planes alone run
+# etcd and trustd (internal/app/machined/pkg/system/services), so a worker never lists them.
+TALOS_SERVICES = ("apid", "auditd", "containerd", "cri", "dashboard", "etcd", "kubelet", "machined", "syslogd", "trustd",
+                  "udevd")
+CONTROL_PLANE_SERVICES = ("etcd", "trustd")
+
+
+def unknown_services_problem(option, names):
+    """The sentence refusing the names of ``option`` that no Talos node ever runs (a typo), or None."""
+    unknown = [name for name in names if name not in TALOS_SERVICES and not name.startswith("ext-")]
+    if not unknown:
+        return None
+    return ("%s names %s, which no Talos node runs: Talos's services are %s, and a system extension's are ext-<name>."
+            % (option, ", ".join(unknown), ", ".join(TALOS_SERVICES)))
+
+
+def runs_service(machine_type, name):
+    """Whether a node of ``machine_type`` may run service ``name``: a worker never runs etcd or trustd."""
+    return name not in CONTROL_PLANE_SERVICES or not is_configured_type(machine_type) or is_control_plane_type(machine_type)
+
+
 # The operations Talos lets the API run, per service (system/system.go: only
 # services implementing the API hooks; kubelet cannot be stopped).
 _CONTROLLABLE = {"kubelet": ("started", "restarted")}

@@ -105,11 +105,14 @@ class TaskSpec:
     with one of their names is refused. ``ranges`` gives the inclusive ``(lowest, highest)`` bounds of every
     int or float option (None for no bound on that side): a numeric option
     without bounds is a programming error. Strings must not be empty unless
-    named in ``may_be_empty``. The other keywords are AnsibleModule's.
+    named in ``may_be_empty``. ``host_node`` says that a task on an inventory
+    host that names no node acts on that host's node (the doors' default
+    ``node``); False for a module whose ``node`` is only the control plane it
+    works through. The other keywords are AnsibleModule's.
     """
 
     def __init__(self, argument_spec, connection=True, wait=False, wait_defaults=None, quorum_wait=False, ranges=None,
-                 may_be_empty=(), supports_check_mode=True, libraries=None, **rules):
+                 may_be_empty=(), supports_check_mode=True, libraries=None, host_node=True, **rules):
         unknown = sorted(set(rules) - set(_VALIDATOR_KEYS))
         if unknown:
             raise ValueError("unknown TaskSpec rules: %s" % ", ".join(unknown))
@@ -145,6 +148,7 @@ class TaskSpec:
         self.may_be_empty = tuple(may_be_empty)
         self.supports_check_mode = supports_check_mode
         self.connection = connection
+        self.host_node = connection and host_node
         self.libraries = libraries if libraries is not None else (CLIENT_LIBRARIES if connection else GENERATOR_LIBRARIES)
         self.rules = rules
 
@@ -215,16 +219,19 @@ class Task:
     def per_node_result(self, outcomes):
         """The result of a task run on every target node: ``outcomes`` is ``{node: result dict or TalosError}``.
 
-        ``nodes`` holds each node's outcome keyed by node (the endpoint for
-        ``None``), a failed one with ``failed`` and ``msg``; with one node its
-        outcome is also at the top level. Any failed node fails the task.
+        With one node its outcome is the result, as talos_facts has it; with
+        several, ``nodes`` holds each node's outcome keyed by node (the
+        endpoint for ``None``), a failed one with ``failed`` and ``msg``. Any
+        failed node fails the task.
         """
         nodes = self.target_nodes
         per_node, failed = outcomes_by_node(outcomes, nodes, self.settings.endpoints[0])
-        result = dict(changed=any(item.get("changed") for item in per_node.values()), nodes=per_node)
+        result = dict(changed=any(item.get("changed") for item in per_node.values()))
         if len(nodes) == 1:
             outcome = next(iter(per_node.values()))
             result.update((name, value) for name, value in outcome.items() if name not in ("changed", "failed", "msg"))
+        else:
+            result["nodes"] = per_node
         if failed:
             first = next(outcomes[node] for node in nodes if isinstance(outcomes[node], TalosError))
             if len(nodes) == 1:

@@ -321,16 +321,21 @@ def wait_for_secure_api(client, node, waiter):
                         tolerate=lambda error: error.code not in ("PermissionDenied", "Unimplemented", "InvalidArgument"))
 
 
-def wait_for_services(client, node, names, waiter):
+def wait_for_services(client, node, names, waiter, machine_type=None):
     """Wait until every service in ``names`` is up on ``node`` (``node.is_up``); returns ``{name: state}``.
 
-    A service the node does not define keeps the wait going (extensions
-    appear once their system extension runs).
+    A service a node of ``machine_type`` never runs (etcd on a worker) is not
+    waited for: its state is ``not run on worker nodes``. Any other service
+    the node does not define keeps the wait going (extensions appear once
+    their system extension runs).
     """
+    skipped = [name for name in names if not talos_node.runs_service(machine_type, name)]
+    awaited = [name for name in names if name not in skipped]
+
     def poll():
         services = talos_node.list_services(client, node, deadline=waiter.call_deadline())
-        states, waiting = {}, []
-        for name in names:
+        states, waiting = dict((name, "not run on %s nodes" % machine_type) for name in skipped), []
+        for name in awaited:
             info = services.get(name)
             states[name] = talos_node.service_state(info) if info is not None else "not defined"
             if info is None or not talos_node.is_up(info):
@@ -339,7 +344,7 @@ def wait_for_services(client, node, names, waiter):
             return Seen("waiting for " + ", ".join(waiting))
         return Seen("services up", done=True, value=states, detail="every service is running")
 
-    return waiter.until(poll, "services %s on %s to be running and healthy" % (", ".join(names), talos_node.label(node)),
+    return waiter.until(poll, "services %s on %s to be running and healthy" % (", ".join(awaited), talos_node.label(node)),
                         talos_node.short_label(node), follow=EventFollower(client, node))
 
 

@@ -173,6 +173,8 @@ SPEC = TaskSpec(
     ),
     wait="timeout",
     ranges=dict(wait_timeout=(0, None), poll_interval=(1, None)),
+    # The node is the control plane that is asked, whatever host the task runs on.
+    host_node=False,
 )
 
 

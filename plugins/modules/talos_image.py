@@ -106,7 +106,7 @@ seealso:
 EXAMPLES = r"""
 - name: Pre-pull the pause image on every node
   talos_linux.talos.talos_image:
-    nodes: "{{ groups['talos'] | map('extract', hostvars, 'ansible_host') | list }}"
+    nodes: "{{ ansible_play_hosts | map('extract', hostvars, 'ansible_host') | list }}"
     name: registry.k8s.io/pause:3.10
   run_once: true
 
@@ -124,8 +124,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 nodes:
-  description: The outcome on each node, keyed by node; a node that failed has C(failed) and C(msg).
-  returned: always
+  description:
+    - The outcome on each node, keyed by node, with the keys below; a node that failed has C(failed) and C(msg).
+    - With one node the result holds that node's keys alone, not this key too.
+  returned: when several nodes are targeted
   type: dict
   sample:
     10.5.0.3:

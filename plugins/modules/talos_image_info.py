@@ -55,15 +55,17 @@ EXAMPLES = r"""
 
 - name: Is the pause image on every node?
   talos_linux.talos.talos_image_info:
-    nodes: "{{ groups['talos'] | map('extract', hostvars, 'ansible_host') | list }}"
+    nodes: "{{ ansible_play_hosts | map('extract', hostvars, 'ansible_host') | list }}"
   register: cri_images
   run_once: true
 """
 
 RETURN = r"""
 nodes:
-  description: The images on each node, keyed by node; a node that failed has C(failed) and C(msg).
-  returned: always
+  description:
+    - The images on each node, keyed by node; a node that failed has C(failed) and C(msg).
+    - With one node the result holds RV(namespace) and RV(images) alone, not this key too.
+  returned: when several nodes are targeted
   type: dict
   sample:
     10.5.0.3:

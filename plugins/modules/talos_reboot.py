@@ -54,6 +54,9 @@ options:
     description:
       - Services that must be C(Running) (and healthy, when they have a health check) before the wait ends, for
         example V([etcd, kubelet]).
+      - A service only control planes run (C(etcd), C(trustd)) is not waited for on a worker, so one list fits every
+        node; its state in RV(services) is C(not run on worker nodes).
+      - A name that is neither a Talos service nor a system extension's C(ext-<name>) is refused before any call.
     type: list
     elements: str
     default: []
@@ -79,7 +82,7 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Reboot this node and wait until etcd and kubelet run again
+- name: Reboot this node and wait until etcd (on a control plane) and kubelet run again
   talos_linux.talos.talos_reboot:
     node: "{{ ansible_host }}"
     wait_for_services: [etcd, kubelet]
@@ -147,7 +150,9 @@ quorum:
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 services:
-  description: The state and health of each service of O(wait_for_services) at the end of the wait.
+  description:
+    - The state and health of each service of O(wait_for_services) at the end of the wait; on a worker, a service only
+      control planes run is C(not run on worker nodes).
   returned: when one node is targeted, O(wait_for_services) is set and the module waited
   type: dict
   sample: {etcd: "Running, healthy", kubelet: "Running, healthy"}
@@ -162,8 +167,9 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import unknown_services_problem
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -180,6 +186,9 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
+    problem = unknown_services_problem("wait_for_services", params["wait_for_services"])
+    if problem:
+        raise TaskFailed(problem)
 
     def reboot_node(client, node):
         return lifecycle.reboot(client, node, params["mode"], params["wait_for_services"],

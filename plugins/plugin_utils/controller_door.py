@@ -49,6 +49,11 @@ def _plain(value):
     return str(value)
 
 
+def _targets_only(args, node):
+    """Whether the task ``args`` target exactly ``node`` (a host's own node; None never matches)."""
+    return node is not None and (args.get("node") == node or args.get("nodes") == [node])
+
+
 def _injects_invocation(task_vars):
     """Whether a module's result carries ``invocation``: a setting from ansible-core 2.21 on, always before."""
     try:
@@ -74,6 +79,7 @@ class TalosAction(ActionBase):
         task_vars = task_vars or {}
         result = super(TalosAction, self).run(tmp, task_vars)
         self._use_talosconfig_variable(task_vars)
+        self._use_host_node(task_vars)
         door, reason = self._choose_door(task_vars)
         display.v("%s through the %s door (%s)" % (self.module_name, door, reason),
                   host=task_vars.get("inventory_hostname"))
@@ -93,6 +99,25 @@ class TalosAction(ActionBase):
         if ("talosconfig" in self.MODULE.SPEC.argument_spec and self._task.args.get("talosconfig") is None
                 and "talosconfig" in task_vars):
             self._task.args = dict(self._task.args, talosconfig=self._templar.template(task_vars["talosconfig"]))
+
+    def _use_host_node(self, task_vars):
+        """A task on an inventory host that names no node (nor nodes) acts on that host's node: its variable
+        ``talos_node`` (set by the inventory plugin), else its own ``ansible_host`` (docs/getting-started.md).
+        A host with neither, such as localhost, keeps the talosconfig's nodes or the endpoint."""
+        if (not self.MODULE.SPEC.host_node or self._task.args.get("node") is not None
+                or self._task.args.get("nodes") is not None):
+            return
+        node = self._host_node(task_vars)
+        if node is not None:
+            self._task.args = dict(self._task.args, node=node)
+
+    def _host_node(self, task_vars):
+        """The node the task's inventory host stands for, or None (localhost, a host without those variables)."""
+        host_vars = (task_vars.get("hostvars") or {}).get(task_vars.get("inventory_hostname")) or {}
+        for name in ("talos_node", "ansible_host"):
+            if host_vars.get(name) is not None:
+                return str(self._templar.template(host_vars[name]))
+        return None
 
     def _choose_door(self, task_vars):
         """``(door, reason)``: which door runs the task, and why (shown at -v)."""
@@ -128,6 +153,9 @@ class TalosAction(ActionBase):
         if self._task.check_mode and not spec.supports_check_mode:
             return dict(skipped=True, msg="%s does not support check mode" % self.module_name)
         host = task_vars.get("inventory_hostname")
+        # Progress lines name the node they are about; the host's name goes before them only when the task acts on
+        # the host's own node, not when the play's first host works on another host's node (run_once in a role).
+        host_prefix = "%s: " % host if _targets_only(self._task.args, self._host_node(task_vars)) else ""
         environment = self._environment()
         saved = dict((name, os.environ.get(name)) for name in environment)
         os.environ.update(environment)
@@ -144,7 +172,7 @@ class TalosAction(ActionBase):
                 task = Task(self.module_name, params, check_mode=bool(self._task.check_mode),
                             diff=bool(self._task.diff), no_log_values=no_log_values,
                             argument_spec=spec.argument_spec,
-                            report=lambda message: display.display("%s: %s" % (host, message)))
+                            report=lambda message: display.display(host_prefix + message))
                 result = execute(spec, task, self.MODULE.run)
         finally:
             for name, value in saved.items():

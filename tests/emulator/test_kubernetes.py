@@ -13,7 +13,7 @@ import yaml
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, kube_api
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, machine_pb2
@@ -119,8 +119,12 @@ def kube(module_emulator, kube_apiserver_factory):
     api_client = k8s.config.new_client_from_config(server.kubeconfig_path)
     talos = ApiClient(cluster)
     kube = KubeCluster(cluster, server, talos, k8s.client.CoreV1Api(api_client), k8s.client.AppsV1Api(api_client))
-    _wait_for(lambda: kube.core.list_node().items,
-              lambda nodes: len(nodes) == 3 and all(kube.ready(node) == "True" for node in nodes))
+    try:
+        _wait_for(lambda: kube.core.list_node().items,
+                  lambda nodes: len(nodes) == 3 and all(kube.ready(node) == "True" for node in nodes))
+    except AssertionError:
+        assert kubelets.errors == [], kubelets.errors[-1]
+        raise
     yield kube
     kubelets.stop()
     talos.close()
@@ -294,11 +298,22 @@ def test_missing_kubelet_image_fails_pulls_and_keeps_the_old_kubelet(kube):
     assert recovered.status.node_info.kubelet_version == "v1.37.1"
 
 
+def _patch_kube_proxy(kube, patch):
+    """A strategic merge patch of the kube-proxy DaemonSet: chosen where the client lets the caller choose, the
+    default for a mapping in older clients."""
+    try:
+        return kube.apps.patch_namespaced_daemon_set("kube-proxy", "kube-system", patch, _content_type=STRATEGIC)
+    except TypeError as error:
+        if "_content_type" not in str(error):
+            raise
+    return kube.apps.patch_namespaced_daemon_set("kube-proxy", "kube-system", patch)
+
+
 def test_daemon_set_rollout_after_a_generation_change(kube):
     nodes = len(kube.cluster.nodes)
     image = "registry.k8s.io/kube-proxy:%s" % NEXT
     patch = {"spec": {"template": {"spec": {"containers": [{"name": "kube-proxy", "image": image}]}}}}
-    generation = kube.apps.patch_namespaced_daemon_set("kube-proxy", "kube-system", patch, _content_type=STRATEGIC).metadata.generation
+    generation = _patch_kube_proxy(kube, patch).metadata.generation
     rolled = _wait_for(lambda: kube.apps.read_namespaced_daemon_set("kube-proxy", "kube-system"),
                        lambda found: found.status.observed_generation == generation)
     status = rolled.status
@@ -309,12 +324,123 @@ def test_daemon_set_rollout_after_a_generation_change(kube):
     kube.cluster.faults.mark_image_unavailable(missing)
     try:
         patch["spec"]["template"]["spec"]["containers"][0]["image"] = missing
-        generation = kube.apps.patch_namespaced_daemon_set("kube-proxy", "kube-system", patch, _content_type=STRATEGIC).metadata.generation
+        generation = _patch_kube_proxy(kube, patch).metadata.generation
         stuck = _wait_for(lambda: kube.apps.read_namespaced_daemon_set("kube-proxy", "kube-system"),
                           lambda found: found.status.observed_generation == generation).status
         assert (stuck.updated_number_scheduled, stuck.number_unavailable, stuck.number_ready) == (1, 1, nodes - 1)
     finally:
         kube.cluster.faults.clear()
+
+
+def _collection_kube_api(kube, **options):
+    """The collection's KubeAPI with the admin kubeconfig the Kubeconfig RPC of the first control plane returns."""
+    settings = configgen.kubernetes_settings(kube.cluster.controlplanes[0].config_bytes)
+    return kube_api.KubeAPI(kubernetes.admin_kubeconfig(settings, None), **options)
+
+
+def test_the_collection_talks_to_the_real_api_server(kube):
+    """Every call the upgrade makes, with whichever ``kubernetes`` client is installed (the oldest stack runs the
+    lowest the collection declares): /metrics through the client's connection pool, not ``call_api``."""
+    api = _collection_kube_api(kube)
+    try:
+        assert isinstance(api.deprecated_api_requests(), list)
+        nodes = dict((item["name"], item) for item in api.nodes())
+        assert nodes["worker-1"]["addresses"] == [kube.node("worker-1").address, "worker-1"]
+        assert [pod["node_name"] for pod in api.pods("kube-system", "k8s-app=kube-scheduler")] == [
+            node.hostname for node in kube.cluster.controlplanes]
+        assert api.daemonset_rollout("kube-system", "kube-proxy")["images"][0].startswith("registry.k8s.io/kube-proxy:")
+        assert api.daemonset_rollout("kube-system", "absent") is None
+        # An API resource Kubernetes 1.37 removed is not served; one it serves is counted.
+        assert api.object_count("scheduling.k8s.io", "v1alpha2", "workloads") is None
+        assert api.object_count("", "v1", "nodes") == 3
+        config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-api-test", "namespace": "default"},
+                      "data": {"a": "1"}}
+        api.apply(config_map, dry_run=True)
+        assert api.live(config_map) is None and api.writes == 0
+        api.apply(config_map)
+        assert api.live(config_map)["data"] == {"a": "1"} and api.writes == 1
+    finally:
+        api.close()
+
+
+def test_the_kubernetes_endpoint_option_replaces_the_kubeconfig_server(kube):
+    settings = dict(configgen.kubernetes_settings(kube.cluster.controlplanes[0].config_bytes), endpoint="https://127.0.0.1:1")
+    api = kube_api.KubeAPI(kubernetes.admin_kubeconfig(settings, None), server=kube.server.url + "/")
+    try:
+        assert api.server == kube.server.url and len(api.nodes()) == 3
+    finally:
+        api.close()
+
+
+def test_a_node_is_reached_by_its_dns_name_and_by_another_address(kube):
+    """As apid dials a target: a name the network's DNS resolves, or any address of the node; not a bare node name."""
+    worker = kube.node("worker-1")
+    name = kube.cluster.dns_name(worker)
+    assert kube.talos.call("machine.MachineService/Hostname", node=name).messages[0].hostname == "worker-1"
+    kube.cluster.add_address(worker, "203.0.113.5")
+    assert kube.talos.call("machine.MachineService/Hostname", node="203.0.113.5").messages[0].hostname == "worker-1"
+    request = state_pb2.GetRequest(namespace="network", type="NodeAddresses.net.talos.dev", id="current")
+    spec = yaml.safe_load(kube.talos.call("cosi.resource.State/Get", request, node=name).resource.spec.yaml_spec)
+    assert spec["addresses"] == ["%s/8" % worker.address, "203.0.113.5/32"]
+    with pytest.raises(GRPCError) as excinfo:
+        kube.talos.call("machine.MachineService/Hostname", node="controlplane-2")
+    assert "no such host" in excinfo.value.message
+
+
+def test_static_pods_render_their_command_lines_with_extra_args(kube):
+    _version, pod = kube.get("controlplane-1", "k8s", "StaticPods.kubernetes.talos.dev", "kube-apiserver")
+    [container] = pod["spec"]["containers"]
+    assert container["command"][0] == "/usr/local/bin/kube-apiserver"
+    assert "--enable-admission-plugins=NodeRestriction" in container["command"]
+    config = configgen.generate_machine_config(configgen.SecretsBundle.generate(), "controlplane", "c", "https://127.0.0.1:6443",
+                                               kubernetes_version=K8S_VERSION)
+    document = yaml.safe_load(config)
+    document["cluster"]["scheduler"] = {"extraArgs": {"feature-gates": "GangScheduling=true"}}
+    document["machine"]["kubelet"]["extraArgs"] = {"containerd": "/run/containerd.sock"}
+    document["machine"]["kubelet"]["extraConfig"] = {"featureGates": {"HonorPVReclaimPolicy": True}}
+    node = type("Node", (), {"config_bytes": yaml.safe_dump(document).encode(), "hostname": "n", "address": "10.5.0.9"})()
+    assert "--feature-gates=GangScheduling=true" in kubernetes.static_pod(node, "kube-scheduler")["spec"]["containers"][0]["command"]
+    kubelet = kubernetes.kubelet_spec(node)
+    assert "--containerd=/run/containerd.sock" in kubelet["args"]
+    assert kubelet["config"]["featureGates"] == {"HonorPVReclaimPolicy": True}
+
+
+def _upgrade_defaults(**options):
+    """The options of talos_kubernetes_upgrade at their defaults, with ``options``."""
+    from ansible_collections.talos_linux.talos.plugins.modules import talos_kubernetes_upgrade
+    defaults = dict((name, spec.get("default")) for name, spec in talos_kubernetes_upgrade.SPEC.argument_spec.items())
+    defaults.update(options)
+    return talos_kubernetes_upgrade.run, defaults
+
+
+def test_the_upgrade_refuses_apis_the_target_removes_end_to_end(kube):
+    """The module's run with the collection's client, the emulated nodes (running Talos v1.15, which runs Kubernetes
+    1.38) and the real API server: a client asked for resource.k8s.io/v1beta1, which 1.38 removes."""
+    from module_fakes import run_module
+    from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
+    from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+
+    kube.server.get("/apis/resource.k8s.io/v1beta1/deviceclasses")
+    versions = dict((node.name, node.talos_version) for node in kube.cluster.nodes)
+
+    def set_versions(wanted):
+        for node in kube.cluster.nodes:
+            node.talos_version = wanted[node.name]
+    kube.cluster.call(set_versions, dict((name, "v1.15.0") for name in versions))
+    applied = len(kube.cluster.audit(method="ApplyConfiguration", include_dry_run=False))
+    run, defaults = _upgrade_defaults(talosconfig=kube.cluster.talosconfig_path(), node=kube.cluster.controlplanes[0].address,
+                                      to_version="1.38.0", from_version="1.37.2", wait_timeout=30)
+    try:
+        with TalosClient(ConnectionSettings.from_params(defaults)) as client:
+            with pytest.raises(TalosConfigError) as refused:
+                run_module(run, client, defaults)
+    finally:
+        kube.cluster.call(set_versions, versions)
+    assert refused.value.message.startswith(
+        "Clients still ask the API server for APIs Kubernetes 1.38.0 no longer serves: "
+        "resource.k8s.io/v1beta1/deviceclasses (removed in 1.38); move them to the current APIs first")
+    assert len(kube.cluster.audit(method="ApplyConfiguration", include_dry_run=False)) == applied
 
 
 # What a config renders, without a cluster.

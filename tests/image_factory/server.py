@@ -314,14 +314,15 @@ class _Handler(BaseHTTPRequestHandler):
 class ImageFactoryServer:
     """A local Image Factory on 127.0.0.1: ``url``, ``requests`` (method, path) and ``schematics`` (id -> YAML).
 
-    ``tls_files`` = (certificate, key) serves HTTPS; ``versions`` replaces the Talos versions offered.
+    ``tls_files`` = (certificate, key) serves HTTPS; ``versions`` replaces the Talos versions offered; ``port``
+    0 picks a free one.
     """
 
-    def __init__(self, tls_files=None, versions=None):
+    def __init__(self, tls_files=None, versions=None, port=0):
         self.versions = list(versions or VERSIONS)
         self.schematics = {}
         self.requests = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
         self._httpd.factory = self
         self._httpd.daemon_threads = True
         scheme = "http"

@@ -92,3 +92,21 @@ def test_one_unreachable_node_fails_its_task_naming_it(emulator, run_playbook):
         "the node may be powered off or rebooting." % (worker.address, cluster.controlplanes[0].endpoint))
     assert gather["result"]["node"] == worker.address
     assert elapsed(run) < 5, "took %.1f s" % elapsed(run)
+
+
+def test_a_node_in_maintenance_mode_behind_the_endpoint_fails_at_once_saying_how_to_reach_it(emulator, run_playbook):
+    """The endpoint relays that it does not trust the node's self-signed maintenance certificate: permanent, so
+    not retried for the whole timeout, and the message says how to reach the node instead (issue 31)."""
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True)
+    worker = cluster.workers[0]
+    cluster.call(lambda: setattr(worker, "config", None))  # reset: back in maintenance mode
+    run = run_playbook(timed_play(cluster.talosconfig_path(), {"node": worker.address}))
+
+    gather = run.task("gather")
+    assert gather["status"] == "failed"
+    assert gather["result"]["msg"] == (
+        "Node %s is unreachable through endpoint %s: the endpoint does not trust its certificate (x509: certificate "
+        "signed by unknown authority), so the node is probably in maintenance mode (not configured yet, or reset) or "
+        "belongs to another cluster; reach it directly with endpoints: [%s] and insecure: true."
+        % (worker.address, cluster.controlplanes[0].endpoint, worker.address))
+    assert elapsed(run) < 5, "a relayed certificate failure is not retried (took %.1f s)" % elapsed(run)

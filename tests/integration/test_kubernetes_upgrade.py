@@ -5,8 +5,10 @@
 kube-apiserver (tests/kube_apiserver) on the cluster's own Kubernetes CA, and the emulator's nodes acting as kubelets.
 
 Both config forms: Talos v1.13 configs set the images in v1alpha1 fields (Kubernetes 1.35 -> 1.36), Talos v1.14
-configs in Kube*Config documents (1.36 -> 1.37). For each: check mode plans and changes nothing, a missing image stops
-the upgrade before any change, the upgrade runs (its -vvv output holds no secret), and a rerun changes nothing.
+configs in Kube*Config documents (1.36 -> 1.37). For each: a target the nodes' Talos does not support is refused, check
+mode plans and changes nothing, a missing image stops the upgrade before any change, the upgrade runs (its -vvv output
+holds no secret), and a rerun changes nothing. The nodes are given by their DNS names, as an inventory names them: the
+module finds their Kubernetes Nodes (registered under their hostnames, with their InternalIPs) by itself.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,6 +16,7 @@ __metaclass__ = type
 
 import base64
 import json
+import re
 
 import pytest
 import yaml
@@ -25,8 +28,8 @@ import kube_apiserver
 from talos_emulator import EmulatedCluster
 
 FORMS = {
-    "v1alpha1": dict(talos_version="v1.13.5", from_version="1.35.4", to_version="1.36.3"),
-    "documents": dict(talos_version="v1.14.0", from_version="1.36.3", to_version="1.37.2"),
+    "v1alpha1": dict(talos_version="v1.13.5", from_version="1.35.4", to_version="1.36.3", unsupported="1.37.0"),
+    "documents": dict(talos_version="v1.14.0", from_version="1.36.3", to_version="1.37.2", unsupported="1.38.0"),
 }
 STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 V1ALPHA1_FIELDS = {
@@ -81,6 +84,11 @@ class KubeCluster:
 
     def configs(self):
         return dict((node.address, self.cluster.call(node.config_text)) for node in self.cluster.nodes)
+
+    def by_dns_name(self):
+        """The node options as an inventory of DNS names gives them."""
+        return {"control_plane_nodes": [self.cluster.dns_name(node) for node in self.cluster.controlplanes],
+                "worker_nodes": [self.cluster.dns_name(node) for node in self.cluster.workers]}
 
     def kube(self, path):
         return self.server.get(path)
@@ -153,9 +161,15 @@ def kube_cluster(request, tmp_path_factory):
 def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster):
     setup, form = kube_cluster, kube_cluster.form
     cluster = setup.cluster
-    control_planes = [node.address for node in cluster.controlplanes]
-    workers = [node.address for node in cluster.workers]
+    control_planes = [cluster.dns_name(node) for node in cluster.controlplanes]
+    workers = [cluster.dns_name(node) for node in cluster.workers]
+    named = setup.by_dns_name()
     to_version = form["to_version"]
+    # A target the nodes' Talos does not support: refused, naming the node, before the Kubernetes API is asked.
+    _run, refused = setup.play(dict(named, to_version=form["unsupported"]), check=True, expect_rc=2)
+    assert refused["msg"] == "node %s runs Talos %s, which supports Kubernetes %s to %s, not %s: upgrade Talos first." % (
+        cluster.controlplanes[0].address, form["talos_version"], {"v1alpha1": "1.31", "documents": "1.32"}[form["name"]],
+        {"v1alpha1": "1.36", "documents": "1.37"}[form["name"]], form["unsupported"])
     if form["name"] == "v1alpha1":
         # A feature gate Kubernetes 1.36 removed, given to one worker's kubelet: refused, nothing asked to change.
         worker = cluster.workers[0]
@@ -169,9 +183,9 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
         finally:
             cluster.call(worker.apply_active_config, original.encode())
         assert refused["msg"] == (
-            "Kubernetes %s removed what the machine config still gives its components: feature gate "
-            "WatchFromStorageWithoutResourceVersion of kubelet on node %s; remove them from the config's extraArgs first."
-            % (to_version, worker.address))
+            "Kubernetes %s removed what the components are still started with: feature gate "
+            "WatchFromStorageWithoutResourceVersion of kubelet on node %s; remove them from the machine config (extraArgs, "
+            "or the kubelet's extraConfig) first." % (to_version, worker.address))
 
     # Drift in the bootstrap manifests: a binding deleted, a field of the bootstrap token Secret changed by hand.
     api = setup.kube_client()
@@ -184,21 +198,22 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     applied_before = len(cluster.audit(method="ApplyConfiguration", include_dry_run=False))
 
     # Check mode: the plan, in the form each config uses, and the manifests to sync; nothing changes.
-    run, result = setup.play({"to_version": to_version}, check=True, diff=True, verbosity=3)
+    run, result = setup.play(dict(named, to_version=to_version), check=True, diff=True, verbosity=3)
     assert result["changed"] is True
+    assert result["kubernetes_nodes"] == dict((cluster.dns_name(node), node.hostname) for node in cluster.nodes)
     assert result["from_version"] == form["from_version"] and result["to_version"] == to_version
-    assert sorted(result["control_plane_nodes"]) == sorted(control_planes)
-    assert sorted(result["worker_nodes"]) == sorted(workers)
+    assert result["control_plane_nodes"] == control_planes and result["worker_nodes"] == workers
     planned = [(item["node"], item["component"]) for item in result["plan"]]
-    assert planned == ([(node, component) for component in STATIC_PODS for node in result["control_plane_nodes"]]
-                       + [(node, "kube-proxy") for node in result["control_plane_nodes"]]
-                       + [(node, "kubelet") for node in result["control_plane_nodes"] + result["worker_nodes"]])
+    assert planned == ([(node, component) for component in STATIC_PODS for node in control_planes]
+                       + [(node, "kube-proxy") for node in control_planes]
+                       + [(node, "kubelet") for node in control_planes + workers])
     for item in result["plan"]:
         node = cluster.find_node(item["node"])
         home, image = setup.image(node, item["component"])
-        assert item["image_from"] in (image, None) and item["to"] == to_version and item["from"] in (form["from_version"], None)
-        assert item["document"] == home
-        assert item["image_to"].endswith(":v" + to_version)
+        repository = "ghcr.io/siderolabs/kubelet" if item["component"] == "kubelet" else "registry.k8s.io/" + item["component"]
+        assert (item["image_from"], item["from"]) == ("%s:v%s" % (repository, form["from_version"]), form["from_version"])
+        assert (item["image_to"], item["to"]) == ("%s:v%s" % (repository, to_version), to_version)
+        assert (item["document"], image) == (home, item["image_from"])
     if form["name"] == "documents":
         assert {item["document"] for item in result["plan"]} == set(DOCUMENTS.values())
     else:
@@ -221,7 +236,7 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     missing = "ghcr.io/siderolabs/kubelet:v" + to_version
     cluster.model.faults.mark_image_unavailable(missing)
     try:
-        run, failed = setup.play({"to_version": to_version}, expect_rc=2, verbosity=3)
+        run, failed = setup.play(dict(named, to_version=to_version), expect_rc=2, verbosity=3)
     finally:
         cluster.model.faults.clear()
     for secret in setup.secret_strings():
@@ -232,14 +247,14 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     assert setup.configs() == before
 
     # The upgrade, at -vvv: no secret in the whole output.
-    run, result = setup.play({"to_version": to_version}, verbosity=3)
+    run, result = setup.play(dict(named, to_version=to_version), verbosity=3)
     assert result["changed"] is True, result["msg"]
     assert len(result["plan"]) == 3 * 5 + 2
     assert result["msg"].startswith("Upgraded Kubernetes from %s to %s" % (form["from_version"], to_version))
     for secret in setup.secret_strings():
         assert secret not in run.stdout and secret not in run.stderr
     for node in cluster.nodes:
-        components = STATIC_PODS + ("kube-proxy", "kubelet") if node.address in control_planes else ("kubelet",)
+        components = STATIC_PODS + ("kube-proxy", "kubelet") if node in cluster.controlplanes else ("kubelet",)
         for component in components:
             home, image = setup.image(node, component)
             assert image.endswith(":v" + to_version), (node.address, component, home, image)
@@ -262,7 +277,6 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
         assert {pod["spec"]["containers"][0]["image"] for pod in pods} == {"registry.k8s.io/%s:v%s" % (component, to_version)}
     proxy = setup.kube("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy")
     assert proxy["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.k8s.io/kube-proxy:v" + to_version
-    assert proxy["status"]["updatedNumberScheduled"] == proxy["status"]["desiredNumberScheduled"] == 5
 
     assert sorted(item["object"] for item in result["manifests"]) == sorted(drift)
     # Every bootstrap manifest object stays in Talos's inventory, the drift undone.
@@ -274,7 +288,7 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     assert "kube-system_kube-proxy_apps_DaemonSet" in inventory
 
     # A rerun at the target changes nothing and says so.
-    _run, rerun = setup.play({"to_version": to_version})
+    _run, rerun = setup.play(dict(named, to_version=to_version))
     assert rerun["changed"] is False and rerun["plan"] == [] and rerun["manifests"] == []
     assert rerun["msg"] == ("Kubernetes %s runs on every node and the bootstrap manifests are in sync: nothing to do."
                             % to_version)
@@ -320,25 +334,169 @@ def test_an_upgrade_stopped_by_a_pod_that_never_comes_up_names_it_and_a_rerun_fi
 
 def test_the_upgrade_role_upgrades_kubernetes_alone_and_a_rerun_changes_nothing(kube_cluster):
     """upgrade_kubernetes_version without upgrade_version: the Talos steps are skipped, the Kubernetes step runs
-    through the first control plane with the inventory's node lists (a patch release here)."""
+    through the first control plane with the inventory's node lists (a patch release here), the inventory naming
+    the nodes by their DNS names."""
     setup = kube_cluster
     target = _next_patch(setup.form["to_version"], 2)
+    inventory = yaml.safe_load(open(setup.inventory).read())
+    for group in inventory["all"]["children"].values():
+        for name, host in group["hosts"].items():
+            host["ansible_host"] = setup.cluster.dns_name(name)
+    by_name = setup.workdir / "inventory-by-dns-name.yml"
+    by_name.write_text(yaml.safe_dump(inventory))
     play = [{"hosts": "controlplane:workers", "gather_facts": False, "roles": [{
         "role": "talos_linux.talos.upgrade",
         "vars": {"upgrade_kubernetes_version": target,
                  "upgrade_talosconfig": str(setup.workdir / "generated" / "talosconfig"), "upgrade_wait_timeout": 60}}]}]
 
-    run = run_playbook_in(setup.workdir, "role-1", play, inventory=setup.inventory)
+    run = run_playbook_in(setup.workdir, "role-1", play, inventory=str(by_name))
     assert run.rc == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert not [result for result in run.results if "talos_upgrade" in str(result.get("action", ""))]
     upgraded = run.task("talos_linux.talos.upgrade : Upgrade Kubernetes")
     assert upgraded["status"] == "changed"
     assert {item["to"] for item in upgraded["result"]["plan"]} == {target}
+    assert sorted(upgraded["result"]["kubernetes_nodes"]) == sorted(setup.cluster.dns_name(node) for node in setup.cluster.nodes)
     assert len(upgraded["result"]["plan"]) == 3 * 5 + 2
     nodes = setup.kube("/api/v1/nodes")["items"]
     assert {item["status"]["nodeInfo"]["kubeletVersion"] for item in nodes} == {"v" + target}
     report = run.task("talos_linux.talos.upgrade : Report the Kubernetes upgrade")["result"]["msg"]
     assert report.startswith("Upgraded Kubernetes from ") and (" to %s: 17 image change(s)" % target) in report
 
-    again = run_playbook_in(setup.workdir, "role-2", play, inventory=setup.inventory)
+    again = run_playbook_in(setup.workdir, "role-2", play, inventory=str(by_name))
     assert again.rc == 0 and again.changed_count == 0, again.stdout[-4000:]
+
+
+def test_kube_proxy_disabled_is_left_alone(kube_cluster):
+    """kube-proxy disabled as each config form says it (.cluster.proxy.disabled; a KubeProxyConfig document's
+    enabled: false, as Cilium clusters set it): Talos renders no kube-proxy manifest, and the upgrade neither patches
+    its image nor waits for it."""
+    setup = kube_cluster
+    cluster = setup.cluster
+    target = _next_patch(setup.form["to_version"], 3)
+    for node in cluster.controlplanes:
+        documents = setup.documents(node)
+        proxy = [document for document in documents if document.get("kind") == "KubeProxyConfig"]
+        if setup.form["name"] == "documents":
+            proxy[0]["enabled"] = False
+        else:
+            next(document for document in documents if "kind" not in document)["cluster"]["proxy"]["disabled"] = True
+        cluster.call(node.apply_active_config, yaml.safe_dump_all(documents).encode())
+    _run, result = setup.play(dict(setup.by_dns_name(), to_version=target, sync_manifests=False, wait_timeout=20))
+    assert result["changed"] is True
+    assert sorted({item["component"] for item in result["plan"]}) == sorted(STATIC_PODS + ("kubelet",))
+    for node in cluster.controlplanes:
+        assert setup.image(node, "kube-proxy")[1].endswith(":v" + _next_patch(setup.form["to_version"], 2))
+
+
+def _set_kube_proxy(setup, enabled, version=None):
+    """kube-proxy enabled or disabled in every control plane's KubeProxyConfig document (the documents form), and its
+    image at ``version`` when given."""
+    for node in setup.cluster.controlplanes:
+        documents = setup.documents(node)
+        proxy = next(document for document in documents if document.get("kind") == "KubeProxyConfig")
+        wanted = dict(proxy, enabled=enabled)
+        if version:
+            wanted["image"] = "%s:v%s" % (proxy["image"].rpartition(":")[0], version)
+        if wanted != proxy:
+            proxy.update(wanted)
+            setup.cluster.call(node.apply_active_config, yaml.safe_dump_all(documents).encode())
+
+
+@pytest.mark.parametrize("kube_cluster", ["documents"], indirect=True)
+def test_the_manifest_sync_recreates_waits_and_prunes_what_talos_no_longer_renders(kube_cluster):
+    """The manifest sync at the version the cluster runs, as talosctl and the Terraform provider sync by default.
+
+    A binding whose roleRef was changed by hand cannot be changed back in place: refused before any write, recreated
+    with recreate_immutable. A DaemonSet whose new pods cannot start fails the reconcile wait, reported as changed.
+    What Talos no longer renders (an inventoried ConfigMap, then kube-proxy once the config disables it) stays with
+    prune: false and is deleted and forgotten by default. The sync does not depend on the config form: one form runs it.
+    """
+    setup = kube_cluster
+    cluster = setup.cluster
+    api = setup.kube_client()
+    core, rbac, apps = kube_client.CoreV1Api(api), kube_client.RbacAuthorizationV1Api(api), kube_client.AppsV1Api(api)
+    inventory = ("kube-system", "talos-bootstrap-manifests-inventory")
+    ours = {"config.k8s.io/owning-inventory": inventory[1]}
+    version = setup.kube("/api/v1/nodes")["items"][0]["status"]["nodeInfo"]["kubeletVersion"].lstrip("v")
+    # kube-proxy on (an earlier test may have disabled it) at the version the rest runs: no image to change.
+    _set_kube_proxy(setup, True, version)
+    image = "registry.k8s.io/kube-proxy:v" + version
+    proxy_update = [{"object": "DaemonSet kube-system/kube-proxy", "action": "updated"}] if (
+        apps.read_namespaced_daemon_set("kube-proxy", "kube-system").spec.template.spec.containers[0].image != image) else []
+
+    # A ConfigMap in the inventory that Talos does not render, and a binding pointing at another role.
+    core.create_namespaced_config_map("kube-system", {"metadata": {"name": "talos-retired", "annotations": ours},
+                                                      "data": {"retired": "yes"}})
+    core.patch_namespaced_config_map(inventory[1], inventory[0], {"data": {"kube-system_talos-retired__ConfigMap": ""}})
+    binding = rbac.read_cluster_role_binding("system-bootstrap-node-renewal")
+    role = binding.role_ref.name
+    rbac.delete_cluster_role_binding(binding.metadata.name)
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": binding.metadata.name, "annotations": ours},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
+        "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}]})
+    retired, recreated = "ConfigMap kube-system/talos-retired", "ClusterRoleBinding system-bootstrap-node-renewal"
+
+    # Check mode reports the recreate and the prune; nothing changes.
+    _run, checked = setup.play({"to_version": version, "recreate_immutable": True}, check=True, diff=True)
+    assert checked["changed"] is True and checked["plan"] == []
+    assert checked["manifests"] == ([{"object": recreated, "action": "recreated"}] + proxy_update
+                                    + [{"object": retired, "action": "pruned"}])
+    assert checked["manifests_inventory"] == {"added": [], "removed": ["kube-system_talos-retired__ConfigMap"]}
+    pruned_diff = next(item for item in checked["diff"] if item["before_header"] == retired + " (live)")
+    assert "retired: 'yes'" in pruned_diff["before"] and pruned_diff["after"] == ""
+    assert core.read_namespaced_config_map("talos-retired", "kube-system").data == {"retired": "yes"}
+    assert rbac.read_cluster_role_binding(binding.metadata.name).role_ref.name == "system:node-bootstrapper"
+
+    # The immutable roleRef: refused before anything is written.
+    _run, refused = setup.play({"to_version": version}, expect_rc=2)
+    assert refused["msg"].startswith("Syncing the bootstrap manifests, comparing %s with the API server (dry run): The "
+                                     "API server refuses to change %s in place (" % (recreated, recreated)), refused["msg"]
+    assert "is invalid: roleRef: Invalid value: " in refused["msg"] and "field is immutable" in refused["msg"], refused["msg"]
+    assert refused["msg"].endswith("; set recreate_immutable=true to delete and create it again; nothing was changed, "
+                                   "rerun the task to finish the upgrade.")
+    assert refused["changed"] is False and refused["manifests"] == []
+
+    # Recreated; with prune: false the retired ConfigMap stays, in the inventory too.
+    _run, kept = setup.play({"to_version": version, "recreate_immutable": True, "prune": False})
+    assert kept["changed"] is True and kept["manifests"] == [{"object": recreated, "action": "recreated"}] + proxy_update
+    restored = rbac.read_cluster_role_binding(binding.metadata.name)
+    assert restored.role_ref.name == role and restored.metadata.annotations["config.k8s.io/owning-inventory"] == inventory[1]
+    assert core.read_namespaced_config_map("talos-retired", "kube-system").data == {"retired": "yes"}
+    assert "kube-system_talos-retired__ConfigMap" in core.read_namespaced_config_map(inventory[1], inventory[0]).data
+
+    # kube-proxy's image changed by hand, the rendered one gone from the registry: the sync puts it back, and the
+    # DaemonSet never becomes ready; the wait fails, and the task reports what it wrote.
+    apps.patch_namespaced_daemon_set("kube-proxy", "kube-system", {"spec": {"template": {"spec": {"containers": [
+        {"name": "kube-proxy", "image": image + "-by-hand"}]}}}})
+    cluster.model.faults.mark_image_unavailable(image)
+    try:
+        _run, unready = setup.play({"to_version": version, "prune": False, "reconcile_timeout": 3}, expect_rc=2)
+    finally:
+        cluster.model.faults.clear()
+    assert unready["msg"].startswith("Syncing the bootstrap manifests, waiting for the objects written to be ready: Timed out "
+                                     "after 3 seconds waiting for the bootstrap manifests to be ready; last observed: "
+                                     "DaemonSet kube-system/kube-proxy InProgress: "), unready["msg"]
+    assert re.search(r"; \d+ write\(s\) were made in the Kubernetes API, rerun the task to finish the upgrade\.$",
+                     unready["msg"]), unready["msg"]
+    assert unready["changed"] is True
+    assert unready["manifests"] == [{"object": "DaemonSet kube-system/kube-proxy", "action": "updated"}]
+    assert apps.read_namespaced_daemon_set("kube-proxy", "kube-system").spec.template.spec.containers[0].image == image
+
+    # kube-proxy disabled: Talos renders none of its objects; they and the retired ConfigMap are pruned and forgotten.
+    _set_kube_proxy(setup, False)
+    _run, pruned = setup.play({"to_version": version})
+    proxy_objects = ["ClusterRoleBinding kube-proxy", "DaemonSet kube-system/kube-proxy", "ServiceAccount kube-system/kube-proxy"]
+    assert pruned["changed"] is True
+    assert sorted(item["object"] for item in pruned["manifests"]) == sorted(proxy_objects + [retired])
+    assert {item["action"] for item in pruned["manifests"]} == {"pruned"}
+    assert sorted(pruned["manifests_inventory"]["removed"]) == sorted([
+        "kube-system_talos-retired__ConfigMap", "kube-system_kube-proxy_apps_DaemonSet", "kube-system_kube-proxy__ServiceAccount",
+        "_kube-proxy_rbac.authorization.k8s.io_ClusterRoleBinding"])
+    assert core.list_namespaced_config_map("kube-system", field_selector="metadata.name=talos-retired").items == []
+    assert apps.list_namespaced_daemon_set("kube-system", field_selector="metadata.name=kube-proxy").items == []
+    left = core.read_namespaced_config_map(inventory[1], inventory[0]).data
+    assert not [key for key in left if "kube-proxy" in key or "talos-retired" in key]
+
+    _run, settled = setup.play({"to_version": version})
+    assert settled["changed"] is False and settled["manifests"] == []

@@ -79,7 +79,7 @@ def test_the_provisioning_guide_runs_as_written_and_discovery_then_finds_every_n
     run_playbook(str(tmp_path / "site.yml"), inventory=str(tmp_path / "inventory.yml"))
 
     assert cluster.etcd.bootstrapped and not any(node.maintenance for node in cluster.nodes)
-    talosconfig = str(tmp_path / "generated" / "talosconfig")
+    talosconfig = str(tmp_path / "talosconfig")  # next to the inventory, as the guides lay it out
     source = tmp_path / "cluster.talos.yml"
     source.write_text(yaml.safe_dump({"plugin": "talos_linux.talos.talos", "talosconfig": talosconfig}))
     listed = _run([os.path.join(BIN, "ansible-inventory"), "-i", str(source), "--list"], _env(tmp_path))
@@ -126,19 +126,51 @@ def test_ad_hoc_facts_take_the_inventory_variable_talosconfig_and_say_where_they
 
 def test_the_demo_leaves_its_cluster_running_behind_a_stop_command(tmp_path):
     state_dir = tmp_path / "demo"
-    env = _env(tmp_path, TALOS_DEMO_STATE_DIR=str(state_dir))
+    # The demo makes its own venv (requirements.txt and ansible-core) from the package index on first use; here
+    # the test's venv, which holds both, stands in for it.
+    env = _env(tmp_path, TALOS_DEMO_STATE_DIR=str(state_dir), TALOS_DEMO_VENV=sys.prefix)
     try:
         demo = _run([os.path.join(TESTS, "run-demo")], env, timeout=600)
         assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
         assert "Stop the cluster with: make demo-stop" in demo.stdout
         status = _run([sys.executable, os.path.join(TESTS, "talos-emulator"), "status", "--state-dir", str(state_dir)], env)
         assert status.returncode == 0 and status.stdout.count("listening") == 5, status.stdout
-        assert (state_dir / "kubeconfig").exists() and (state_dir / "generated" / "talosconfig").exists()
-        # The ad-hoc command the demo prints works on the cluster it left running.
-        command = demo.stdout[demo.stdout.index("  ansible -i"):].split("\n  #")[0]
-        ad_hoc = _run(["bash", "-c", command.replace("\\\n", " ")], env)
+        cluster_dir = state_dir / "prod"
+        assert not (state_dir / "inventory.yml").exists(), "the emulator's inventory names a talosconfig the cluster no longer trusts"
+        made = ["controlplane.yaml", "inventory.yml", "kubeconfig", "secrets.yaml", "talosconfig", "worker.yaml"]
+        assert sorted(os.listdir(str(cluster_dir))) == made
+        # The inventory names the talosconfig the cluster trusts (the one made next to it), so the ad-hoc command the
+        # demo prints works as printed, without -e or node=, each host reading its own node (issue 31).
+        assert yaml.safe_load((cluster_dir / "inventory.yml").read_text())["all"]["vars"]["talosconfig"] == (
+            "{{ inventory_dir }}/talosconfig")
+        command = demo.stdout[demo.stdout.index("  ansible -i"):].split("\n")[0]
+        assert " -e " not in command and "node=" not in command
+        ad_hoc = _run(["bash", "-c", command], env)
         assert ad_hoc.returncode == 0 and ad_hoc.stdout.count("SUCCESS") == 5, ad_hoc.stdout + ad_hoc.stderr
+        for name in ("controlplane-2", "worker-1"):
+            assert re.search(r"^%s \| SUCCESS => \{.*?\"hostname\": \"%s\"" % (name, name), ad_hoc.stdout, re.S | re.M)
     finally:
         stopped = _run([os.path.join(TESTS, "run-demo"), "stop"], env)
     assert stopped.returncode == 0 and "is stopped" in stopped.stdout, stopped.stdout + stopped.stderr
     assert not (state_dir / "state.json").exists()
+
+
+def test_a_task_on_an_inventory_host_without_node_acts_on_that_host(emulator, tmp_path):
+    """`ansible worker-1 -m talos_facts` reads worker-1, not the endpoint (issue 31): through both doors; the
+    host variable talos_node (the inventory plugin's) comes before ansible_host."""
+    cluster = emulator(controlplanes=1, workers=2)
+    worker, other = cluster.workers
+    inventory = tmp_path / "inventory.yml"
+    layout = cluster.inventory()
+    layout["all"]["children"]["workers"]["hosts"][other.name]["talos_node"] = worker.address
+    inventory.write_text(yaml.safe_dump(layout))
+    env = _env(tmp_path)
+    for door in ("controller", "module"):
+        ad_hoc = _run([os.path.join(BIN, "ansible"), "-i", str(inventory), "workers", "-m", "talos_linux.talos.talos_facts",
+                       "-a", "gather_subset=min", "-e", "talos_door=%s ansible_connection=local" % door], env)
+        assert ad_hoc.returncode == 0, ad_hoc.stdout + ad_hoc.stderr
+        parts = re.split(r"^(\S+) \| SUCCESS => ", ad_hoc.stdout, flags=re.M)[1:]
+        results = dict((host, json.loads(text)) for host, text in zip(parts[::2], parts[1::2]))
+        for host in (worker.name, other.name):
+            facts = results[host]["ansible_facts"]["talos"]
+            assert facts["node"] == worker.address and facts["hostname"] == worker.hostname, (door, host, facts)

@@ -25,7 +25,7 @@ def _report(run):
 
 
 def test_control_plane_leaves_etcd_then_is_wiped(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True, reboot_seconds=0.2)
+    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True, reboot_seconds=0.2, etcd="real")
     cp3 = cluster.controlplanes[2]
 
     check = run_playbook(remove_play(cluster, cp3), check=True)
@@ -47,7 +47,7 @@ def test_control_plane_leaves_etcd_then_is_wiped(emulator, run_playbook):
 
 
 def test_worker_is_wiped_and_powered_off(emulator, run_playbook):
-    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True)
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, etcd="real")
     worker = cluster.workers[0]
     run = run_playbook(remove_play(cluster, worker, node_remove_wipe_mode="system_disk"))
     assert [e["method"] for e in cluster.audit()] == ["machine.MachineService/Reset"]
@@ -57,7 +57,7 @@ def test_worker_is_wiped_and_powered_off(emulator, run_playbook):
 
 
 def test_quorum_guard_stops_the_removal_before_any_change(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     cp1, _cp2, cp3 = cluster.controlplanes
     cluster.faults.make_unreachable(cp3)
     run = run_playbook(remove_play(cluster, cp1, node_remove_wait_timeout=2), expect_rc=2)
@@ -68,7 +68,7 @@ def test_quorum_guard_stops_the_removal_before_any_change(emulator, run_playbook
 
 
 def test_a_powered_off_control_plane_is_removed_through_another(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True)
+    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True, etcd="real")
     cp1, _cp2, cp3 = cluster.controlplanes
     cluster.power_off(cp3)
     assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-1", "controlplane-2", "controlplane-3"]
@@ -95,7 +95,7 @@ def test_a_powered_off_control_plane_is_removed_through_another(emulator, run_pl
 
 
 def test_a_powered_off_first_endpoint_is_removed_through_the_next_one(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     cp1, cp2, _cp3 = cluster.controlplanes
     cluster.power_off(cp1)
     run = run_playbook(remove_play(cluster, cp1, node_remove_via=cp2.address))

@@ -6,7 +6,6 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import hashlib
 import threading
 
 import pytest
@@ -20,17 +19,21 @@ def bootstrap_play(cluster, node, role="admin", timeout=20, **options):
 
 
 def test_bootstrap_once_then_idempotent(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=1)
+    cluster = emulator(controlplanes=3, workers=1, etcd="real")
     first = cluster.controlplanes[0]
 
     run = run_playbook(bootstrap_play(cluster, first.address))
     result = run.task("bootstrap")
     assert result["status"] == "changed"
     assert result["result"]["bootstrapped"] is True and result["result"]["etcd_state"] == "Running"
-    assert sorted(m["hostname"] for m in result["result"]["members"]) == sorted(n.hostname for n in cluster.controlplanes)
+    # The other control planes join etcd one by one once it runs: the result lists those added by then, a member
+    # that has not started yet without a name.
+    members = [m["hostname"] for m in result["result"]["members"]]
+    assert first.hostname in members and set(members) - {""} <= set(n.hostname for n in cluster.controlplanes)
     assert [(e["method"], e["node"], e["code"]) for e in cluster.audit()] == [
         ("machine.MachineService/Bootstrap", first.name, "OK")]
-    assert cluster.etcd.leader().node is first
+    cluster.wait_etcd_running()
+    assert cluster.etcd_leader() is first
 
     run = run_playbook(bootstrap_play(cluster, first.address))
     assert run.task("bootstrap")["status"] == "ok"
@@ -39,7 +42,7 @@ def test_bootstrap_once_then_idempotent(emulator, run_playbook):
 
 
 def test_a_control_plane_joining_a_bootstrapped_cluster_is_left_alone(emulator, run_playbook):
-    cluster = emulator(controlplanes=2, bootstrapped=True)
+    cluster = emulator(controlplanes=2, bootstrapped=True, etcd="real")
     first, second = cluster.controlplanes
     cluster.set_service_state(second, "etcd", "Preparing", healthy=False)
 
@@ -47,11 +50,11 @@ def test_a_control_plane_joining_a_bootstrapped_cluster_is_left_alone(emulator, 
     result = run.task("bootstrap")["result"]
     assert result["changed"] is False and result["bootstrapped"] is True and result["etcd_state"] == "Preparing"
     assert first.hostname in [m["hostname"] for m in result["members"]]
-    assert cluster.audit() == [] and cluster.etcd.leader().node is first
+    assert cluster.audit() == [] and cluster.etcd_leader() is first
 
 
 def test_check_mode_changes_nothing(emulator, run_playbook):
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     run = run_playbook(bootstrap_play(cluster, cluster.controlplanes[0].address), check=True)
     result = run.task("bootstrap")
     assert result["status"] == "changed" and result["result"]["bootstrapped"] is False
@@ -63,7 +66,7 @@ def test_check_mode_changes_nothing(emulator, run_playbook):
 
 
 def test_not_ready_answers_are_retried_until_bootstrap_succeeds(emulator, run_playbook):
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     node = cluster.controlplanes[0]
     cluster.faults.fail("Bootstrap", "FailedPrecondition", message="bootstrap is not available yet", times=2, node=node.name)
     cluster.faults.fail("Bootstrap", "Unavailable", message="connection refused", times=1, node=node.name)
@@ -76,7 +79,7 @@ def test_not_ready_answers_are_retried_until_bootstrap_succeeds(emulator, run_pl
 
 
 def test_clock_not_in_sync_is_retried_as_the_server_answers_it(emulator, run_playbook):
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     node = cluster.controlplanes[0]
     cluster.call(setattr, node, "time_synced", False)
 
@@ -94,7 +97,7 @@ def test_clock_not_in_sync_is_retried_as_the_server_answers_it(emulator, run_pla
 
 
 def test_not_ready_beyond_timeout_fails_with_the_servers_reason(emulator, run_playbook):
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     node = cluster.controlplanes[0]
     cluster.faults.fail("Bootstrap", "FailedPrecondition", message="time is not in sync yet", times=-1)
 
@@ -109,7 +112,7 @@ def test_not_ready_beyond_timeout_fails_with_the_servers_reason(emulator, run_pl
 @pytest.mark.parametrize("talos_version", ["v1.14.0", "v1.12.0"])
 @pytest.mark.parametrize("bootstrapped", [False, True])
 def test_worker_is_refused_at_once_on_every_version(emulator, run_playbook, talos_version, bootstrapped):
-    cluster = emulator(controlplanes=1, workers=1, talos_version=talos_version, bootstrapped=bootstrapped)
+    cluster = emulator(controlplanes=1, workers=1, talos_version=talos_version, bootstrapped=bootstrapped, etcd="real")
     worker = cluster.workers[0]
     run = run_playbook(bootstrap_play(cluster, worker.address), expect_rc=2)
     result = run.task("bootstrap")["result"]
@@ -120,7 +123,7 @@ def test_worker_is_refused_at_once_on_every_version(emulator, run_playbook, talo
 
 
 def test_reader_and_operator_get_the_role_they_need(emulator, run_playbook):
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     for role in ("reader", "operator"):
         run = run_playbook(bootstrap_play(cluster, cluster.controlplanes[0].address, role=role), expect_rc=2)
         message = run.task("bootstrap")["result"]["msg"]
@@ -129,11 +132,12 @@ def test_reader_and_operator_get_the_role_they_need(emulator, run_playbook):
 
 
 def test_recover_from_a_snapshot(emulator, run_playbook, tmp_path):
-    source = emulator(controlplanes=1, bootstrapped=True)
+    source = emulator(controlplanes=1, bootstrapped=True, etcd="real")
+    source.run(source.etcd.kv(source.controlplanes[0], "put", key="/registry/backed-up", value="yes"))
     snapshot = tmp_path / "etcd.snapshot"
-    snapshot.write_bytes(source.etcd.snapshot())
+    snapshot.write_bytes(source.run(source.etcd.snapshot_bytes(source.controlplanes[0])))
 
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     node = cluster.controlplanes[0]
     run = run_playbook(bootstrap_play(cluster, node.address, recover_from=str(snapshot)))
     result = run.task("bootstrap")
@@ -142,7 +146,8 @@ def test_recover_from_a_snapshot(emulator, run_playbook, tmp_path):
         ("machine.MachineService/EtcdRecover", "OK"), ("machine.MachineService/Bootstrap", "OK")]
     assert cluster.audit(method="EtcdRecover")[0]["size"] == len(snapshot.read_bytes())
     assert cluster.audit(method="Bootstrap")[0]["recover_etcd"] is True
-    assert hashlib.sha256(cluster.etcd.keyspace).digest() == hashlib.sha256(source.etcd.keyspace).digest()
+    cluster.wait_etcd_running()
+    assert cluster.run(cluster.etcd.kv(node, "get", key="/registry/backed-up"))["value"] == "yes"
 
     run = run_playbook(bootstrap_play(cluster, node.address, recover_from=str(snapshot)))
     assert run.task("bootstrap")["status"] == "ok" and len(cluster.audit()) == 2

@@ -48,7 +48,7 @@ def test_snapshot_is_complete_private_and_idempotent(emulator, run_playbook, tmp
 
 
 def test_remove_member_by_leaving_then_idempotent(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first, _second, third = cluster.controlplanes
 
     run = run_playbook(member_play(cluster, first.address, member=third.hostname, state="absent"), diff=True)
@@ -68,7 +68,7 @@ def test_remove_member_by_leaving_then_idempotent(emulator, run_playbook):
 
 
 def test_check_mode_removes_nothing(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first, second, _third = cluster.controlplanes
     run = run_playbook(member_play(cluster, first.address, member=second.hostname, state="absent"), check=True)
     result = run.task("etcd")["result"]
@@ -84,8 +84,8 @@ def test_quorum_guard_then_removal_of_the_dead_member_by_id(emulator, run_playbo
     run = run_playbook(member_play(cluster, first.address, timeout=3, member=second.hostname, state="absent"), expect_rc=2)
     message = run.task("etcd")["result"]["msg"]
     assert message.startswith(
-        "Refusing to remove etcd member %s: etcd would keep 2 voting member(s) and need 2 of them healthy for quorum, "
-        "but only 1 other than %s are healthy (not healthy: %s - " % (second.hostname, second.hostname, third.hostname))
+        "Refusing to remove etcd member %s: etcd would keep 2 voting members and need 2 of them healthy for quorum, "
+        "but only 1 member other than %s is healthy (not healthy: %s - " % (second.hostname, second.hostname, third.hostname))
     assert message.endswith("); fix the unhealthy members first, or set force_quorum_loss: true to go ahead anyway.")
     assert run.task("etcd")["result"]["etcd_gate_open"] is False
     assert cluster.audit() == [] and len(cluster.etcd.members) == 3
@@ -118,7 +118,7 @@ def test_force_is_a_deprecated_alias_of_force_quorum_loss(emulator, run_playbook
 
 
 def test_leave_of_an_unreachable_member_points_to_remove(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first, _second, third = cluster.controlplanes
     cluster.faults.make_unreachable(third)
     run = run_playbook(member_play(cluster, first.address, timeout=3, member=third.hostname, state="absent", method="leave"),
@@ -130,14 +130,14 @@ def test_leave_of_an_unreachable_member_points_to_remove(emulator, run_playbook)
 
 
 def test_forfeit_leadership_moves_it_once(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first = cluster.controlplanes[0]
-    assert cluster.etcd.leader().node is first
+    assert cluster.etcd_leader() is first
 
     run = run_playbook(member_play(cluster, first.address, forfeit_leadership=True))
     result = run.task("etcd")["result"]
     assert result["changed"] is True
-    new_leader = cluster.etcd.leader().node
+    new_leader = cluster.etcd_leader()
     assert new_leader is not first
     assert result["new_leader"] == new_leader.hostname and result["leader"]["hostname"] == new_leader.hostname
     assert [e["method"] for e in cluster.audit()] == ["machine.MachineService/EtcdForfeitLeadership"]
@@ -147,9 +147,9 @@ def test_forfeit_leadership_moves_it_once(emulator, run_playbook):
 
 
 def test_present_waits_for_a_member_to_join(emulator, run_playbook):
-    cluster = emulator(controlplanes=2, bootstrapped=True)
+    cluster = emulator(controlplanes=2, bootstrapped=True, etcd="real")
     first, second = cluster.controlplanes
-    cluster.call(second.leave_etcd)
+    cluster.run(cluster.etcd.leave(second))
     # Long enough for ansible-playbook to start and list the members first, even on a loaded machine.
     cluster.loop.call_soon_threadsafe(cluster.loop.call_later, 8.0, second.join_etcd)
 
@@ -162,9 +162,9 @@ def test_present_waits_for_a_member_to_join(emulator, run_playbook):
 
 
 def test_present_without_wait_fails_for_a_non_member(emulator, run_playbook):
-    cluster = emulator(controlplanes=2, bootstrapped=True)
+    cluster = emulator(controlplanes=2, bootstrapped=True, etcd="real")
     first, second = cluster.controlplanes
-    cluster.call(second.leave_etcd)
+    cluster.run(cluster.etcd.leave(second))
     run = run_playbook(member_play(cluster, first.address, member=second.hostname, wait=False), expect_rc=2)
     assert run.task("etcd")["result"]["msg"] == "etcd member check failed: %s is not a member (members: %s)." % (
         second.hostname, first.hostname)
@@ -174,7 +174,7 @@ def test_present_without_wait_fails_for_a_non_member(emulator, run_playbook):
 
 
 def test_present_in_check_mode_before_bootstrap_only_warns(emulator, run_playbook):
-    cluster = emulator(controlplanes=1)
+    cluster = emulator(controlplanes=1, etcd="real")
     node = cluster.controlplanes[0]
     run = run_playbook(member_play(cluster, node.address, state="present"), check=True)
     result = run.task("etcd")
@@ -184,7 +184,7 @@ def test_present_in_check_mode_before_bootstrap_only_warns(emulator, run_playboo
 
 
 def test_reader_and_operator_get_the_role_they_need(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first, second, _third = cluster.controlplanes
     for role in ("reader", "operator"):
         run = run_playbook(member_play(cluster, first.address, role=role, member=second.hostname, state="absent"), expect_rc=2)
@@ -195,7 +195,7 @@ def test_reader_and_operator_get_the_role_they_need(emulator, run_playbook):
 
 
 def test_member_id_removes_a_powered_off_member_through_the_tasks_node(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first, second, third = cluster.controlplanes
     cluster.power_off(third)
     member_id = cluster.etcd.member_of(third).id
@@ -218,7 +218,7 @@ def test_member_id_removes_a_powered_off_member_through_the_tasks_node(emulator,
 
 
 def test_a_powered_off_member_is_found_by_hostname_for_method_remove(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     first, _second, third = cluster.controlplanes
     cluster.power_off(third)
     result = run_playbook(member_play(cluster, first.address, member=third.hostname, state="absent",
@@ -230,7 +230,7 @@ def test_a_powered_off_member_is_found_by_hostname_for_method_remove(emulator, r
 
 
 def test_a_member_id_that_is_no_id_is_refused_before_any_call(emulator, run_playbook):
-    cluster = emulator(controlplanes=1, bootstrapped=True)
+    cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
     node = cluster.controlplanes[0]
     run = run_playbook(member_play(cluster, node.address, member_id="cp-3", state="absent"), expect_rc=2)
     assert run.task("etcd")["result"]["msg"] == (

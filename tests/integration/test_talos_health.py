@@ -150,6 +150,6 @@ def test_a_long_wait_shows_its_progress(emulator, run_playbook):
     finally:
         timer.join()
     # The controller door prints each change of the check that holds the wait up, once it lasts 5 seconds.
-    waiting = "localhost: cluster: waiting for etcd_healthy on %s" % node.address
+    waiting = "\ncluster: waiting for etcd_healthy on %s" % node.address  # localhost stands for no node: no host name
     assert waiting + " (" in run.stdout
     assert waiting + " → all checks passed (" in run.stdout

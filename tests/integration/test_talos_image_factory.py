@@ -7,7 +7,10 @@ Factory (tests/image_factory): IDs, idempotency, check mode, installers and medi
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -130,3 +133,18 @@ def test_tls_ca_from_the_environment_and_an_unreachable_factory(image_factory, r
     message = run.task("unreachable")["result"]["msg"]
     assert message.startswith("The Image Factory at %s cannot be reached (" % dead)
     assert message.endswith("check factory_url, the proxy settings (HTTPS_PROXY, NO_PROXY) and that this host can reach it.")
+
+
+def test_the_documented_command_serves_a_factory_the_modules_use_offline(run_playbook, tmp_path):
+    """docs/images.md: tests/image-factory prints the TALOS_IMAGE_FACTORY_URL to export (issue 31)."""
+    command = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "image-factory")
+    server = subprocess.Popen([sys.executable, command, "--tls", str(tmp_path / "tls")], stdout=subprocess.PIPE, text=True)
+    try:
+        printed = [server.stdout.readline() for _line in range(4)]
+        exports = dict(line.split("export ", 1)[1].strip().split("=", 1) for line in printed if "export " in line)
+        assert exports["TALOS_IMAGE_FACTORY_URL"].startswith("https://127.0.0.1:"), printed
+        run = run_playbook(play([{"name": "versions", INFO: {}}]), env=exports)
+        assert "v1.14.0" in run.task("versions")["result"]["versions"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -70,8 +70,8 @@ def test_quorum_guard_refuses_then_force_quorum_loss(emulator, run_playbook):
     refused = run_playbook(reboot_play(cluster, cp1.address, timeout=5)).task("reboot")
     assert refused["status"] == "failed"
     message = refused["result"]["msg"]
-    assert message.startswith("Refusing to reboot control-plane node %s: etcd would keep 3 voting member(s) and need 2 "
-                              "of them healthy for quorum, but only 1 other than controlplane-1 are healthy (not "
+    assert message.startswith("Refusing to reboot control-plane node %s: etcd would keep 3 voting members and need 2 "
+                              "of them healthy for quorum, but only 1 member other than controlplane-1 is healthy (not "
                               "healthy: controlplane-3 - " % cp1.address), message
     assert message.endswith("or set force_quorum_loss: true to go ahead anyway.")
     assert refused["result"]["quorum"]["unhealthy"] == ["controlplane-3"]
@@ -88,7 +88,7 @@ def test_single_control_plane_needs_force_quorum_loss(emulator, run_playbook):
     cluster = emulator(controlplanes=1, bootstrapped=True)
     refused = run_playbook(reboot_play(cluster, cluster.controlplanes[0].address), check=True).task("reboot")
     assert refused["status"] == "failed"
-    assert "etcd would keep 1 voting member(s) and need 1 of them healthy for quorum, but only 0" in refused["result"]["msg"]
+    assert "etcd would keep 1 voting member and need 1 of them healthy for quorum, but only 0 members" in refused["result"]["msg"]
     assert cluster.audit() == []
 
 

@@ -99,7 +99,7 @@ def test_labels_are_the_nodes_volumes(emulator, run_playbook):
 
 
 def test_graceful_reset_of_a_control_plane_leaves_etcd_and_powers_off(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     cp3 = cluster.controlplanes[2]
     result = run_playbook(reset_play(cluster, cp3.address)).task("reset")
     assert result["status"] == "changed", result["result"]
@@ -117,8 +117,8 @@ def test_etcd_guards(emulator, run_playbook):
     refused = run_playbook(reset_play(cluster, cp1.address)).task("reset")
     assert refused["status"] == "failed"
     assert refused["result"]["msg"].startswith(
-        "Refusing to gracefully reset control-plane node %s: etcd would keep 1 voting member(s) and need 1 of them "
-        "healthy for quorum, but only 0 other than controlplane-1 are healthy (not healthy: controlplane-2 - " % cp1.address)
+        "Refusing to gracefully reset control-plane node %s: etcd would keep 1 voting member and need 1 of them "
+        "healthy for quorum, but only 0 members other than controlplane-1 are healthy (not healthy: controlplane-2 - " % cp1.address)
     assert cluster.audit() == []
 
 

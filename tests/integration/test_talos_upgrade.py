@@ -162,8 +162,8 @@ def test_quorum_guard_refuses_an_unhealthy_cluster(emulator, run_playbook, check
     run = run_playbook(_upgrade_play(cluster, target, version="v1.14.1"), check=check_mode, expect_rc=2)
 
     result = run.task("upgrade")["result"]
-    assert result["msg"].startswith("Refusing to upgrade control-plane node %s: etcd would keep 3 voting member(s) and "
-                                    "need 2 of them healthy for quorum, but only 1 other than %s are healthy (not "
+    assert result["msg"].startswith("Refusing to upgrade control-plane node %s: etcd would keep 3 voting members and "
+                                    "need 2 of them healthy for quorum, but only 1 member other than %s is healthy (not "
                                     "healthy: %s - " % (target.address, target.name, alarmed.name)), result["msg"]
     assert "NOSPACE" in result["msg"]
     assert "force_quorum_loss: true" in result["msg"]
@@ -177,7 +177,7 @@ def test_a_single_control_plane_needs_force_quorum_loss(emulator, run_playbook, 
     node = cluster.controlplanes[0]
 
     refused = run_playbook(_upgrade_play(cluster, node, version="v1.14.1"), expect_rc=2).task("upgrade")["result"]
-    assert "etcd would keep 1 voting member(s) and need 1 of them healthy for quorum, but only 0" in refused["msg"]
+    assert "etcd would keep 1 voting member and need 1 of them healthy for quorum, but only 0 members" in refused["msg"]
     assert cluster.audit() == []
 
     options = {"version": "v1.14.1", override: True}

@@ -155,10 +155,13 @@ class KubeAPIServer:
         self._admin_key_path = admin_key_path
 
     @classmethod
-    def start(cls, state_dir, ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, timeout=90):
+    def start(cls, state_dir, ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, timeout=90, etcd=None):
         """Start a server whose clients are certificates of the Kubernetes CA ``ca_cert_pem``/``ca_key_pem`` (PEM,
         bytes or text) and whose service-account tokens are signed with ``service_account_key_pem``; return it once
-        ``/readyz`` answers. ``port`` (see ``free_port``) is the secure port, a free one by default."""
+        ``/readyz`` answers. ``port`` (see ``free_port``) is the secure port, a free one by default. ``etcd`` is
+        ``(client URLs, etcd CA certificate PEM, etcd CA key PEM)`` of the etcd to store the objects in, as on Talos
+        (an emulated cluster's real members: ``cluster.etcd.client_urls()``); by default an etcd embedded in the
+        server's process."""
         ca_cert_pem, ca_key_pem, service_account_key_pem = (
             pem.encode() if isinstance(pem, str) else pem for pem in (ca_cert_pem, ca_key_pem, service_account_key_pem))
         state_dir = os.path.abspath(state_dir)
@@ -181,9 +184,18 @@ class KubeAPIServer:
         admin_key_path = _write(path("admin.key"), admin_key)
         kubeconfig_path = _write(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
 
-        etcd_port = _free_port_pair(port)
-        command = [
-            binary(), "--etcd-dir", path("etcd"), "--etcd-port", str(etcd_port), "--",
+        if etcd is None:
+            storage = ["--etcd-dir", path("etcd"), "--etcd-port", str(_free_port_pair(port)), "--"]
+        else:
+            servers, etcd_ca_pem, etcd_ca_key_pem = etcd
+            etcd_ca_pem, etcd_ca_key_pem = (pem.encode() if isinstance(pem, str) else pem for pem in (etcd_ca_pem, etcd_ca_key_pem))
+            etcd_client_cert, etcd_client_key = _issue(etcd_ca_pem, etcd_ca_key_pem, x509.Name([
+                x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-etcd-client")]), ExtendedKeyUsageOID.CLIENT_AUTH)
+            storage = ["--", "--etcd-servers=%s" % ",".join(servers),
+                       "--etcd-cafile=%s" % _write(path("etcd-ca.crt"), etcd_ca_pem),
+                       "--etcd-certfile=%s" % _write(path("etcd-client.crt"), etcd_client_cert),
+                       "--etcd-keyfile=%s" % _write(path("etcd-client.key"), etcd_client_key)]
+        command = [binary()] + storage + [
             "--secure-port=%d" % port,
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -203,6 +215,9 @@ class KubeAPIServer:
             # kube-proxy runs privileged, as Talos's manifest asks.
             "--allow-privileged=true",
             "--profiling=false",
+            # A deprecated API Kubernetes 1.38 removes, served so that a test can ask for it and see the request in
+            # apiserver_requested_deprecated_apis (no deprecated API is served by default).
+            "--runtime-config=resource.k8s.io/v1beta1=true",
         ]
         log_path = path("kube-apiserver.log")
         with open(log_path, "ab") as log:

@@ -216,6 +216,13 @@ MODULE_CASES = [
          r"issues names it as the cluster's control-plane endpoint\.$", group="node"),
     case("kubernetes-upgrade-check-mode-without-an-api-server", "talos_kubernetes_upgrade", {"to_version": "1.37.2"},
          r"could not be reached to list the nodes", group="node", check_mode=True, diff=True),
+    case("kubernetes-upgrade-image-with-a-tag", "talos_kubernetes_upgrade",
+         {"to_version": "1.37.2", "apiserver_image": "registry.example.com/kube-apiserver:v1.37.2"},
+         r"^apiserver_image 'registry\.example\.com/kube-apiserver:v1\.37\.2' is not an image repository such as "
+         r"registry\.example\.com/kube-apiserver"),
+    case("kubernetes-upgrade-endpoint-without-a-scheme", "talos_kubernetes_upgrade",
+         {"to_version": "1.37.2", "kubernetes_endpoint": "10.5.0.2:6443"},
+         r"^kubernetes_endpoint '10\.5\.0\.2:6443' is not the URL of a Kubernetes API server such as https://10\.5\.0\.2:6443\.$"),
 
     # talos_kubeconfig
     case("kubeconfig-dest-is-a-directory", "talos_kubeconfig", {"dest": "{tmp}"},
@@ -234,6 +241,8 @@ MODULE_CASES = [
     case("reboot-unknown-mode", "talos_reboot", {"node": "{worker}", "mode": "hard"}, r"value of mode must be one of"),
     case("reboot-empty-service-to-wait-for", "talos_reboot", {"node": "{worker}", "wait_for_services": ["kubelet", ""]},
          r"^wait_for_services\[1\] is empty"),
+    case("reboot-service-no-node-runs", "talos_reboot", {"node": "{worker}", "wait_for_services": ["etcd", "kublet"]},
+         r"^wait_for_services names kublet, which no Talos node runs: Talos's services are apid, "),
     case("shutdown-reader-role", "talos_shutdown", {"node": "{worker}", "talosconfig": "{reader}"},
          r"Permission denied for machine.MachineService/Shutdown", group="node"),
     case("reset-reader-role", "talos_reset", {"node": "{worker}", "talosconfig": "{reader}"},

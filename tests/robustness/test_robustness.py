@@ -263,7 +263,7 @@ CLUSTER_PLAY = """
 # (id, playbook, extra vars with {name} from the context, message regex)
 ROLE_CASES = [
     ("upgrade-role-version-latest", UPGRADE_PLAY, {"upgrade_version": "latest"},
-     r"stopped at control plane controlplane-1: version 'latest' is not a Talos version"),
+     r"version 'latest' is not a Talos version"),
     ("upgrade-role-image-without-tag", UPGRADE_PLAY, {"upgrade_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
     ("upgrade-role-version-and-image", UPGRADE_PLAY, {"upgrade_version": "v1.14.1", "upgrade_image": "ghcr.io/siderolabs/installer:v1.14.1"},
      r"Set exactly one of upgrade_version and upgrade_image"),

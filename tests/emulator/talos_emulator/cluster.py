@@ -89,15 +89,33 @@ class ClusterModel:
     def workers(self):
         return [node for node in self.nodes if node.role == "worker"]
 
-    def find_node(self, target):
-        """The node a target string names (address, hostname or node name), or None."""
+    def dns_name(self, node):
+        """The name the network's DNS resolves to the node's address (``controlplane-1.<cluster>.test``): the
+        emulated network registers every node, as DHCP with dynamic DNS would; bare node names do not resolve."""
+        return "%s.%s.test" % (node.name, self.name)
+
+    def resolve(self, name):
+        """The node the network's DNS resolves ``name`` to, or None."""
         for node in self.nodes:
-            if target in (node.address, node.name, node.hostname, node.endpoint):
+            if name == self.dns_name(node):
+                return node
+        return None
+
+    def add_address(self, node, address):
+        """Give ``node`` one more address (a second interface, a NAT address) that apid reaches it at."""
+        node.extra_addresses.append(address)
+        self._nodes_by_address[address] = node
+
+    def find_node(self, target):
+        """The node a target string names (address, hostname, node name, DNS name or extra address), or None."""
+        for node in self.nodes:
+            if target in (node.address, node.name, node.hostname, node.endpoint, self.dns_name(node)) or (
+                    target in node.extra_addresses):
                 return node
         return None
 
     def node_at(self, address):
-        """The node listening on ``address``, or None."""
+        """The node listening on ``address`` (or reached there: an extra address), or None."""
         return self._nodes_by_address.get(address)
 
     def node(self, node):
@@ -132,19 +150,19 @@ class ClusterModel:
         return _image_name(image_ref) not in {_image_name(ref) for ref in self.unavailable_images}
 
     def bootstrap_etcd(self, node, recover=False, skip_hash_check=False):
-        keyspace = None
+        """etcd starts in bootstrap mode on ``node`` (from the snapshot EtcdRecover uploaded with ``recover``); the
+        other control planes, waiting to join, join it."""
+        snapshot = None
         if recover:
             snapshot, node.etcd_snapshot = node.etcd_snapshot, None
             if snapshot is None:
                 node.set_service("etcd", "Failed", "failed to recover etcd: open /var/lib/etcd.snapshot: no such file or directory", False)
                 return
-            try:
-                keyspace = EtcdCluster.keyspace_from_snapshot(snapshot, skip_hash_check)
-            except SnapshotError as error:
-                node.set_service("etcd", "Failed", "failed to recover etcd: %s" % error, False)
-                return
-        self.etcd.bootstrap(node, keyspace)
-        node.join_etcd()
+        try:
+            self.etcd.bootstrap(node, snapshot, skip_hash_check)
+        except SnapshotError as error:
+            node.set_service("etcd", "Failed", "failed to recover etcd: %s" % error, False)
+            return
         for other in self.controlplanes:
             if other is not node and other.powered and other.is_control_plane and not other.etcd_data:
                 other.join_etcd()

@@ -15,13 +15,10 @@ import time
 
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-
 from . import configgen
 from .audit import AuditLog
 from .cluster import ClusterModel
 from .faults import Faults
-from .kubelets import Kubelets
 from .runtime import ClusterRuntime
 
 DEFAULT_TALOS_VERSION = "v1.14.0"
@@ -35,7 +32,7 @@ MAX_NODES = 1000
 
 class EmulatedCluster:
     def __init__(self, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
-                 reboot_seconds=0.3, name="emulated", node_versions=None):
+                 reboot_seconds=0.3, name="emulated", node_versions=None, etcd="model"):
         if controlplanes < 1:
             raise ValueError("an emulated cluster needs at least one control plane")
         if workers < 0 or controlplanes + workers > MAX_NODES:
@@ -50,6 +47,13 @@ class EmulatedCluster:
         self.model = ClusterModel(name, talos_version, maintenance, reboot_seconds, self.runtime.addresses,
                                   self.runtime.spawn, AuditLog(audit_path))
         self.model.faults = Faults(self)
+        if etcd == "real":
+            # Imported here: only a cluster of real etcd members needs the Go harness (built now, off the loop).
+            from .real_etcd import RealEtcdCluster, build_member
+            build_member()
+            self.model.etcd = RealEtcdCluster(os.path.join(self.state_dir, "etcd"), self.runtime.spawn, self.model.secrets.etcd_ca)
+        elif etcd != "model":
+            raise ValueError("etcd is 'model' or 'real', got %r" % (etcd,))
         for role in ["controlplane"] * controlplanes + ["worker"] * workers:
             self.model.new_node(role, None, node_versions)
         self.endpoint = None
@@ -59,15 +63,17 @@ class EmulatedCluster:
 
     @classmethod
     def start(cls, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
-              reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None):
+              reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None, etcd="model"):
         """Start a cluster on a private event loop thread and return it once every node answers.
 
         ``node_versions`` maps node names to the Talos version they run when it
         differs from ``talos_version`` (a cluster in the middle of an upgrade).
+        ``etcd="real"`` runs a real etcd member on every control plane
+        (``real_etcd.py``) instead of the model of etcd (``membership.py``).
         """
         if bootstrapped and maintenance:
             raise ValueError("a cluster in maintenance mode cannot start bootstrapped")
-        cluster = cls(state_dir, controlplanes, workers, maintenance, talos_version, reboot_seconds, name, node_versions)
+        cluster = cls(state_dir, controlplanes, workers, maintenance, talos_version, reboot_seconds, name, node_versions, etcd)
         cluster.runtime.start_loop()
         try:
             if not maintenance:
@@ -128,6 +134,13 @@ class EmulatedCluster:
     def find_node(self, target):
         return self.model.find_node(target)
 
+    def dns_name(self, node):
+        return self.model.dns_name(self.node(node))
+
+    def add_address(self, node, address):
+        """Give a node one more address that apid reaches it at (Kubernetes does not report it)."""
+        self.call(self.model.add_address, self.node(node), address)
+
     def node(self, node):
         return self.model.node(node)
 
@@ -165,9 +178,24 @@ class EmulatedCluster:
         if node.powered:
             self.run(node.power_off())
 
-    def bootstrap(self, node=None):
-        """Bootstrap etcd directly, as if Bootstrap had been called (a fixture shortcut)."""
-        self.call(self.model.bootstrap_etcd, self.node(node) if node is not None else self.controlplanes[0])
+    def bootstrap(self, node=None, timeout=120):
+        """Bootstrap etcd directly, as if Bootstrap had been called on ``node`` (the first control plane by default)
+        and the other control planes that are on had joined (a fixture shortcut), and wait until etcd runs on them
+        with ``node``'s member leading, as the member that bootstrapped a cluster does until something moves it."""
+        first = self.node(node) if node is not None else self.controlplanes[0]
+        joining = [other for other in self.controlplanes
+                   if other is not first and other.powered and other.is_control_plane and not other.etcd_data]
+        self.call(self.etcd.bootstrap_together, [first] + joining)
+        self.wait_etcd_running(timeout)
+        self.run(self.etcd.make_leader(first))
+
+    def etcd_leader(self):
+        """The control plane whose etcd member leads, or None."""
+        return self.run(self.etcd.leader_node())
+
+    def wait_etcd_running(self, timeout=120):
+        """Wait until the etcd service runs on every configured control plane that is on."""
+        self.wait_until(lambda: all(node.etcd_running for node in self.controlplanes if node.powered and node.is_control_plane), timeout)
 
     def add_extension_service(self, node, service_id):
         self.call(self.node(node).add_extension_service, service_id)
@@ -189,14 +217,12 @@ class EmulatedCluster:
 
     def raise_etcd_alarm(self, node, alarm="NOSPACE"):
         """An etcd alarm (NOSPACE, CORRUPT) on the node's member, as etcd raises it."""
-        member = self.etcd.member_of(self.node(node))
-        self.call(self.etcd.alarms.append, (member.id, machine_pb2.EtcdMemberAlarm.AlarmType.Value(alarm)))
+        self.run(self.etcd.raise_alarm(self.node(node), alarm))
 
     def fragment_etcd(self, node, free_bytes):
         """Give the node's etcd database ``free_bytes`` of free pages: EtcdStatus db_size exceeds db_size_in_use by
         that much until a defragmentation."""
-        member = self.etcd.member_of(self.node(node))
-        self.call(setattr, member, "free_bytes", int(free_bytes))
+        self.call(self.etcd.fragment, self.node(node), int(free_bytes))
 
     def run_kubelets(self, api_url=None, interval=0.2):
         """Make the nodes the kubelets of a real Kubernetes API server (``kubelets.py``): from the etcd bootstrap on,
@@ -204,6 +230,8 @@ class EmulatedCluster:
         control-plane endpoint of the configs, or ``api_url``. Returns the shim (``.errors``, ``.sync()``); ``stop()``
         stops it."""
         if self.kubelets is None:
+            # Imported here: the kubernetes client is a test dependency, not one of the demo's (requirements.txt).
+            from .kubelets import Kubelets
             self.kubelets = Kubelets(self, api_url, interval).start()
         return self.kubelets
 

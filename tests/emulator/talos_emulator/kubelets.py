@@ -95,6 +95,18 @@ def _snapshot(model):
     return {"credentials": credentials, "manifests": manifests, "nodes": nodes}
 
 
+def _merge_patch(patch, *args):
+    """``patch(*args)`` as a JSON merge patch where the client lets the caller choose (``_content_type``, newer
+    clients); older ones send a mapping as a strategic merge patch, which for the whole lists the shim writes
+    (conditions, addresses, container statuses) comes to the same."""
+    try:
+        return patch(*args, _content_type=_MERGE, _request_timeout=_TIMEOUT)
+    except TypeError as error:
+        if "_content_type" not in str(error):
+            raise
+    return patch(*args, _request_timeout=_TIMEOUT)
+
+
 def _now_rfc3339():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -184,7 +196,7 @@ class Kubelets:
     def _write(self, key, body, patch, *args):
         """Merge-patch ``body`` with ``patch(*args, body)`` unless it is what was last written for ``key``."""
         if self._written.get(key) != body:
-            patch(*(args + (body,)), _content_type=_MERGE, _request_timeout=_TIMEOUT)
+            _merge_patch(patch, *(args + (body,)))
             self._written[key] = body
 
     # Bootstrap manifests.
@@ -218,8 +230,7 @@ class Kubelets:
             inventory[key] = ""
         body = {"metadata": {"name": kubernetes.INVENTORY_NAME, "namespace": kubernetes.INVENTORY_NAMESPACE}, "data": inventory}
         if inventory_exists:
-            core.patch_namespaced_config_map(kubernetes.INVENTORY_NAME, kubernetes.INVENTORY_NAMESPACE, body,
-                                             _content_type=_MERGE, _request_timeout=_TIMEOUT)
+            _merge_patch(core.patch_namespaced_config_map, kubernetes.INVENTORY_NAME, kubernetes.INVENTORY_NAMESPACE, body)
         else:
             core.create_namespaced_config_map(kubernetes.INVENTORY_NAMESPACE, body, _request_timeout=_TIMEOUT)
         self.manifests_applied = True
@@ -346,8 +357,8 @@ class Kubelets:
                 "numberReady": node_count - stuck, "numberAvailable": node_count - stuck,
                 "numberUnavailable": stuck, "numberMisscheduled": 0,
             }}
-            apps.patch_namespaced_daemon_set_status(daemon_set.metadata.name, daemon_set.metadata.namespace, body,
-                                                    _content_type=_MERGE, _request_timeout=_TIMEOUT)
+            _merge_patch(apps.patch_namespaced_daemon_set_status, daemon_set.metadata.name, daemon_set.metadata.namespace,
+                         body)
         for deployment in apps.list_deployment_for_all_namespaces(_request_timeout=_TIMEOUT).items:
             status = deployment.status
             generation = deployment.metadata.generation
@@ -366,5 +377,5 @@ class Kubelets:
                      "lastUpdateTime": since, "lastTransitionTime": since},
                 ],
             }}
-            apps.patch_namespaced_deployment_status(deployment.metadata.name, deployment.metadata.namespace, body,
-                                                    _content_type=_MERGE, _request_timeout=_TIMEOUT)
+            _merge_patch(apps.patch_namespaced_deployment_status, deployment.metadata.name, deployment.metadata.namespace,
+                         body)

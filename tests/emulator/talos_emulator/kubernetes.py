@@ -7,8 +7,10 @@ Both config layouts are read: the v1alpha1 fields (``machine.kubelet.image``,
 ``KubeAPIServerConfig``, ...), a document winning over its v1alpha1 field as
 Talos's config container decides; a missing image is Talos's default for the
 Kubernetes version. From that a node serves (through ``services/cosi.py``):
-``KubeletSpecs`` (every configured node), ``APIServerConfigs``,
-``ControllerManagerConfigs``, ``SchedulerConfigs`` and ``Manifests`` (control
+``KubeletSpecs`` (every configured node: its arguments with the config's
+``extraArgs``, its ``featureGates`` from ``extraConfig``), ``APIServerConfigs``,
+``ControllerManagerConfigs``, ``SchedulerConfigs``, ``StaticPods`` (the pods
+with their command lines, ``extraArgs`` merged in) and ``Manifests`` (control
 planes), and ``StaticPodStatuses`` (control planes whose etcd runs).
 
 ``NodeKubernetes`` is the node's container runtime for these: when an applied
@@ -78,6 +80,16 @@ def settings(config_bytes):
             return document.get("enabled", True) is not False
         return not (cluster.get(section) or {}).get("disabled", False)
 
+    def extra_args(kind, section, parent=cluster):
+        document = by_kind.get(kind)
+        args = (document if document is not None else (parent.get(section) or {})).get("extraArgs") or {}
+        if isinstance(args, list):  # the documents' list form: [{name, value}]
+            args = dict((item.get("name"), item.get("value")) for item in args)
+        return dict((str(name), "" if value is None else str(value)) for name, value in args.items())
+
+    kubelet_document = by_kind.get("KubeletConfig")
+    kubelet_extra_config = ((kubelet_document if kubelet_document is not None else machine.get("kubelet") or {})
+                            .get("extraConfig") or {})
     network = by_kind.get("KubeNetworkConfig") or cluster.get("network") or {}
     kubernetes = configgen.kubernetes_settings(config_bytes)
     return {
@@ -97,6 +109,13 @@ def settings(config_bytes):
             "kube-proxy": enabled("KubeProxyConfig", "proxy"),
             "coredns": enabled("KubeCoreDNSConfig", "coreDNS"),
         },
+        "extra_args": {
+            "kubelet": extra_args("KubeletConfig", "kubelet", parent=machine),
+            "kube-apiserver": extra_args("KubeAPIServerConfig", "apiServer"),
+            "kube-controller-manager": extra_args("KubeControllerManagerConfig", "controllerManager"),
+            "kube-scheduler": extra_args("KubeSchedulerConfig", "scheduler"),
+        },
+        "kubelet_feature_gates": dict(kubelet_extra_config.get("featureGates") or {}),
         "dns_domain": network.get("dnsDomain") or "cluster.local",
         "pod_subnets": list(network.get("podSubnets") or ["10.244.0.0/16"]),
         "service_subnets": list(network.get("serviceSubnets") or ["10.96.0.0/12"]),
@@ -139,25 +158,34 @@ def _service_ip(subnets, index):
 
 # The specs of the node's resources (yaml_spec as Talos marshals them).
 
+def _command_line(defaults, extra_args):
+    """``--name=value`` arguments, sorted, the config's ``extraArgs`` over Talos's defaults (as Talos merges them)."""
+    args = dict(defaults, **extra_args)
+    return ["--%s=%s" % (name, value) for name, value in sorted(args.items())]
+
+
 def kubelet_spec(node):
     config = settings(node.config_bytes)
+    kubelet_config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "clusterDNS": [_service_ip(config["service_subnets"], 10)],
+        "clusterDomain": config["dns_domain"],
+    }
+    if config["kubelet_feature_gates"]:
+        kubelet_config["featureGates"] = config["kubelet_feature_gates"]
     return {
         "image": config["images"]["kubelet"],
-        "args": [
-            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubeconfig",
-            "--cert-dir=/var/lib/kubelet/pki",
-            "--config=/etc/kubernetes/kubelet.yaml",
-            "--hostname-override=%s" % node.hostname,
-            "--kubeconfig=/etc/kubernetes/kubeconfig-kubelet",
-            "--node-ip=%s" % node.address,
-        ],
+        "args": _command_line({
+            "bootstrap-kubeconfig": "/etc/kubernetes/bootstrap-kubeconfig",
+            "cert-dir": "/var/lib/kubelet/pki",
+            "config": "/etc/kubernetes/kubelet.yaml",
+            "hostname-override": node.hostname,
+            "kubeconfig": "/etc/kubernetes/kubeconfig-kubelet",
+            "node-ip": node.address,
+        }, config["extra_args"]["kubelet"]),
         "expectedNodename": node.hostname,
-        "config": {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "clusterDNS": [_service_ip(config["service_subnets"], 10)],
-            "clusterDomain": config["dns_domain"],
-        },
+        "config": kubelet_config,
     }
 
 
@@ -180,6 +208,37 @@ def static_pod_config(node, component):
         }
     return {"enabled": config["enabled"][component], "image": image, "config": {}, "extraVolumes": [],
             "environmentVariables": {}, "resources": _RESOURCES}
+
+
+# Talos's defaults of each static pod's command line (a few of them: the ones a removal check may meet).
+_STATIC_POD_ARGS = {
+    "kube-apiserver": {"enable-admission-plugins": "NodeRestriction", "etcd-servers": "https://localhost:2379",
+                       "secure-port": "6443"},
+    "kube-controller-manager": {"controllers": "*,tokencleaner", "leader-elect": "true"},
+    "kube-scheduler": {"leader-elect": "true"},
+}
+
+
+def static_pod(node, component):
+    """The spec of the component's ``StaticPods.kubernetes.talos.dev`` resource: the pod Talos hands the kubelet."""
+    config = settings(node.config_bytes)
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": component, "namespace": "kube-system",
+                     "labels": {"k8s-app": component, "tier": "control-plane"}},
+        "spec": {"hostNetwork": True, "priorityClassName": "system-cluster-critical", "containers": [{
+            "name": component, "image": config["images"][component],
+            "command": ["/usr/local/bin/%s" % component] + _command_line(
+                _STATIC_POD_ARGS[component], config["extra_args"][component]),
+        }]},
+    }
+
+
+def static_pods(node):
+    if not node.is_control_plane or node.maintenance:
+        return []
+    return [(component, static_pod(node, component)) for component in COMPONENTS
+            if static_pod_config(node, component).get("enabled", True)]
 
 
 # The node's containers.

@@ -9,11 +9,21 @@ until it leaves or is removed, as in etcd; the leader's node going down hands
 leadership to a running member while the running ones keep quorum.
 A snapshot is the keyspace followed by its SHA-256, the layout of an etcd
 snapshot file, so that recovery can check its integrity as etcd does.
+
+The asynchronous methods are what machined asks of etcd for the etcd RPCs
+(``services/etcd.py``); ``real_etcd.RealEtcdCluster`` answers the same ones from
+real etcd members.
 """
 
+import asyncio
 import hashlib
 import os
 import time
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 # Free pages a member's database file holds after the writes of a fresh cluster:
 # what a defragmentation gives back (EtcdStatus db_size - db_size_in_use).
@@ -23,6 +33,10 @@ INITIAL_FREE_BYTES = 20480
 ERR_MEMBER_NOT_FOUND = "etcdserver: member not found"
 ERR_NOT_ENOUGH_STARTED = "etcdserver: re-configuration failed due to not enough started members"
 ERR_UNHEALTHY = "etcdserver: unhealthy cluster"
+ERR_NO_LEADER = "etcdserver: no leader"
+_ETCD_VERSION = "3.6.5"
+# How long one defragmentation holds its member.
+DEFRAGMENT_SECONDS = 0.05
 
 
 class EtcdMember:
@@ -70,17 +84,31 @@ class EtcdCluster:
                 return member
         return None
 
-    def bootstrap(self, node, keyspace=None):
-        """Start a new single-member cluster on ``node``, optionally from recovered data."""
+    def bootstrap(self, node, snapshot=None, skip_hash_check=False):
+        """Start a new single-member cluster on ``node``, from ``snapshot`` bytes when given (SnapshotError when its
+        integrity check fails)."""
+        keyspace = self.keyspace_from_snapshot(snapshot, skip_hash_check) if snapshot is not None else self._fresh_keyspace(node)
         self.members = []
         self.alarms = []
-        self.keyspace = keyspace if keyspace is not None else self._fresh_keyspace(node)
+        self.keyspace = keyspace
         self.revision = 1
-        member = self.join(node)
+        member = self._add_member(node)
         self.leader_id = member.id
-        return member
+        node.etcd_data = True
+        node.etcd_ready()
+
+    def bootstrap_together(self, nodes):
+        """The fixture shortcut of a bootstrapped cluster: ``nodes`` form it, the first bootstrapping it."""
+        self.bootstrap(nodes[0])
+        for node in nodes[1:]:
+            node.join_etcd()
 
     def join(self, node):
+        """The node's etcd starts as a member (a new one unless it is one): at once here."""
+        self._add_member(node)
+        node.etcd_ready()
+
+    def _add_member(self, node):
         member = self.member_of(node)
         if member is None:
             member = EtcdMember(int.from_bytes(os.urandom(8), "big") >> 1, node)
@@ -88,6 +116,9 @@ class EtcdCluster:
             if self.leader_id is None:
                 self.leader_id = member.id
         return member
+
+    async def stop_member(self, node):
+        """The node's machine stops: here a member is running while its node is (``running_members``)."""
 
     def remove(self, member):
         self.members.remove(member)
@@ -153,3 +184,98 @@ class EtcdCluster:
         # A few KiB so that a snapshot spans several 1 KiB frames.
         header = ("emulated etcd keyspace bootstrapped on %s at %f\n" % (node.hostname, time.time())).encode()
         return header + os.urandom(3000)
+
+    # What machined asks of etcd, per RPC (on the loop; errors as Talos answers them).
+
+    async def member_list(self, node, query_local):
+        if not query_local and self.leader() is None:
+            raise GRPCError(Status.UNKNOWN, "etcd is not running on this node")
+        # A member whose node is down keeps its name: etcd names a member once it has started.
+        return [machine_pb2.EtcdMember(id=member.id, hostname=member.name, peer_urls=member.peer_urls,
+                                       client_urls=member.client_urls, is_learner=False)
+                for member in self.members]
+
+    async def remove_member(self, node, member_id):
+        """Talos asks etcd through any control plane (NewClientFromControlPlaneIPs) and requires a leader;
+        etcd's strict reconfiguration check may refuse (``removal_refusal``)."""
+        failure = "failed to remove member %d: %%s" % member_id
+        if self.leader() is None:
+            raise GRPCError(Status.UNKNOWN, "failed to remove member: " + failure % ERR_NO_LEADER)
+        member = next((member for member in self.members if member.id == member_id), None)
+        if member is None:
+            raise GRPCError(Status.NOT_FOUND, failure % ERR_MEMBER_NOT_FOUND)
+        refusal = self.removal_refusal(member)
+        if refusal is not None:
+            raise GRPCError(Status.UNKNOWN, "failed to remove member: " + failure % refusal)
+        node.cluster.remove_etcd_member(member)
+
+    async def leave(self, node):
+        """This node's member leaves, its etcd stops and its data directory is emptied (EtcdLeaveCluster, graceful
+        reset)."""
+        if self.member_of(node) is not None and len(self.members) == 1:
+            # etcd's own reconfiguration check refuses to remove the last voting member.
+            raise GRPCError(Status.UNKNOWN, "failed to leave cluster: " + ERR_NOT_ENOUGH_STARTED)
+        node.leave_etcd()
+
+    async def forfeit_leadership(self, node, member):
+        """The member that takes over leadership from ``member``, or "" when ``member`` is not the leader."""
+        if len(self.members) == 1:
+            raise GRPCError(Status.UNKNOWN, "cannot forfeit leadership, only one member")
+        if self.leader_id == member.id:
+            for candidate in self.members:
+                if candidate is not member and candidate.node.etcd_running:
+                    self.leader_id = candidate.id
+                    return candidate.name
+        return ""
+
+    async def status(self, node, member):
+        leader = self.leader()
+        # etcd lists its alarms as AlarmMember text; this model keeps each alarm on its own member's status.
+        errors = ["memberID:%d alarm:%s" % (member_id, machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm))
+                  for member_id, alarm in self.alarms if member_id == member.id]
+        if leader is None:
+            errors.insert(0, ERR_NO_LEADER)
+        return machine_pb2.EtcdMemberStatus(
+            protocol_version=_ETCD_VERSION, db_size=self.db_size(member), db_size_in_use=self.db_size_in_use(),
+            leader=leader.id if leader else 0, raft_index=self.revision + 10, raft_term=2,
+            raft_applied_index=self.revision + 10, errors=errors, is_learner=False, member_id=member.id,
+            storage_version="3.6.0",
+        )
+
+    async def make_leader(self, node):
+        """Hand leadership to the node's member."""
+        self.leader_id = self.member_of(node).id
+
+    def fragment(self, node, free_bytes):
+        """Give the node's database ``free_bytes`` of free pages, until a defragmentation."""
+        self.member_of(node).free_bytes = free_bytes
+
+    async def leader_node(self):
+        """The node whose member leads, or None."""
+        leader = self.leader()
+        return leader.node if leader is not None else None
+
+    async def snapshot_bytes(self, node):
+        return self.snapshot()
+
+    async def alarm_list(self, node):
+        return [machine_pb2.EtcdMemberAlarm(member_id=member_id, alarm=alarm) for member_id, alarm in self.alarms]
+
+    async def alarm_disarm(self, node):
+        """Every alarm is cleared; the ones cleared are returned."""
+        alarms = await self.alarm_list(node)
+        self.alarms = []
+        return alarms
+
+    async def raise_alarm(self, node, alarm):
+        self.alarms.append((self.member_of(node).id, machine_pb2.EtcdMemberAlarm.AlarmType.Value(alarm)))
+
+    async def defragment(self, node, member):
+        """Rewrites the member's database without its free pages; the member blocks meanwhile, as etcd's does."""
+        self.defragmenting += 1
+        self.most_concurrent_defragments = max(self.most_concurrent_defragments, self.defragmenting)
+        try:
+            await asyncio.sleep(DEFRAGMENT_SECONDS)
+            member.free_bytes = 0
+        finally:
+            self.defragmenting -= 1

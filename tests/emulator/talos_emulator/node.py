@@ -13,6 +13,7 @@ import time
 import uuid
 
 from google.protobuf import timestamp_pb2
+from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -87,6 +88,9 @@ class EmulatedNode:
         self.cluster = cluster
         self.name = name
         self.address = address
+        # Other addresses the node has (a second interface, a NAT address): apid reaches it there too, Kubernetes
+        # does not report them (``ClusterModel.add_address``).
+        self.extra_addresses = []
         self.port = port
         self.role = role
         # A node's discovery identity: random, stable for the node's life.
@@ -283,6 +287,7 @@ class EmulatedNode:
         self.cancel_try_rollback()
         await self.server.stop()
         self.machined.drop_calls()
+        await self.cluster.etcd.stop_member(self)
 
     def run_sequence(self, name, coroutine, actor_id=""):
         """Run a machined sequence (reboot, reset, shutdown, upgrade, install) in the background.
@@ -338,14 +343,14 @@ class EmulatedNode:
         self.events.emit(machine_pb2.SequenceEvent(sequence="reset", action=machine_pb2.SequenceEvent.START), actor_id=actor_id)
         etcd = self.cluster.etcd
         if graceful and self.is_control_plane and etcd.member_of(self) is not None:
-            if len(etcd.members) == 1:
-                error = "failed to leave cluster: etcdserver: re-configuration failed due to not enough started members"
+            try:
+                await etcd.leave(self)
+            except GRPCError as error:
                 self.events.emit(machine_pb2.SequenceEvent(
                     sequence="reset", action=machine_pb2.SequenceEvent.STOP,
-                    error=common_pb2.Error(code=common_pb2.FATAL, message=error),
+                    error=common_pb2.Error(code=common_pb2.FATAL, message=error.message),
                 ), actor_id=actor_id)
                 return
-            self.leave_etcd()
         self._emit_stage("resetting", False, actor_id)
         self._stop_all_services(actor_id)
         if "EPHEMERAL" in wiped_volumes:
@@ -450,8 +455,11 @@ class EmulatedNode:
             self.set_service("etcd", "Failed", "etcd data directory belongs to a member that was removed", False)
 
     def join_etcd(self):
+        """etcd starts as a member of the cluster; the service runs once the member is ready (``etcd_ready``)."""
         self.cluster.etcd.join(self)
         self.etcd_data = True
+
+    def etcd_ready(self):
         if "etcd" in self.services:
             self.set_service("etcd", "Running", "Health check successful", healthy=True)
 

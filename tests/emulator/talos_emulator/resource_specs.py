@@ -193,6 +193,10 @@ def scheduler_config(spec):
             + _kubernetes_resources(6, spec["resources"]) + _struct(7, spec["config"]))
 
 
+def static_pod(pod):
+    return _struct(1, pod)
+
+
 def static_pod_status(pod_status):
     return _struct(1, pod_status)
 

@@ -219,7 +219,8 @@ class Apid:
         return await node.machined.serve(method, stream, roles)
 
     def _is_self(self, target):
-        return target in (self.node.address, self.node.hostname, self.node.name)
+        node = self.node
+        return target in [node.address, node.hostname, node.name, node.cluster.dns_name(node)] + node.extra_addresses
 
     def _check_one_to_many(self, method):
         if older_than(self.node.talos_version, "v1.13.0"):
@@ -238,7 +239,9 @@ class Apid:
             raise GRPCError(Status.INTERNAL, 'invalid target "%s": a node is addressed without a port' % target)
         node = self.node.cluster.node_at(target)
         if node is None and not _looks_like_ip(target):
-            # Other nodes' names do not resolve on a Talos node (no cluster DNS for node names by default).
+            # apid dials the name: the network's DNS resolves the names it registers, not other nodes' bare names.
+            node = self.node.cluster.resolve(target)
+        if node is None and not _looks_like_ip(target):
             raise GRPCError(
                 Status.UNAVAILABLE,
                 'connection error: desc = "transport: Error while dialing: dial tcp: lookup %s: no such host"' % target,

@@ -29,7 +29,9 @@ CONTROL_CALLS = frozenset([
 # Loopback addresses handed out to the clusters of this process, so that they
 # never share one: 127.0.0.11 onwards, in order, skipping .0-.10 and .255 of
 # every /24 (127.0.0.1 is localhost, 127.0.1.1 often the machine's host name).
-_next_address = [int(ipaddress.IPv4Address("127.0.0.11"))]
+# Each pytest-xdist worker (gw0, gw1, ...) takes its own /10 of the loopback range.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+_next_address = [int(ipaddress.IPv4Address("127.0.0.11")) + (int(_WORKER) if _WORKER.isdigit() else 0) % 4 * (1 << 22)]
 _addresses_lock = threading.Lock()
 
 

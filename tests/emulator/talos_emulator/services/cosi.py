@@ -135,7 +135,7 @@ def _diagnostics(node):
 
 
 def _node_addresses(node):
-    addresses = {"addresses": ["%s/8" % node.address]}
+    addresses = {"addresses": ["%s/8" % node.address] + ["%s/32" % address for address in node.extra_addresses]}
     return [(name, addresses) for name in ("accumulative", "current", "default", "routed")]
 
 
@@ -169,6 +169,7 @@ _KINDS = [
           resource_specs.controller_manager_config),
     _Kind(kubernetes.CONFIG_TYPES["kube-scheduler"], "controlplane", [], [], kubernetes.scheduler_configs,
           resource_specs.scheduler_config),
+    _Kind("StaticPods.kubernetes.talos.dev", "k8s", [], [], kubernetes.static_pods, resource_specs.static_pod),
     _Kind("StaticPodStatuses.kubernetes.talos.dev", "k8s", ["podstatus"], [("Ready", '{.conditions[?(@.type=="Ready")].status}')],
           kubernetes.static_pod_statuses, resource_specs.static_pod_status),
     _Kind("Manifests.kubernetes.talos.dev", "controlplane", [], [], kubernetes.manifests, resource_specs.manifest),

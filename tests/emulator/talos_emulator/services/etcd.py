@@ -2,12 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The etcd RPCs of machine.MachineService (Talos ``v1alpha1_server.go``, ``internal/pkg/etcd``).
 
-Every one checks first that the node is a control plane. The membership is
-the cluster's (``membership.EtcdCluster``); "local" RPCs need this node's own
-etcd member to be running.
+Every one checks first that the node is a control plane. What etcd answers
+comes from the cluster's etcd (``node.cluster.etcd``): the model
+(``membership.EtcdCluster``) or real members (``real_etcd.RealEtcdCluster``);
+"local" RPCs need this node's own etcd member to be running.
 """
-
-import asyncio
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -15,12 +14,7 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 from ..context import current_call
-from ..membership import ERR_MEMBER_NOT_FOUND
 from .common import require_control_plane, send_chunks
-
-_ETCD_VERSION = "3.6.5"
-# How long one defragmentation holds its member.
-DEFRAGMENT_SECONDS = 0.05
 
 
 class EtcdRPCs:
@@ -42,93 +36,42 @@ class EtcdRPCs:
         request = await stream.recv_message()
         node = self.node
         require_control_plane(node, "member list")
-        etcd = node.cluster.etcd
         if request.query_local:
             self._local_member()
-        elif etcd.leader() is None:
-            raise GRPCError(Status.UNKNOWN, "etcd is not running on this node")
-        # A member whose node is down keeps its name: etcd names a member once it has started.
-        members = [
-            machine_pb2.EtcdMember(
-                id=member.id, hostname=member.name, peer_urls=member.peer_urls, client_urls=member.client_urls,
-                is_learner=False,
-            )
-            for member in etcd.members
-        ]
+        members = await node.cluster.etcd.member_list(node, request.query_local)
         reply = machine_pb2.EtcdMembers(legacy_members=[member.hostname for member in members], members=members)
         await stream.send_message(machine_pb2.EtcdMemberListResponse(messages=[reply]))
 
     async def EtcdRemoveMemberByID(self, stream):
-        """Talos asks etcd through any control plane (NewClientFromControlPlaneIPs) and requires a leader;
-        etcd's strict reconfiguration check may refuse (membership.removal_refusal)."""
         request = await stream.recv_message()
         node = self.node
         current_call().audit.update(member_id=request.member_id)
         require_control_plane(node, "etcd remove member")
-        etcd = node.cluster.etcd
-        failure = "failed to remove member %d: %%s" % request.member_id
-        if etcd.leader() is None:
-            raise GRPCError(Status.UNKNOWN, "failed to remove member: " + failure % "etcdserver: no leader")
-        member = next((member for member in etcd.members if member.id == request.member_id), None)
-        if member is None:
-            raise GRPCError(Status.NOT_FOUND, failure % ERR_MEMBER_NOT_FOUND)
-        refusal = etcd.removal_refusal(member)
-        if refusal is not None:
-            raise GRPCError(Status.UNKNOWN, "failed to remove member: " + failure % refusal)
-        node.cluster.remove_etcd_member(member)
+        await node.cluster.etcd.remove_member(node, request.member_id)
         await stream.send_message(machine_pb2.EtcdRemoveMemberByIDResponse(messages=[machine_pb2.EtcdRemoveMemberByID()]))
 
     async def EtcdLeaveCluster(self, stream):
         await stream.recv_message()
         node = self.node
         require_control_plane(node, "etcd leave")
-        etcd = node.cluster.etcd
-        member = etcd.member_of(node)
-        if member is not None and len(etcd.members) == 1:
-            # etcd's own reconfiguration check refuses to remove the last voting member.
-            raise GRPCError(Status.UNKNOWN, "failed to leave cluster: etcdserver: re-configuration failed due to not enough started members")
-        node.leave_etcd()
+        await node.cluster.etcd.leave(node)
         await stream.send_message(machine_pb2.EtcdLeaveClusterResponse(messages=[machine_pb2.EtcdLeaveCluster()]))
 
     async def EtcdForfeitLeadership(self, stream):
         member = await self._local_call(stream, "etcd forfeit leadership")
-        node = self.node
-        etcd = node.cluster.etcd
-        if len(etcd.members) == 1:
-            raise GRPCError(Status.UNKNOWN, "cannot forfeit leadership, only one member")
-        new_leader = ""
-        if etcd.leader_id == member.id:
-            for candidate in etcd.members:
-                if candidate is not member and candidate.node.etcd_running:
-                    etcd.leader_id = candidate.id
-                    new_leader = candidate.name
-                    break
+        new_leader = await self.node.cluster.etcd.forfeit_leadership(self.node, member)
         current_call().audit.update(new_leader=new_leader)
         reply = machine_pb2.EtcdForfeitLeadership(member=new_leader)
         await stream.send_message(machine_pb2.EtcdForfeitLeadershipResponse(messages=[reply]))
 
     async def EtcdStatus(self, stream):
         member = await self._local_call(stream, "etcd status")
-        node = self.node
-        etcd = node.cluster.etcd
-        leader = etcd.leader()
-        # etcd lists its alarms as AlarmMember text; this emulator keeps each alarm on its own member's status.
-        errors = ["memberID:%d alarm:%s" % (member_id, machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm))
-                  for member_id, alarm in etcd.alarms if member_id == member.id]
-        if leader is None:
-            errors.insert(0, "etcdserver: no leader")
-        status = machine_pb2.EtcdMemberStatus(
-            protocol_version=_ETCD_VERSION, db_size=etcd.db_size(member), db_size_in_use=etcd.db_size_in_use(),
-            leader=leader.id if leader else 0, raft_index=etcd.revision + 10, raft_term=2,
-            raft_applied_index=etcd.revision + 10, errors=errors, is_learner=False, member_id=member.id,
-            storage_version="3.6.0",
-        )
+        status = await self.node.cluster.etcd.status(self.node, member)
         await stream.send_message(machine_pb2.EtcdStatusResponse(messages=[machine_pb2.EtcdStatus(member_status=status)]))
 
     async def EtcdSnapshot(self, stream):
         await self._local_call(stream, "etcd snapshot")
-        node = self.node
-        await send_chunks(stream, node.cluster.etcd.snapshot())
+        await send_chunks(stream, await self.node.cluster.etcd.snapshot_bytes(self.node))
 
     async def EtcdRecover(self, stream):
         node = self.node
@@ -142,28 +85,16 @@ class EtcdRPCs:
 
     async def EtcdAlarmList(self, stream):
         await self._local_call(stream, "etcd alarm list")
-        node = self.node
-        alarms = [machine_pb2.EtcdMemberAlarm(member_id=member_id, alarm=alarm) for member_id, alarm in node.cluster.etcd.alarms]
+        alarms = await self.node.cluster.etcd.alarm_list(self.node)
         await stream.send_message(machine_pb2.EtcdAlarmListResponse(messages=[machine_pb2.EtcdAlarm(member_alarms=alarms)]))
 
     async def EtcdAlarmDisarm(self, stream):
         await self._local_call(stream, "etcd alarm disarm")
-        node = self.node
-        etcd = node.cluster.etcd
-        alarms = [machine_pb2.EtcdMemberAlarm(member_id=member_id, alarm=alarm) for member_id, alarm in etcd.alarms]
-        etcd.alarms = []
+        alarms = await self.node.cluster.etcd.alarm_disarm(self.node)
         reply = machine_pb2.EtcdAlarmDisarm(member_alarms=alarms)
         await stream.send_message(machine_pb2.EtcdAlarmDisarmResponse(messages=[reply]))
 
     async def EtcdDefragment(self, stream):
-        """Rewrites the member's database without its free pages; the member blocks meanwhile, as etcd's does."""
         member = await self._local_call(stream, "etcd defragment")
-        etcd = self.node.cluster.etcd
-        etcd.defragmenting += 1
-        etcd.most_concurrent_defragments = max(etcd.most_concurrent_defragments, etcd.defragmenting)
-        try:
-            await asyncio.sleep(DEFRAGMENT_SECONDS)
-            member.free_bytes = 0
-        finally:
-            etcd.defragmenting -= 1
+        await self.node.cluster.etcd.defragment(self.node, member)
         await stream.send_message(machine_pb2.EtcdDefragmentResponse(messages=[machine_pb2.EtcdDefragment()]))

@@ -226,3 +226,16 @@ def test_node_error_uses_the_status_code_when_present():
 def test_to_result_has_only_set_fields():
     assert errors.TalosConfigError("bad").to_result() == {}
     assert errors.TalosApiError("x", code="NotFound", node="n").to_result() == {"code": "NotFound", "node": "n"}
+
+
+def test_a_node_whose_certificate_the_endpoint_does_not_trust_is_a_final_tls_error_not_an_unreachable_one():
+    """A node in maintenance mode answers with a self-signed certificate: it is not off (no api_unreachable), and
+    the client never retries a TLS error."""
+    relayed = ('connection error: desc = "transport: authentication handshake failed: tls: failed to verify '
+               'certificate: x509: certificate signed by unknown authority"')
+    error = errors.from_status("Unavailable", relayed, "machine.MachineService/Version", "10.5.0.5", endpoint="10.5.0.2:50000")
+    assert isinstance(error, TalosTLSError) and error.code == "Unavailable" and error.node == "10.5.0.5"
+    assert "api_unreachable" not in error.to_result()
+    assert error.message.endswith("(x509: certificate signed by unknown authority), so the node is probably in "
+                                  "maintenance mode (not configured yet, or reset) or belongs to another cluster; reach it "
+                                  "directly with endpoints: [10.5.0.5] and insecure: true.")

@@ -234,8 +234,8 @@ def test_an_outage_next_to_an_unhealthy_member_is_refused_unless_forced():
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": False})
     refused = refusal(client)
     assert refused.message == (
-        "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting member(s) and need 2 of them healthy "
-        "for quorum, but only 1 other than cp-1 are healthy (not healthy: cp-3 - unreachable); fix the unhealthy members "
+        "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting members and need 2 of them healthy "
+        "for quorum, but only 1 member other than cp-1 is healthy (not healthy: cp-3 - unreachable); fix the unhealthy members "
         "first, or set force_quorum_loss: true to go ahead anyway.")
     assert refused.to_result()["etcd_gate_open"] is False and refused.to_result()["quorum"]["unhealthy"] == ["cp-3"]
     forced = let_go(client, force=True)
@@ -245,7 +245,8 @@ def test_an_outage_next_to_an_unhealthy_member_is_refused_unless_forced():
 @pytest.mark.parametrize("count", [1, 2])
 def test_one_and_two_member_clusters_cannot_spare_a_member(count):
     client = etcd_client(dict(("cp-%d" % i, True) for i in range(1, count + 1)))
-    assert "etcd would keep %d voting member(s) and need %d of them healthy" % (count, count) in refusal(client).message
+    members = "1 voting member" if count == 1 else "%d voting members" % count
+    assert "etcd would keep %s and need %d of them healthy" % (members, count) in refusal(client).message
 
 
 def test_a_removal_uses_the_removal_arithmetic():

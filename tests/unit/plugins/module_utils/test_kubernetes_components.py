@@ -3,6 +3,9 @@
 """kubernetes_components.py: versions and upgrade paths, Talos support, image tags, config homes in both forms and
 the least-change patch of a config's text."""
 
+import json
+import os
+
 import pytest
 import yaml
 
@@ -68,8 +71,24 @@ def test_talos_support_names_the_node_and_the_range():
     problem = components.talos_support_problem("v1.13.5", "1.37.2", "10.5.0.2")
     assert problem == ("10.5.0.2 runs Talos v1.13.5, which supports Kubernetes 1.31 to 1.36, not 1.37.2: "
                        "upgrade Talos first.")
-    # A release the table does not know is not refused.
+    # Talos 1.15 as published (pkg/machinery/compatibility/talos115: Kubernetes 1.33.0 to 1.38.99).
     assert components.talos_support_problem("v1.15.0-alpha.0", "1.38.0", "10.5.0.2") is None
+    assert "supports Kubernetes 1.33 to 1.38, not 1.32.9" in components.talos_support_problem("v1.15.1", "1.32.9", "n")
+
+
+def test_a_talos_release_the_table_does_not_know_is_refused():
+    assert components.talos_support_problem("v1.16.0", "1.38.0", "node 10.5.0.2") == (
+        "node 10.5.0.2 runs Talos v1.16.0, whose supported Kubernetes versions this collection does not know (it knows "
+        "Talos 1.9 to 1.15); use a collection release that supports it.")
+    assert "does not know" in components.talos_support_problem("v1.8.3", "1.31.0", "node 10.5.0.2")
+
+
+def test_a_target_no_talos_release_supports_is_refused_without_a_node():
+    assert components.unsupported_everywhere_problem("1.38.1") is None
+    assert components.unsupported_everywhere_problem("1.27.0") is None
+    assert components.unsupported_everywhere_problem("1.39.0") == (
+        "to_version 1.39.0 is not supported by any Talos release (Talos 1.9 to 1.15 run Kubernetes 1.27 to 1.38).")
+    assert components.unsupported_everywhere_problem("1.26.9").startswith("to_version 1.26.9 is not supported")
 
 
 @pytest.mark.parametrize("given, spelled", [("1.37.2", "1.37.2"), ("v1.37.2", "1.37.2"), (" v1.37.0-rc.1", "1.37.0-rc.1")])
@@ -92,6 +111,26 @@ def test_kubernetes_version_names_the_option():
 ])
 def test_retagged_keeps_the_repository(image, version, retagged):
     assert components.retagged(image, version, "registry.k8s.io/kube-scheduler") == retagged
+
+
+def test_retagged_moves_to_another_repository_keeping_the_flavour():
+    moved = components.retagged("ghcr.io/siderolabs/kubelet:v1.36.3-fat", "1.37.2", "ghcr.io/siderolabs/kubelet",
+                                "registry.example.com/kubelet")
+    assert moved == "registry.example.com/kubelet:v1.37.2-fat"
+    moved = components.retagged(None, "1.37.2", "registry.k8s.io/kube-scheduler", "registry.example.com:5000/k8s/kube-scheduler")
+    assert moved == "registry.example.com:5000/k8s/kube-scheduler:v1.37.2"
+
+
+@pytest.mark.parametrize("value", ["registry.example.com/kube-apiserver:v1.37.2", "registry.k8s.io/kube-apiserver@sha256:ab",
+                                   "", "Registry.example.com/Kube"])
+def test_image_repository_refuses_a_tag_a_digest_or_nothing(value):
+    with pytest.raises(TalosConfigError, match=r"^apiserver_image .* is not an image repository such as "):
+        components.image_repository(value, "apiserver_image")
+
+
+def test_image_repository_accepts_a_registry_with_a_port():
+    assert components.image_repository("registry.local:5000/k8s/kube-apiserver", "apiserver_image") == (
+        "registry.local:5000/k8s/kube-apiserver")
 
 
 def test_image_version():
@@ -164,6 +203,14 @@ def test_kube_proxy_enabled():
     assert components.kube_proxy_enabled(documents(disabled)) is False
 
 
+def test_kube_proxy_disabled_the_v1_14_way():
+    # A KubeProxyConfig document replaces the v1alpha1 section: its enabled decides (Cilium clusters set false).
+    proxy = "---\napiVersion: v1alpha1\nkind: KubeProxyConfig\nimage: registry.k8s.io/kube-proxy:v1.36.3\n"
+    assert components.kube_proxy_enabled(documents(DOCUMENTS + proxy)) is True
+    assert components.kube_proxy_enabled(documents(DOCUMENTS + proxy + "enabled: false\n")) is False
+    assert components.kube_proxy_enabled(documents(DOCUMENTS + proxy + "enabled: true\n")) is True
+
+
 METRICS = """\
 # HELP apiserver_requested_deprecated_apis [STABLE] Gauge of deprecated APIs that have been requested.
 # TYPE apiserver_requested_deprecated_apis gauge
@@ -190,20 +237,66 @@ def test_deprecated_apis_from_metrics_and_those_the_target_removes():
     assert components.removed_apis_problem([], "1.37.2") is None
 
 
-def test_extra_args_from_either_home():
-    v1alpha1 = documents(V1ALPHA1.replace("  kubelet:\n", "  kubelet:\n    extraArgs:\n      pod-infra-container-image: pause:3.9\n"))
-    assert components.extra_args(v1alpha1, components.KUBELET) == {"pod-infra-container-image": "pause:3.9"}
-    assert components.extra_args(v1alpha1, components.KUBE_APISERVER) == {}
-    docs = documents(DOCUMENTS.replace("kind: KubeAPIServerConfig\n",
-                                       "kind: KubeAPIServerConfig\nextraArgs:\n  feature-gates: CPUManager=true\n"))
-    assert components.extra_args(docs, components.KUBE_APISERVER) == {"feature-gates": "CPUManager=true"}
+UPSTREAM = os.path.join(os.path.dirname(__file__), "upstream_kubernetes_removals.json")
+_UPSTREAM_COMPONENTS = {"kubeAPIServerChecks": "kube-apiserver", "kubeControllerManagerChecks": "kube-controller-manager",
+                        "kubeSchedulerChecks": "kube-scheduler", "kubeletChecks": "kubelet"}
 
 
-def test_removed_arguments_of_the_target_minor():
-    args = {"pod-infra-container-image": "pause:3.9", "feature-gates": "SizeMemoryBackedVolumes=true,Other=false"}
-    assert components.removed_arguments(components.KUBELET, args, "1.35.0") == [
+def _from_upstream(entry):
+    """An entry of upstream's upgradeVersionCheck in the shape of REMOVED_BY_PATH."""
+    ours = {}
+    if entry.get("removedFeatureGates"):
+        ours["feature_gates"] = tuple(entry["removedFeatureGates"])
+    flags = dict((_UPSTREAM_COMPONENTS[key], tuple(value["removedFlags"])) for key, value in entry.items()
+                 if key in _UPSTREAM_COMPONENTS and value.get("removedFlags"))
+    if flags:
+        ours["flags"] = flags
+    apiserver = entry.get("kubeAPIServerChecks") or {}
+    if apiserver.get("removedAdmissionPlugins"):
+        ours["admission_plugins"] = tuple(apiserver["removedAdmissionPlugins"])
+    if apiserver.get("removedAPIResources"):
+        ours["api_resources"] = tuple(apiserver["removedAPIResources"])
+    return ours
+
+
+def test_the_removal_table_is_upstreams_for_every_supported_path():
+    """Every upgrade path a Talos release of SUPPORTED_KUBERNETES allows has upstream's removals (none when upstream
+    lists none), and the table holds no path upstream does not."""
+    with open(UPSTREAM) as source:
+        upstream = json.load(source)["paths"]
+    lowest = min(low for low, _high in components.SUPPORTED_KUBERNETES.values())
+    highest = max(high for _low, high in components.SUPPORTED_KUBERNETES.values())
+    paths = ["1.%d->1.%d" % (minor, minor + 1) for minor in range(lowest[1], highest[1])]
+    assert "1.36->1.37" in paths and "1.37->1.38" in paths
+    for path in paths:
+        assert components.REMOVED_BY_PATH.get(path, {}) == _from_upstream(upstream.get(path, {})), path
+    assert sorted(components.REMOVED_BY_PATH) == sorted(upstream)
+    for path in upstream:
+        assert components.REMOVED_BY_PATH[path] == _from_upstream(upstream[path]), path
+
+
+def test_removed_arguments_of_a_rendered_command_line():
+    kubelet = ["--config=/etc/kubernetes/kubelet.yaml", "--pod-infra-container-image=pause:3.9",
+               "--feature-gates=SizeMemoryBackedVolumes=true,Other=false"]
+    assert components.removed_arguments("kubelet", kubelet, "1.34->1.35") == [
         "flag --pod-infra-container-image", "feature gate SizeMemoryBackedVolumes"]
-    assert components.removed_arguments(components.KUBELET, args, "1.34.3") == []
-    assert components.removed_arguments(components.KUBE_APISERVER, {"enable-admission-plugins": "NodeRestriction, SecurityContextDeny"},
-                                        "1.29.1") == ["admission plugin SecurityContextDeny"]
-    assert components.removed_arguments(components.KUBE_APISERVER, {"cloud-config": "/etc/cloud"}, "1.37.2") == []
+    assert components.removed_arguments("kubelet", kubelet, "1.33->1.34") == []
+    assert components.removed_arguments("kubelet", kubelet, None) == []
+    # The kubelet's featureGates of its config file count too.
+    assert components.removed_arguments("kubelet", [], "1.35->1.36", feature_gates=["HonorPVReclaimPolicy"]) == [
+        "feature gate HonorPVReclaimPolicy"]
+    apiserver = ["/usr/local/bin/kube-apiserver", "--enable-admission-plugins=NodeRestriction,SecurityContextDeny"]
+    assert components.removed_arguments("kube-apiserver", apiserver, "1.29->1.30") == ["admission plugin SecurityContextDeny"]
+    # A flag removed from one component is no problem for another.
+    assert components.removed_arguments("kube-apiserver", ["--cloud-config=/etc/cloud"], "1.33->1.34") == []
+    assert components.removed_arguments("kubelet", ["--cloud-config", "/etc/cloud"], "1.33->1.34") == ["flag --cloud-config"]
+    assert components.removed_arguments("kube-scheduler", ["--feature-gates", "GangScheduling=true"], "1.36->1.37") == [
+        "feature gate GangScheduling"]
+
+
+def test_removed_api_resources_and_upgrade_paths():
+    assert components.upgrade_path("1.36.3", "1.37.2") == "1.36->1.37"
+    assert components.upgrade_path("1.37.0", "1.37.2") is None
+    assert components.removed_api_resources("1.36->1.37") == [
+        ("scheduling.k8s.io", "v1alpha2", "workloads"), ("scheduling.k8s.io", "v1alpha2", "podgroups")]
+    assert components.removed_api_resources("1.35->1.36") == []

@@ -203,8 +203,8 @@ def test_the_quorum_wait_asks_again_until_etcd_spares_the_node(clock):
     assert result["etcd_gate_open"] is True and result["actor_id"] == "a1"
     assert client.names().count("EtcdMemberList") == 5 and mutations(client) == ["Reboot"]
     # Once the wait lasts a few seconds, progress says why etcd cannot spare the node, then that it does.
-    why = ("waiting for etcd to spare 10.5.0.1: etcd would keep 3 voting member(s) and need 2 of them healthy for quorum, "
-           "but only 1 other than cp-1 are healthy (not healthy: cp-3 - unreachable)")
+    why = ("waiting for etcd to spare 10.5.0.1: etcd would keep 3 voting members and need 2 of them healthy for quorum, "
+           "but only 1 member other than cp-1 is healthy (not healthy: cp-3 - unreachable)")
     assert lines == [why + " (6 s)", why + " → spared (8 s)"]
 
 

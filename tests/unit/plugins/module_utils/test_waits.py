@@ -9,7 +9,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import waits
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConnectionError,
     TalosPermissionError,
@@ -248,6 +248,26 @@ def test_services_wait_times_out_naming_the_waiting_services():
         waits.wait_for_services(client, None, ["etcd", "ext-foo"], waits.Waiter(0, interval=0))
     assert err.value.message == ("Timed out after 0 seconds waiting for services etcd, ext-foo on the endpoint node to be "
                                  "running and healthy; last observed: waiting for ext-foo (not defined).")
+
+
+def test_services_wait_on_a_worker_leaves_out_the_services_only_control_planes_run():
+    client = service_lists({"kubelet": ("Running", True)})
+    assert waits.wait_for_services(client, "10.5.0.5", ["etcd", "kubelet"], waits.Waiter(0, interval=0),
+                                   machine_type="worker") == {"etcd": "not run on worker nodes", "kubelet": "Running, healthy"}
+
+
+def test_services_wait_on_a_control_plane_waits_for_etcd():
+    client = service_lists({"kubelet": ("Running", True)})
+    with pytest.raises(TalosTimeoutError, match=r"waiting for etcd \(not defined\)"):
+        waits.wait_for_services(client, "10.5.0.2", ["etcd", "kubelet"], waits.Waiter(0, interval=0),
+                                machine_type="controlplane")
+
+
+def test_a_service_no_talos_node_runs_is_named_at_once():
+    assert talos_node.unknown_services_problem("wait_for_services", ["etcd", "kublet", "ext-iscsid"]) == (
+        "wait_for_services names kublet, which no Talos node runs: Talos's services are apid, auditd, containerd, cri, "
+        "dashboard, etcd, kubelet, machined, syslogd, trustd, udevd, and a system extension's are ext-<name>.")
+    assert talos_node.unknown_services_problem("wait_for_services", ["etcd", "ext-iscsid"]) is None
 
 
 def test_service_wait_reports_progress_under_the_node_and_service(clock):

@@ -131,8 +131,8 @@ def test_removal_that_loses_quorum_is_refused_unless_forced():
     with pytest.raises(etcd.QuorumLossRefused) as raised:
         run(cluster, member="cp-2", state="absent")
     assert raised.value.message == (
-        "Refusing to remove etcd member cp-2: etcd would keep 2 voting member(s) and need 2 of them healthy for quorum, "
-        "but only 1 other than cp-2 are healthy (not healthy: cp-3 - node 10.5.0.3 is unavailable); fix the unhealthy "
+        "Refusing to remove etcd member cp-2: etcd would keep 2 voting members and need 2 of them healthy for quorum, "
+        "but only 1 member other than cp-2 is healthy (not healthy: cp-3 - node 10.5.0.3 is unavailable); fix the unhealthy "
         "members first, or set force_quorum_loss: true to go ahead anyway.")
     assert raised.value.to_result()["quorum"]["safe"] is False
     assert cluster.mutations() == []
