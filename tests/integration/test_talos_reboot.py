@@ -63,7 +63,7 @@ def test_force_mode_is_refused_before_talos_v1_12(emulator, run_playbook):
 
 
 def test_quorum_guard_refuses_then_force_quorum_loss(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True, reboot_seconds=0.3)
+    cluster = emulator(controlplanes=3, bootstrapped=True, reboot_seconds=0.3, etcd="real")
     cp1, _cp2, cp3 = cluster.controlplanes
     cluster.faults.make_unreachable(cp3)
 
@@ -104,7 +104,7 @@ def test_wait_that_times_out_says_so(emulator, run_playbook):
 
 
 def test_several_nodes_in_one_task_control_planes_one_at_a_time(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.3)
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.3, etcd="real")
     nodes = [node.address for node in cluster.nodes]
     play = {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
         "name": "reboot", "talos_linux.talos.talos_reboot": {

@@ -190,7 +190,7 @@ def test_a_single_control_plane_needs_force_quorum_loss(emulator, run_playbook, 
 
 
 def test_healthy_control_plane_passes_the_quorum_guard(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.13.0")
+    cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.13.0", etcd="real")
     node = cluster.controlplanes[2]
 
     result = run_playbook(_upgrade_play(cluster, node, version="v1.14.0")).task("upgrade")["result"]

@@ -69,7 +69,7 @@ def _recap_changes(run):
 
 
 def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2, etcd="real")
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
     cluster.faults.fail_installer(exit_code=1, node="controlplane-2")
 
@@ -155,7 +155,7 @@ REBOOT_PLAYBOOK = """
 
 
 def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2)
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2, etcd="real")
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
 
     run = run_playbook(REBOOT_PLAYBOOK, inventory=inventory)

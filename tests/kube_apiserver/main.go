@@ -4,7 +4,9 @@
 // nothing here ships in the collection.
 //
 // Usage: kube-apiserver-harness --etcd-dir DIR --etcd-port N -- <kube-apiserver flags>
-// The --etcd-servers flag is added for the embedded etcd.
+// The --etcd-servers flag is added for the embedded etcd. Without --etcd-dir and --etcd-port no
+// etcd is embedded: the flags name the etcd to use (--etcd-servers and its TLS files), as on
+// Talos, where the API server stores its objects in the control planes' etcd.
 package main
 
 import (
@@ -50,19 +52,23 @@ func main() {
 	dir := flags.String("etcd-dir", "", "data directory of the embedded etcd")
 	port := flags.Int("etcd-port", 0, "client port of the embedded etcd (the peer port is the next one)")
 	_ = flags.Parse(os.Args[1:])
-	if *dir == "" || *port == 0 {
-		fmt.Fprintln(os.Stderr, "kube-apiserver-harness: --etcd-dir and --etcd-port are required")
+	if (*dir == "") != (*port == 0) {
+		fmt.Fprintln(os.Stderr, "kube-apiserver-harness: --etcd-dir and --etcd-port go together")
 		os.Exit(2)
 	}
 
-	etcd, err := startEtcd(*dir, *port)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kube-apiserver-harness: embedded etcd: %v\n", err)
-		os.Exit(1)
+	args := flags.Args()
+	if *dir != "" {
+		etcd, err := startEtcd(*dir, *port)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kube-apiserver-harness: embedded etcd: %v\n", err)
+			os.Exit(1)
+		}
+		defer etcd.Close()
+		args = append(args, fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", *port))
 	}
-	defer etcd.Close()
 
 	command := app.NewAPIServerCommand()
-	command.SetArgs(append(flags.Args(), fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", *port)))
+	command.SetArgs(args)
 	os.Exit(cli.Run(command))
 }
