@@ -176,6 +176,7 @@ class Job(object):
         for sub in ("project", "inventory", "env"):
             os.mkdir(os.path.join(self.private_data_dir, sub))
         self.env = {}
+        self.vault_password = None
         self.events = []
         self.statuses = []
 
@@ -194,6 +195,10 @@ class Job(object):
         env, safe_env = credential_type.inject(inputs, self.private_data_dir, container_root=self.worker_dir)
         self.env.update(env)
         return env, safe_env
+
+    def attach_vault_password(self, password):
+        """Attach a Vault credential: as AWX does, the job asks for the vault password and runner answers the prompt."""
+        self.vault_password = password
 
     def set_inventory(self, groups, hostvars, group_vars=None):
         path = os.path.join(self.private_data_dir, "inventory", "hosts")
@@ -250,6 +255,9 @@ class Job(object):
         extravars.update(extra_vars or {})
         self._write_env_file("extravars", extravars)
         args = (["--check"] if check else []) + ["-u", "root"] + (["--diff"] if diff else []) + ["--forks=%d" % forks]
+        if self.vault_password is not None:
+            args.append("--ask-vault-pass")
+            self._write_env_file("passwords", {r"Vault password:\s*?$": self.vault_password})
         self._write_env_file("cmdline", " ".join(args))
         envvars = dict(self.env, JOB_ID=str(self.job_id), INVENTORY_ID="1", ANSIBLE_RETRY_FILES_ENABLED="False",
                        AWX_HOST="https://awx.example.com", ANSIBLE_SSH_CONTROL_PATH_DIR="/runner/cp")

@@ -17,11 +17,15 @@ __metaclass__ = type
 
 import json
 import os
+import re
 
 import pytest
 import yaml
+from ansible.parsing.vault import VaultLib, VaultSecret
 
 from awx_job import REPO, CredentialType, Job
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 FITTING_TYPES = {"text": {"str", "path"}, "textarea": {"str"}, "password": {"str"}, "integer": {"int"},
@@ -123,3 +127,39 @@ def test_cluster_then_upgrade_job_templates_with_their_surveys(cluster, tmp_path
     assert all(node.talos_version == "v1.14.0" for node in cluster.nodes)
     stats = upgrade.host_results("playbook_on_stats")[0]["event_data"]
     assert stats["failures"] == {} and stats["dark"] == {}
+
+
+def awx_doc_playbook(name):
+    """The playbook docs/awx.md shows under ``# <name>``."""
+    with open(os.path.join(REPO, "docs", "awx.md")) as guide:
+        blocks = re.findall(r"```yaml\n(.*?)```", guide.read(), re.S)
+    return next(block for block in blocks if block.startswith("# %s\n" % name))
+
+
+def test_the_cluster_template_from_nothing_with_a_vaulted_bundle(emulator, tmp_path):
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True, talos_version="v1.14.0", reboot_seconds=0.2)
+    bundle = SecretsBundle.generate(talos_version="v1.14.0")
+    job = Job(tmp_path, job_id=53)
+    job.add_project_file("cluster-from-nothing.yml", awx_doc_playbook("cluster-from-nothing.yml"))
+    vault = VaultLib([("default", VaultSecret(b"vault password"))])
+    job.add_project_file("secrets.vault.yaml", vault.encrypt(bundle.to_yaml()).decode())
+    job.attach_vault_password("vault password")
+    groups = {"controlplane": [n.name for n in cluster.controlplanes], "workers": [n.name for n in cluster.workers]}
+    job.set_inventory(groups, dict((n.name, {"ansible_host": n.address}) for n in cluster.nodes), group_vars={
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        # The emulator serves every node on one port; a real node listens on 50000.
+        "cluster_maintenance_endpoint": "{{ ansible_host }}:%d" % cluster.port,
+        "cluster_talosconfig_endpoints": [n.endpoint for n in cluster.controlplanes], "cluster_wait_timeout": 60})
+
+    result = job.run_playbook("cluster-from-nothing.yml", job_template_name="Talos cluster from nothing")
+
+    assert_successful(job, result)
+    assert all(node.stage == "running" for node in cluster.nodes)
+    assert [member.node.name for member in cluster.etcd.members] == [cluster.controlplanes[0].name]
+    # The nodes run configs rendered from the vaulted bundle, and no key outlives the job.
+    assert all(node.config["machine"]["token"] == bundle.trustd_token for node in cluster.nodes)
+    work = [e["event_data"]["res"]["path"] for e in job.host_results("runner_on_ok")
+            if e["event_data"]["task"] == "Private directory for the bundle and the generated files"]
+    assert work and not os.path.exists(work[0])
+    output = job.artifact_texts().get("stdout", "")
+    assert not [value for value in bundle.secret_values() if value in output]
