@@ -53,6 +53,8 @@ BOOTSTRAP_RETRY_CODES = ("FailedPrecondition", "Unavailable", "DeadlineExceeded"
 UPLOAD_CHUNK_SIZE = 1024 * 1024
 
 _MEMBER_ID = re.compile(r"^[0-9a-fA-F]{1,16}$")
+# An alarm among a status's errors: etcd's AlarmMember in protobuf text (see parse_alarm).
+_ALARM_TEXT = re.compile(r"^\s*memberID\s*:\s*(\d+)\s+alarm\s*:\s*([A-Z_]+)\s*$")
 
 
 def format_member_id(member_id):
@@ -192,16 +194,72 @@ def member_statuses(client, members, deadline=None):
     return statuses
 
 
-def is_healthy(status):
-    """True for a status dict that the member's node returned without etcd errors."""
-    return isinstance(status, dict) and not status["errors"]
+def parse_alarm(error):
+    """``(member ID in hex, alarm type)`` for an error of a status that is one of the cluster's alarms, else None.
+
+    etcd lists every alarm of the cluster among the errors of every member's
+    status, as the protobuf text of the alarm, whose spacing Go varies on
+    purpose: ``memberID:9 alarm:NOSPACE``, ``memberID: 9  alarm: NOSPACE``.
+    """
+    match = _ALARM_TEXT.match(error)
+    if match is None:
+        return None
+    return format_member_id(int(match.group(1))), match.group(2)
+
+
+def alarm_text(member_id, alarm):
+    """An alarm as a status's errors show it, spaced one way: ``memberID:<decimal ID> alarm:NOSPACE``."""
+    return "memberID:%d alarm:%s" % (int(member_id, 16), alarm)
+
+
+def own_errors(status):
+    """The errors of a status dict that belong to its member: etcd's own (``etcdserver: no leader``), not the alarms."""
+    return [error for error in status["errors"] if parse_alarm(error) is None]
+
+
+def listed_alarms(statuses):
+    """The alarms that ``statuses`` list, once each, as ``(member ID in hex, alarm type)`` in the order first seen."""
+    alarms = []
+    for status in statuses.values():
+        if isinstance(status, dict):
+            for error in status["errors"]:
+                alarm = parse_alarm(error)
+                if alarm is not None and alarm not in alarms:
+                    alarms.append(alarm)
+    return alarms
+
+
+def alarms_of(member_id, alarms):
+    """The alarms of ``alarms`` (listed_alarms) that name member ``member_id`` (hex), as alarm_text writes them."""
+    return [alarm_text(named, alarm) for named, alarm in alarms if named == member_id]
+
+
+def health_problems(statuses):
+    """Why each member of ``statuses`` (``{member id: status dict or the TalosError its node answered}``) is not
+    healthy: ``{member id: [problem]}``, an empty list for a healthy member.
+
+    A member's own etcd errors and its node's failure to answer stay with it;
+    an alarm goes to the member it names, whichever members' statuses list it.
+    """
+    alarms = listed_alarms(statuses)
+    problems = {}
+    for member_id, status in statuses.items():
+        own = own_errors(status) if isinstance(status, dict) else [getattr(status, "message", None) or "no status"]
+        problems[member_id] = own + alarms_of(member_id, alarms)
+    return problems
+
+
+def healthy_ids(statuses):
+    """The IDs of the members of ``statuses`` that are healthy (see health_problems)."""
+    return set(member_id for member_id, problems in health_problems(statuses).items() if not problems)
 
 
 def leader_id(statuses):
-    """The leader's member ID as most healthy members report it, or None when none reports one."""
+    """The leader's member ID as most statuses without etcd errors of their own report it, or None when none
+    reports one (an alarm does not change whom a member follows)."""
     votes = {}
     for status in statuses.values():
-        if is_healthy(status) and status["leader"]:
+        if isinstance(status, dict) and not own_errors(status) and status["leader"]:
             votes[status["leader"]] = votes.get(status["leader"], 0) + 1
     if not votes:
         return None
@@ -238,7 +296,8 @@ def outage_check(members, statuses, member):
 
 def _quorum_check(voters_after, statuses, member):
     """The quorum of ``voters_after`` against its healthy members other than ``member``."""
-    healthy_after = [m for m in voters_after if m["id"] != member["id"] and is_healthy(statuses.get(m["id"]))]
+    healthy = healthy_ids(statuses)
+    healthy_after = [m for m in voters_after if m["id"] != member["id"] and m["id"] in healthy]
     needed = quorum(len(voters_after))
     return {
         "safe": member["is_learner"] or len(healthy_after) >= needed,
@@ -347,15 +406,12 @@ def _members(count, noun):
 
 def _health_problems(members, statuses, names):
     """`` (not healthy: cp-2 - memberID:2 alarm:NOSPACE; cp-3 - <why its node did not answer>)``, or ``""``."""
-    problems = []
+    problems = health_problems(statuses)
+    described = []
     for name in names:
-        status = statuses.get(find_member(members, name)["id"])
-        if isinstance(status, dict):
-            reason = "; ".join(status["errors"])
-        else:
-            reason = getattr(status, "message", None) or "no status"
-        problems.append("%s - %s" % (name, reason.rstrip(".")))
-    return " (not healthy: %s)" % "; ".join(problems) if problems else ""
+        reason = "; ".join(problems.get(find_member(members, name)["id"]) or ["no status"])
+        described.append("%s - %s" % (name, reason.rstrip(".")))
+    return " (not healthy: %s)" % "; ".join(described) if described else ""
 
 
 def own_member_name(client, node):
@@ -376,6 +432,7 @@ class ClusterView:
     def __init__(self, members, statuses):
         self.members = members
         self.statuses = statuses
+        self.healthy_ids = healthy_ids(statuses)
 
     @classmethod
     def read(cls, client, node, probe_seconds):
@@ -383,7 +440,7 @@ class ClusterView:
         return cls(members, member_statuses(client, members, deadline=probe_seconds))
 
     def healthy(self, member):
-        return is_healthy(self.statuses.get(member["id"]))
+        return member["id"] in self.healthy_ids
 
     def answers(self, member):
         return isinstance(self.statuses.get(member["id"]), dict)
@@ -585,10 +642,13 @@ def read_info(client, nodes, warn=None):
     """The etcd health of the cluster as ``nodes`` see it: ``{members, status, alarms}``.
 
     ``status`` has one entry per node (a node that does not answer has its
-    error in ``errors`` and ``warn`` hears of it); the members and alarms come
-    from the first node that answers. When none answers, its error is raised.
+    error in ``errors`` and ``warn`` hears of it); an alarm is in the ``errors``
+    of the member it names only, though etcd lists it in every member's status.
+    The members and alarms come from the first node that answers. When none
+    answers, its error is raised.
     """
     statuses = node_statuses(client, nodes)
+    alarms = listed_alarms(statuses)
     entries = []
     for node in nodes:
         status = statuses[node]
@@ -597,7 +657,7 @@ def read_info(client, nodes, warn=None):
                 warn("%s did not answer EtcdStatus: %s" % (talos_node.label(node, start=True), status.message))
             entries.append(dict(_NO_STATUS, node=node, errors=[status.message]))
         else:
-            entries.append(dict(status, node=node))
+            entries.append(dict(status, node=node, errors=own_errors(status) + alarms_of(status["member_id"], alarms)))
     answering = [node for node in nodes if not isinstance(statuses[node], TalosError)]
     if not answering:
         raise statuses[nodes[0]]

@@ -121,8 +121,10 @@ status:
       type: str
     errors:
       description:
-        - "The errors the member reports (alarms such as C(memberID:<id> alarm:NOSPACE), C(etcdserver: no leader)),
-          or why the node did not answer."
+        - "The errors of the member: its own (C(etcdserver: no leader)) and the alarms that name it, written
+          C(memberID:<decimal member ID> alarm:NOSPACE) with one space; or why the node did not answer."
+        - etcd lists every alarm of the cluster in every member's status; each is shown here once, in the entry of the
+          member it names (RV(alarms) lists them all, including those of members whose node was not targeted).
       type: list
       elements: str
   sample:

@@ -45,9 +45,9 @@ options:
       - V(absent) removes O(member) from etcd. A member that is not there is left alone (no change).
         The removal passes the etcd quorum guard first - removing a voting member from a cluster of N voting members
         leaves N-1, and etcd then needs (N-1)//2+1 of them to be healthy; the module counts the remaining voting
-        members whose node answers EtcdStatus without errors and refuses when they are fewer, unless
-        O(force_quorum_loss=true). Removing a learner never affects quorum; the last voting member is never removed,
-        whatever O(force_quorum_loss) says.
+        members that are healthy (their node answers EtcdStatus without etcd errors of its own, and no alarm names
+        them) and refuses when they are fewer, unless O(force_quorum_loss=true). Removing a learner never affects
+        quorum; the last voting member is never removed, whatever O(force_quorum_loss) says.
     type: str
     choices: [present, absent]
     default: present
@@ -174,7 +174,10 @@ members_before:
       description: True while the member is a learner.
       type: bool
     healthy:
-      description: True when the member's node answered EtcdStatus without etcd errors.
+      description:
+        - True when the member's node answered EtcdStatus without etcd errors of its own and no alarm names the member.
+        - etcd lists every alarm of the cluster in every member's status; an alarm counts only against the member it
+          names.
       type: bool
 members_after:
   description:

@@ -21,8 +21,8 @@ description:
     that names another version is updated (see the notes).
   - On a control-plane node the module first runs the etcd quorum guard and refuses to start when etcd would lose
     its quorum while the node reboots - when fewer of the other voting members are healthy (their node answers
-    C(EtcdStatus) without errors; an active alarm such as C(NOSPACE) is an error) than quorum needs, which
-    includes every one- or two-member cluster. O(quorum_wait_timeout) waits for the guard to let the node go;
+    C(EtcdStatus) without etcd errors of its own, and no active alarm such as C(NOSPACE) names them) than quorum
+    needs, which includes every one- or two-member cluster. O(quorum_wait_timeout) waits for the guard to let the node go;
     O(force_quorum_loss=true) upgrades anyway.
   - With several O(nodes), each node is upgraded on its own (guard, installer, reboot, wait), at most
     O(max_concurrency) at a time; control planes go one at a time, each once the one before is back (without

@@ -155,7 +155,7 @@ def test_unavailable_image_fails_at_the_pull(emulator, run_playbook):
 
 @pytest.mark.parametrize("check_mode", [False, True])
 def test_quorum_guard_refuses_an_unhealthy_cluster(emulator, run_playbook, check_mode):
-    cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.14.0")
+    cluster = emulator(controlplanes=3, workers=0, bootstrapped=True, talos_version="v1.14.0", etcd="real")
     target, alarmed = cluster.controlplanes[0], cluster.controlplanes[1]
     cluster.raise_etcd_alarm(alarmed.name)
 
@@ -164,8 +164,9 @@ def test_quorum_guard_refuses_an_unhealthy_cluster(emulator, run_playbook, check
     result = run.task("upgrade")["result"]
     assert result["msg"].startswith("Refusing to upgrade control-plane node %s: etcd would keep 3 voting members and "
                                     "need 2 of them healthy for quorum, but only 1 member other than %s is healthy (not "
-                                    "healthy: %s - " % (target.address, target.name, alarmed.name)), result["msg"]
-    assert "NOSPACE" in result["msg"]
+                                    "healthy: %s - memberID:%d alarm:NOSPACE); " % (
+                                        target.address, target.name, alarmed.name, cluster.etcd.member_of(alarmed).id)), result["msg"]
+    assert result["quorum"]["unhealthy"] == [alarmed.name]
     assert "force_quorum_loss: true" in result["msg"]
     assert result["controlplane"] is True and result["etcd_gate_open"] is False
     assert cluster.audit() == []

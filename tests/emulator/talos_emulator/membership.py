@@ -230,9 +230,10 @@ class EtcdCluster:
 
     async def status(self, node, member):
         leader = self.leader()
-        # etcd lists its alarms as AlarmMember text; this model keeps each alarm on its own member's status.
-        errors = ["memberID:%d alarm:%s" % (member_id, machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm))
-                  for member_id, alarm in self.alarms if member_id == member.id]
+        # etcd lists every alarm of the cluster in every member's status, as AlarmMember's protobuf text, whose
+        # spacing Go's encoder varies on purpose from one build to another (one space between fields or two; here two).
+        errors = ["memberID:%d  alarm:%s" % (member_id, machine_pb2.EtcdMemberAlarm.AlarmType.Name(alarm))
+                  for member_id, alarm in self.alarms]
         if leader is None:
             errors.insert(0, ERR_NO_LEADER)
         return machine_pb2.EtcdMemberStatus(

@@ -92,7 +92,7 @@ def test_member_statuses_asks_each_members_node_and_keeps_errors():
         ("call_many", etcd.STATUS, "10.5.0.1", 3), ("call_many", etcd.STATUS, "10.5.0.2", 3)]
     assert statuses[ONE]["leader"] == ONE and statuses[ONE]["db_size"] == 4096
     assert statuses[TWO] is unreachable
-    assert etcd.is_healthy(statuses[ONE]) and not etcd.is_healthy(statuses[TWO])
+    assert etcd.healthy_ids(statuses) == {ONE}
 
 
 # Quorum and leader
@@ -158,6 +158,38 @@ def test_member_with_etcd_errors_counts_as_unhealthy():
     assert etcd.removal_check(members, statuses, members[0])["safe"] is False
     # Removing an unhealthy one leaves 4 voters needing 3 with 3 healthy.
     assert etcd.removal_check(members, statuses, members[4])["safe"] is True
+
+
+# etcd lists every alarm of the cluster in every member's status, spaced as its build of Go's text encoder writes it.
+ALARM_OF_TWO = ("memberID:2 alarm:NOSPACE", "memberID: 2  alarm: NOSPACE ")
+
+
+def test_alarms_are_read_whatever_their_spacing_and_other_errors_are_not_alarms():
+    assert [etcd.parse_alarm(text) for text in ALARM_OF_TWO] == [(TWO, "NOSPACE")] * 2
+    assert etcd.parse_alarm("memberID:10 alarm:CORRUPT") == ("%016x" % 10, "CORRUPT")
+    assert etcd.parse_alarm("etcdserver: no leader") is None
+    assert etcd.own_errors(status(ONE, ONE, errors=["etcdserver: no leader", ALARM_OF_TWO[1]])) == ["etcdserver: no leader"]
+
+
+def test_an_alarm_every_status_lists_makes_only_the_member_it_names_unhealthy():
+    members = [member("cp-%d" % i, "%016x" % i) for i in range(1, 6)]
+    statuses = dict((m["id"], status(m["id"], ONE, errors=[ALARM_OF_TWO[i % 2]])) for i, m in enumerate(members))
+    statuses[FIVE]["errors"].append("etcdserver: no leader")
+    assert etcd.health_problems(statuses) == {ONE: [], TWO: ["memberID:2 alarm:NOSPACE"], THREE: [], FOUR: [],
+                                              FIVE: ["etcdserver: no leader"]}
+    # cp-5 down: cp-1, cp-3 and cp-4 are healthy, the quorum of five.
+    check = etcd.outage_check(members, statuses, members[4])
+    assert (check["safe"], check["healthy_after"], check["unhealthy"]) == (True, 3, ["cp-2"])
+    assert etcd.leader_id(statuses) == ONE
+    view = etcd.ClusterView(members, statuses)
+    assert [m["healthy"] for m in view.with_health()] == [True, False, True, True, False]
+
+
+def test_an_alarm_names_its_member_even_when_that_members_node_does_not_answer():
+    members = [member("cp-1", ONE), member("cp-2", TWO), member("cp-3", THREE)]
+    statuses = {ONE: status(ONE, ONE, errors=[ALARM_OF_TWO[0]]), TWO: TalosError("unreachable"),
+                THREE: status(THREE, ONE, errors=[ALARM_OF_TWO[1]])}
+    assert etcd.health_problems(statuses)[TWO] == ["unreachable", "memberID:2 alarm:NOSPACE"]
 
 
 def test_learners_neither_vote_nor_block_their_removal():
@@ -247,6 +279,21 @@ def test_one_and_two_member_clusters_cannot_spare_a_member(count):
     client = etcd_client(dict(("cp-%d" % i, True) for i in range(1, count + 1)))
     members = "1 voting member" if count == 1 else "%d voting members" % count
     assert "etcd would keep %s and need %d of them healthy" % (members, count) in refusal(client).message
+
+
+def test_the_guard_names_the_member_an_alarm_names_not_every_member_listing_it():
+    client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": True})
+    for index in (1, 2, 3):
+        client.answer(etcd.STATUS, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]), node="10.5.0.%d" % index)
+    refused = refusal(client)
+    assert refused.message == (
+        "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting members and need 2 of them healthy "
+        "for quorum, but only 1 member other than cp-1 is healthy (not healthy: cp-2 - memberID:2 alarm:NOSPACE); fix the "
+        "unhealthy members first, or set force_quorum_loss: true to go ahead anyway.")
+    assert refused.findings["quorum"]["unhealthy"] == ["cp-2"]
+    # cp-2 itself may go: cp-1 and cp-3 are healthy although their statuses list its alarm.
+    client.answer(HOSTNAME, [machine_pb2.Hostname(hostname="cp-2")])
+    assert let_go(client, "10.5.0.2")["etcd_gate_open"] is True
 
 
 def test_a_removal_uses_the_removal_arithmetic():
@@ -415,6 +462,22 @@ def test_info_has_a_status_per_node_and_keeps_the_one_that_did_not_answer():
     assert second["node"] == CP2 and second["member_id"] is None and second["db_size"] is None
     assert len(second["errors"]) == 1 and warnings == ["Node %s did not answer EtcdStatus: %s" % (CP2, second["errors"][0])]
     assert third["member_id"] == THREE
+
+
+def test_info_shows_an_alarm_once_in_the_status_of_the_member_it_names():
+    fake = etcd_cluster(**dict((node, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]))
+                               for index, node in enumerate((CP1, CP2, CP3), 1)))
+    fake.answer(etcd.STATUS, status_reply(3, 0, errors=["etcdserver: no leader", ALARM_OF_TWO[1]]), node=CP3)
+    info = etcd.read_info(fake, [CP1, CP2, CP3])
+    assert [entry["errors"] for entry in info["status"]] == [[], ["memberID:2 alarm:NOSPACE"], ["etcdserver: no leader"]]
+    assert info["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
+
+
+def test_defragment_finds_the_leader_although_every_status_lists_an_alarm():
+    fake = etcd_cluster(**dict((node, status_reply(index, 2, errors=[ALARM_OF_TWO[0]]))
+                               for index, node in enumerate((CP1, CP2, CP3), 1)))
+    etcd.maintain(fake, [CP1, CP2, CP3], defragment=True)
+    assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP1, CP3, CP2]
 
 
 def test_info_fails_with_the_error_when_no_node_answers():
