@@ -34,7 +34,8 @@ def test_info_reports_members_status_and_alarms_with_a_member_off(emulator, run_
     assert info["alarms"] == [{"member_id": member_id, "alarm": "NOSPACE"}]
     first, second, third = info["status"]
     assert first["node"] == cp1.address and first["leader"] == "%016x" % cluster.etcd.member_of(cp1).id
-    assert first["db_size"] > first["db_size_in_use"] > 0 and first["raft_applied_index"] == first["raft_index"]
+    # A real database may have no free pages yet: in use is at most the size, never more.
+    assert first["db_size"] >= first["db_size_in_use"] > 0 and first["raft_index"] >= first["raft_applied_index"] > 0
     # etcd lists the alarm in every member's status, in protobuf text whose spacing varies: shown once, spaced one way.
     assert second["errors"] == ["memberID:%d alarm:NOSPACE" % int(member_id, 16)] and first["errors"] == []
     assert third["member_id"] is None and "unreachable" in third["errors"][0]
