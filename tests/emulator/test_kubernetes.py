@@ -20,6 +20,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 
 from emulator_client import ApiClient
 from talos_emulator import configgen, kubernetes
+from talos_emulator.pki import to_standard_pem
 
 K8S_VERSION = "v1.36.3"
 NEXT = "v1.37.2"
@@ -103,18 +104,23 @@ def _config(cluster, node, endpoint):
 
 @pytest.fixture(scope="module")
 def kube(module_emulator, kube_apiserver_factory):
-    """Two control planes and a worker configured for a real API server, bootstrapped, their kubelets running."""
-    cluster = module_emulator(controlplanes=2, workers=1, maintenance=True, reboot_seconds=0.2)
+    """Two control planes and a worker configured for a real API server, bootstrapped, their kubelets running; the
+    API server stores its objects in the control planes' real etcd members, as on Talos."""
+    cluster = module_emulator(controlplanes=2, workers=1, maintenance=True, reboot_seconds=0.2, etcd="real")
     secrets = cluster.secrets
-    server = kube_apiserver_factory(secrets.k8s_ca.crt_pem, secrets.k8s_ca.key_pem, secrets.service_account_key_pem)
+    # The configs name the API server's endpoint; it starts once etcd runs.
+    port = kube_apiserver.free_port()
     with ApiClient(cluster, insecure=True) as insecure:
         for node in cluster.nodes:
-            request = machine_pb2.ApplyConfigurationRequest(data=_config(cluster, node, server.url).encode(), mode=NO_REBOOT)
+            config_text = _config(cluster, node, "https://127.0.0.1:%d" % port)
+            request = machine_pb2.ApplyConfigurationRequest(data=config_text.encode(), mode=NO_REBOOT)
             insecure.call("machine.MachineService/ApplyConfiguration", request, endpoint=node.endpoint)
     cluster.wait_until(lambda: all(node.reboots == 1 for node in cluster.nodes))
     for node in cluster.nodes:
         cluster.wait_ready(node)
     cluster.bootstrap()
+    server = kube_apiserver_factory(secrets.k8s_ca.crt_pem, secrets.k8s_ca.key_pem, secrets.service_account_key_pem, port=port,
+                                    etcd=(cluster.etcd.client_urls(), secrets.etcd_ca.crt_pem, to_standard_pem(secrets.etcd_ca.key_pem)))
     kubelets = cluster.run_kubelets()
     api_client = k8s.config.new_client_from_config(server.kubeconfig_path)
     talos = ApiClient(cluster)

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """talos_kubernetes_upgrade end to end: a 3-control-plane + 2-worker cluster provisioned by the cluster role, a real
-kube-apiserver (tests/kube_apiserver) on the cluster's own Kubernetes CA, and the emulator's nodes acting as kubelets.
+kube-apiserver (tests/kube_apiserver) on the cluster's own Kubernetes CA storing its objects in the control planes' real
+etcd members (as on Talos), and the emulator's nodes acting as kubelets.
 
 Both config forms: Talos v1.13 configs set the images in v1alpha1 fields (Kubernetes 1.35 -> 1.36), Talos v1.14
 configs in Kube*Config documents (1.36 -> 1.37). For each: a target the nodes' Talos does not support is refused, check
@@ -26,6 +27,7 @@ from playbook_runner import run_playbook_in
 
 import kube_apiserver
 from talos_emulator import EmulatedCluster
+from talos_emulator.pki import to_standard_pem
 
 FORMS = {
     "v1alpha1": dict(talos_version="v1.13.5", from_version="1.35.4", to_version="1.36.3", unsupported="1.37.0"),
@@ -124,7 +126,7 @@ def kube_cluster(request, tmp_path_factory):
     form = dict(FORMS[request.param], name=request.param)
     workdir = tmp_path_factory.mktemp("kubernetes-%s" % request.param)
     cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
-                                    talos_version=form["talos_version"], reboot_seconds=0.1)
+                                    talos_version=form["talos_version"], reboot_seconds=0.1, etcd="real")
     server = None
     try:
         port = kube_apiserver.free_port()
@@ -144,18 +146,21 @@ def kube_cluster(request, tmp_path_factory):
             }}]}], inventory=str(inventory))
         assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
         secrets = yaml.safe_load(secrets_path.read_text())
+        # The API server stores its objects in the control planes' etcd members, as on Talos.
+        etcd_ca = secrets["certs"]["etcd"]
         server = kube_apiserver.KubeAPIServer.start(
             str(workdir / "apiserver"), base64.b64decode(secrets["certs"]["k8s"]["crt"]),
             base64.b64decode(secrets["certs"]["k8s"]["key"]), base64.b64decode(secrets["certs"]["k8sserviceaccount"]["key"]),
-            port=port)
+            port=port, etcd=(cluster.etcd.client_urls(), base64.b64decode(etcd_ca["crt"]), to_standard_pem(base64.b64decode(etcd_ca["key"]))))
         cluster.run_kubelets()
         setup = KubeCluster(form, cluster, server, workdir, str(inventory), secrets)
         cluster.wait_until(lambda: len(setup.kube("/api/v1/nodes")["items"]) == 5, timeout=60)
         yield setup
     finally:
-        cluster.stop()
+        # The API server first: with its etcd gone it would wait for it until killed.
         if server is not None:
             server.stop()
+        cluster.stop()
 
 
 def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster):

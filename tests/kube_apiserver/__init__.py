@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A real Kubernetes API server for tests: upstream kube-apiserver with an embedded etcd (``main.go`` here).
+"""A real Kubernetes API server for tests: upstream kube-apiserver (``main.go`` here) storing its objects in the
+control planes' etcd (``etcd=``, as on Talos) or, without one, in an etcd embedded in its process.
 
 ``binary()`` builds it once per process with ``./build`` (Go modules; a missing
 Go toolchain is an error, never a skip). ``KubeAPIServer.start`` serves it on

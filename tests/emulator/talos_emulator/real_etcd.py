@@ -18,6 +18,7 @@ RPC from the members themselves, as machined asks etcd through clientv3.
 """
 
 import asyncio
+import base64
 import os
 import sys
 
@@ -116,6 +117,14 @@ class RealEtcdCluster(EtcdCluster):
             others = [url for url in self.client_urls() if url != self.client_url(node)]
             self._start(node, wipe=True, join=others)
 
+    def _ca_of(self, node):
+        """The etcd CA the node's member gets its certificate from: its config's (``.cluster.etcd.ca``), as on Talos,
+        the bundle's when the config carries none."""
+        ca = ((((node.config or {}).get("cluster") or {}).get("etcd") or {}).get("ca")) or {}
+        if ca.get("crt") and ca.get("key"):
+            return base64.b64decode(ca["crt"]), to_standard_pem(base64.b64decode(ca["key"]))
+        return self._ca
+
     def _member_dir(self, node):
         return os.path.join(self.state_dir, node.name)
 
@@ -124,7 +133,7 @@ class RealEtcdCluster(EtcdCluster):
 
         async def run():
             process = await MemberProcess.start(self._member_dir(node), node.hostname, node.address, self._ports_of(node),
-                                                *self._ca, **options)
+                                                *self._ca_of(node), **options)
             if self._stops.get(node, 0) != stops:
                 await process.kill()
                 return
