@@ -7,6 +7,7 @@ import os
 import time
 
 import kube_apiserver
+from harness_files import HarnessBuild
 import kubernetes as k8s
 import pytest
 import yaml
@@ -478,7 +479,6 @@ def test_a_failed_build_is_an_error_not_a_skip(tmp_path, monkeypatch):
     build = tmp_path / "build"
     build.write_text("#!/bin/sh\necho 'kube-apiserver harness: no Go toolchain on PATH' >&2\nexit 1\n")
     build.chmod(0o755)
-    monkeypatch.setattr(kube_apiserver, "_BUILD", str(build))
-    monkeypatch.setattr(kube_apiserver, "_built", [])
+    monkeypatch.setattr(kube_apiserver, "_build", HarnessBuild(str(build), "the test Kubernetes API server", kube_apiserver.KubeAPIServerError))
     with pytest.raises(kube_apiserver.KubeAPIServerError, match="no Go toolchain on PATH"):
         kube_apiserver.binary()

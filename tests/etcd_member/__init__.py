@@ -14,45 +14,34 @@ what a client of the keyspace does (put, get, delete, compact).
 """
 
 import asyncio
-import datetime
 import ipaddress
 import json
 import os
 import shutil
 import socket
-import subprocess
-import threading
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from harness_files import HarnessBuild, issue_certificate, log_tail, write_private
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _BUILD = os.path.join(_HERE, "build")
 # The ports Talos's etcd listens on.
 CLIENT_PORT = 2379
 PEER_PORT = 2380
-_LOG_TAIL_BYTES = 4000
-
-_build_lock = threading.Lock()
-_built = []
 
 
 class EtcdMemberError(RuntimeError):
     """The member could not be built or started, or etcd refused a request (the message is etcd's)."""
 
 
+_build = HarnessBuild(_BUILD, "the test etcd member", EtcdMemberError)
+
+
 def binary():
     """The path of the etcd member harness, built by ``./build`` on the first call of the process."""
-    with _build_lock:
-        if not _built:
-            result = subprocess.run([_BUILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-            if result.returncode != 0:
-                raise EtcdMemberError("building the test etcd member failed (%s exited %d):\n%s"
-                                      % (_BUILD, result.returncode, (result.stderr or result.stdout)[-_LOG_TAIL_BYTES:]))
-            _built.append(result.stdout.strip().splitlines()[-1])
-    return _built[0]
+    return _build.binary()
 
 
 def _port_is_free(address, port):
@@ -85,51 +74,10 @@ def choose_ports(address):
 def issue_member_certificate(ca_crt_pem, ca_key_pem, name, address):
     """A certificate and key (PEM) for the member ``name`` on ``address``, signed by the etcd CA: Talos's peer
     certificate, which its control planes serve clients and peers with and present as a client."""
-    ca_cert = x509.load_pem_x509_certificate(ca_crt_pem)
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
     sans = [x509.DNSName(name), x509.DNSName("localhost"),
             x509.IPAddress(ipaddress.ip_address(address)), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, True, False, False, False, False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    )
-    # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a certificate must name its issuer's key.
-    try:
-        issuer_key_id = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(issuer_key_id), critical=False)
-    except x509.ExtensionNotFound:
-        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
-def _write(path, data):
-    with open(path, "wb") as output:
-        output.write(data)
-    os.chmod(path, 0o600)
-    return path
-
-
-def _log_tail(path):
-    try:
-        with open(path, "rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - _LOG_TAIL_BYTES))
-            return log.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    return issue_certificate(ca_crt_pem, ca_key_pem, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]),
+                             [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], sans, key_agreement=True)
 
 
 class EtcdMember:
@@ -166,9 +114,9 @@ class EtcdMember:
         command = [
             binary(), "--name", name, "--data-dir", data_dir, "--address", address,
             "--client-port", str(ports[0]), "--peer-port", str(ports[1]),
-            "--ca", _write(os.path.join(state_dir, "ca.crt"), etcd_ca_crt_pem),
-            "--cert", _write(os.path.join(state_dir, "member.crt"), cert_pem),
-            "--key", _write(os.path.join(state_dir, "member.key"), key_pem),
+            "--ca", write_private(os.path.join(state_dir, "ca.crt"), etcd_ca_crt_pem),
+            "--cert", write_private(os.path.join(state_dir, "member.crt"), cert_pem),
+            "--key", write_private(os.path.join(state_dir, "member.key"), key_pem),
         ]
         if initial_cluster:
             command += ["--initial-cluster", initial_cluster]
@@ -202,7 +150,7 @@ class EtcdMember:
         gone = EtcdMemberError("the etcd member %s exited with %s" % (self.name, self.process.returncode))
         if not self._ready.done():
             self._ready.set_exception(EtcdMemberError("%s before it was ready; log tail (%s):\n%s"
-                                                      % (gone, self.log_path, _log_tail(self.log_path))))
+                                                      % (gone, self.log_path, log_tail(self.log_path))))
             # A member stopped before it was ready may have nobody waiting for it: asyncio would log the error.
             self._ready.exception()
         for future in self._pending.values():
@@ -220,7 +168,7 @@ class EtcdMember:
             return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except asyncio.TimeoutError:
             raise EtcdMemberError("the etcd member %s was not ready within %ss; log tail (%s):\n%s"
-                                  % (self.name, timeout, self.log_path, _log_tail(self.log_path))) from None
+                                  % (self.name, timeout, self.log_path, log_tail(self.log_path))) from None
 
     async def request(self, op, timeout=5, **fields):
         """Ask the member; ``endpoints`` (client URLs) asks the cluster through them instead of this member alone.

@@ -12,7 +12,6 @@ controller-manager, scheduler or kubelet: what they would write is up to the
 test (the emulator's kubelet shim, ``talos_emulator/kubelets.py``).
 """
 
-import datetime
 import http.client
 import ipaddress
 import json
@@ -20,14 +19,13 @@ import os
 import socket
 import ssl
 import subprocess
-import threading
 import time
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from harness_files import HarnessBuild, issue_certificate, log_tail, write_private
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _BUILD = os.path.join(_HERE, "build")
@@ -37,26 +35,18 @@ _SERVING_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.d
                   "kubernetes.default.svc.cluster.local")
 # 127.0.0.1 is where it listens; 10.96.0.1 is the "kubernetes" Service's address in the service range.
 _SERVING_IPS = ("127.0.0.1", "10.96.0.1")
-_LOG_TAIL_BYTES = 4000
-
-_build_lock = threading.Lock()
-_built = []
 
 
 class KubeAPIServerError(RuntimeError):
     """The test API server could not be built or started."""
 
 
+_build = HarnessBuild(_BUILD, "the test Kubernetes API server", KubeAPIServerError)
+
+
 def binary():
     """The path of the kube-apiserver harness, built by ``./build`` on the first call of the process."""
-    with _build_lock:
-        if not _built:
-            result = subprocess.run([_BUILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-            if result.returncode != 0:
-                raise KubeAPIServerError("building the test Kubernetes API server failed (%s exited %d):\n%s"
-                                         % (_BUILD, result.returncode, (result.stderr or result.stdout)[-_LOG_TAIL_BYTES:]))
-            _built.append(result.stdout.strip().splitlines()[-1])
-    return _built[0]
+    return _build.binary()
 
 
 def _port_is_free(port):
@@ -82,62 +72,6 @@ def _free_port_pair(taken):
         if port < 65535 and taken not in (port, port + 1) and _port_is_free(port + 1):
             return port
     raise KubeAPIServerError("no two consecutive free ports for the embedded etcd")
-
-
-def _load_key(pem):
-    return serialization.load_pem_private_key(pem, password=None)
-
-
-def _issue(ca_cert_pem, ca_key_pem, subject, usage, sans=None):
-    """A certificate and key (PEM) signed by the CA, valid for a day."""
-    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
-    ca_key = _load_key(ca_key_pem)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-    )
-    # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a certificate must name its issuer's key.
-    try:
-        issuer_key_id = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(issuer_key_id),
-                                        critical=False)
-    except x509.ExtensionNotFound:
-        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                                        critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                serialization.NoEncryption())
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
-def _write(path, data):
-    with open(path, "wb") as output:
-        output.write(data)
-    os.chmod(path, 0o600)
-    return path
-
-
-def _log_tail(path):
-    try:
-        with open(path, "rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - _LOG_TAIL_BYTES))
-            return log.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 class KubeAPIServer:
@@ -169,33 +103,33 @@ class KubeAPIServer:
         os.makedirs(state_dir, exist_ok=True)
         port = port or free_port()
         sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
-        serving_cert, serving_key = _issue(ca_cert_pem, ca_key_pem, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
-                                           ExtendedKeyUsageOID.SERVER_AUTH, sans)
+        serving_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
+        serving_cert, serving_key = issue_certificate(ca_cert_pem, ca_key_pem, serving_subject, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
         admin_subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
                                    x509.NameAttribute(NameOID.COMMON_NAME, "admin")])
-        admin_cert, admin_key = _issue(ca_cert_pem, ca_key_pem, admin_subject, ExtendedKeyUsageOID.CLIENT_AUTH)
+        admin_cert, admin_key = issue_certificate(ca_cert_pem, ca_key_pem, admin_subject, [ExtendedKeyUsageOID.CLIENT_AUTH])
 
         def path(name):
             return os.path.join(state_dir, name)
-        ca_path = _write(path("ca.crt"), ca_cert_pem)
-        _write(path("apiserver.crt"), serving_cert)
-        _write(path("apiserver.key"), serving_key)
-        _write(path("sa.key"), service_account_key_pem)
-        admin_cert_path = _write(path("admin.crt"), admin_cert)
-        admin_key_path = _write(path("admin.key"), admin_key)
-        kubeconfig_path = _write(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
+        ca_path = write_private(path("ca.crt"), ca_cert_pem)
+        write_private(path("apiserver.crt"), serving_cert)
+        write_private(path("apiserver.key"), serving_key)
+        write_private(path("sa.key"), service_account_key_pem)
+        admin_cert_path = write_private(path("admin.crt"), admin_cert)
+        admin_key_path = write_private(path("admin.key"), admin_key)
+        kubeconfig_path = write_private(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
 
         if etcd is None:
             storage = ["--etcd-dir", path("etcd"), "--etcd-port", str(_free_port_pair(port)), "--"]
         else:
             servers, etcd_ca_pem, etcd_ca_key_pem = etcd
             etcd_ca_pem, etcd_ca_key_pem = (pem.encode() if isinstance(pem, str) else pem for pem in (etcd_ca_pem, etcd_ca_key_pem))
-            etcd_client_cert, etcd_client_key = _issue(etcd_ca_pem, etcd_ca_key_pem, x509.Name([
-                x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-etcd-client")]), ExtendedKeyUsageOID.CLIENT_AUTH)
+            etcd_client_cert, etcd_client_key = issue_certificate(etcd_ca_pem, etcd_ca_key_pem, x509.Name([
+                x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-etcd-client")]), [ExtendedKeyUsageOID.CLIENT_AUTH])
             storage = ["--", "--etcd-servers=%s" % ",".join(servers),
-                       "--etcd-cafile=%s" % _write(path("etcd-ca.crt"), etcd_ca_pem),
-                       "--etcd-certfile=%s" % _write(path("etcd-client.crt"), etcd_client_cert),
-                       "--etcd-keyfile=%s" % _write(path("etcd-client.key"), etcd_client_key)]
+                       "--etcd-cafile=%s" % write_private(path("etcd-ca.crt"), etcd_ca_pem),
+                       "--etcd-certfile=%s" % write_private(path("etcd-client.crt"), etcd_client_cert),
+                       "--etcd-keyfile=%s" % write_private(path("etcd-client.key"), etcd_client_key)]
         command = [binary()] + storage + [
             "--secure-port=%d" % port,
             "--bind-address=127.0.0.1",
@@ -260,7 +194,7 @@ class KubeAPIServer:
         while True:
             if self.process.poll() is not None:
                 raise KubeAPIServerError("the test Kubernetes API server exited with %d before it was ready; log tail (%s):\n%s"
-                                         % (self.process.returncode, self.log_path, _log_tail(self.log_path)))
+                                         % (self.process.returncode, self.log_path, log_tail(self.log_path)))
             try:
                 status, body = self._request("/readyz")
                 if status == 200:
@@ -270,7 +204,7 @@ class KubeAPIServer:
                 last = "%s: %s" % (type(error).__name__, error)
             if time.monotonic() > deadline:
                 raise KubeAPIServerError("the test Kubernetes API server was not ready within %ss (%s); log tail (%s):\n%s"
-                                         % (timeout, last, self.log_path, _log_tail(self.log_path)))
+                                         % (timeout, last, self.log_path, log_tail(self.log_path)))
             time.sleep(0.2)
 
     def stop(self):
