@@ -75,7 +75,8 @@ class KubeCluster:
         return self.core.read_node(name)
 
     def ready(self, node_object):
-        return [condition.status for condition in node_object.status.conditions if condition.type == "Ready"][0]
+        """The Node's Ready status, or None while the kubelet shim has registered it but written no status yet."""
+        return next((condition.status for condition in node_object.status.conditions or () if condition.type == "Ready"), None)
 
 
 def _wait_for(fetch, check, timeout=15, interval=0.05):
