@@ -23,9 +23,9 @@ import re
 import shutil
 import ssl
 import tempfile
-import time
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import load_client_certificate
 
 try:
@@ -215,9 +215,8 @@ class KubeAPI:
         """``call(*args, **kwargs)`` with the request timeout, tried again as the class says (``retry=False``: once);
         a failure raises KubernetesAPIError."""
         retry = kwargs.pop("retry", True)
-        deadline = time.monotonic() + (self.retry_seconds if retry else 0)
-        pause = RETRY_BACKOFF[0]
-        while True:
+
+        def attempt():
             try:
                 answer = call(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
                 self._answered = True
@@ -228,13 +227,12 @@ class KubeAPI:
                 failure = self._failure(error, what)
             if failure.status is not None:
                 self._answered = True
-            if not is_retryable(failure) or (failure.status is None and not self._answered):
-                raise failure
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise failure
-            time.sleep(min(pause, remaining))
-            pause = min(pause * 2, RETRY_BACKOFF[1])
+            raise failure
+
+        # No answer at all is worth waiting out only once the server has answered before (it restarts).
+        return waits.retry(attempt, lambda failure: isinstance(failure, KubernetesAPIError) and is_retryable(failure)
+                           and (failure.status is not None or self._answered),
+                           self.retry_seconds if retry else 0, RETRY_BACKOFF)
 
     def _get(self, what, path, accept="application/json", retry=True):
         """GET ``path`` from the API server through the client's own connection pool: ``(status, body bytes)``;

@@ -202,6 +202,23 @@ class Waiter:
                 follow(pause)
 
 
+def retry(attempt, retryable, seconds, backoff):
+    """``attempt()``'s result, trying it again while the TalosError it raises is ``retryable(error)``, for up to
+    ``seconds``: pauses grow from ``backoff[0]`` to at most ``backoff[1]`` seconds. With ``seconds`` 0 it is tried
+    once. The one loop that tries a request again (Waiter waits for a state)."""
+    deadline = time.monotonic() + seconds
+    pause, longest = backoff
+    while True:
+        try:
+            return attempt()
+        except TalosError as error:
+            remaining = deadline - time.monotonic()
+            if not retryable(error) or remaining <= 0:
+                raise
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, longest)
+
+
 class EventFollower:
     """Follows one node's runtime events (MachineService.Events) between the polls of a wait.
 

@@ -12,6 +12,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConnectionError,
+    TalosError,
     TalosPermissionError,
     TalosTimeoutError,
     TalosTLSError,
@@ -327,3 +328,27 @@ def test_a_reboot_wait_looks_again_as_soon_as_the_node_reports_running(clock):
     })
     assert waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(60, interval=2)) == "new"
     assert clock["t"] == 1000.0 and len(client.calls_to(EVENTS)) == 1
+
+
+def test_retry_tries_again_what_it_may_until_its_time_is_up():
+    calls = []
+
+    def attempt(outcomes):
+        def call():
+            calls.append(1)
+            outcome = outcomes.pop(0)
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+        return call
+
+    def retryable(error):
+        return error.code == "Unavailable"
+
+    assert waits.retry(attempt([TalosError("busy", code="Unavailable"), "done"]), retryable, 5, (0.01, 0.02)) == "done"
+    assert len(calls) == 2
+    with pytest.raises(TalosError, match="refused"):
+        waits.retry(attempt([TalosError("refused", code="PermissionDenied"), "done"]), retryable, 5, (0.01, 0.02))
+    with pytest.raises(TalosError, match="busy"):  # no time given: tried once
+        waits.retry(attempt([TalosError("busy", code="Unavailable"), "done"]), retryable, 0, (0.01, 0.02))
+    assert len(calls) == 4
