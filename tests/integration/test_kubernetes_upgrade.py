@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import contextlib
 import json
 import re
 
@@ -42,6 +43,16 @@ DOCUMENTS = {
     "kube-apiserver": "KubeAPIServerConfig", "kube-controller-manager": "KubeControllerManagerConfig",
     "kube-scheduler": "KubeSchedulerConfig", "kube-proxy": "KubeProxyConfig", "kubelet": "KubeletConfig",
 }
+
+
+@contextlib.contextmanager
+def _missing_image(cluster, image):
+    """The registry lacks ``image`` for the block's length."""
+    cluster.model.faults.mark_image_unavailable(image)
+    try:
+        yield
+    finally:
+        cluster.model.faults.clear()
 
 
 def _b64(value):
@@ -239,11 +250,8 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
 
     # A kubelet image the registry lacks: the pre-pull fails, naming node and image, before any change.
     missing = "ghcr.io/siderolabs/kubelet:v" + to_version
-    cluster.model.faults.mark_image_unavailable(missing)
-    try:
+    with _missing_image(cluster, missing):
         run, failed = setup.play(dict(named, to_version=to_version), expect_rc=2, verbosity=3)
-    finally:
-        cluster.model.faults.clear()
     for secret in setup.secret_strings():
         assert secret not in run.stdout + run.stderr
     assert failed["msg"].startswith("Pre-pulling %s on " % missing)
@@ -314,11 +322,8 @@ def test_an_upgrade_stopped_by_a_pod_that_never_comes_up_names_it_and_a_rerun_fi
     target = _next_patch(setup.form["to_version"])
     first = cluster.controlplanes[0].address
     missing = "registry.k8s.io/kube-scheduler:v" + target
-    cluster.model.faults.mark_image_unavailable(missing)
-    try:
+    with _missing_image(cluster, missing):
         _run, failed = setup.play({"to_version": target, "pre_pull_images": False, "wait_timeout": 3}, expect_rc=2)
-    finally:
-        cluster.model.faults.clear()
     assert failed["msg"].startswith("kube-scheduler on node %s, waiting for the mirror pod to run the new version and "
                                     "be Ready: Timed out after 3 seconds" % first), failed["msg"]
     assert failed["msg"].endswith("; 7 of 17 planned changes were made, rerun the task to finish the upgrade.")
@@ -474,11 +479,8 @@ def test_the_manifest_sync_recreates_waits_and_prunes_what_talos_no_longer_rende
     # DaemonSet never becomes ready; the wait fails, and the task reports what it wrote.
     apps.patch_namespaced_daemon_set("kube-proxy", "kube-system", {"spec": {"template": {"spec": {"containers": [
         {"name": "kube-proxy", "image": image + "-by-hand"}]}}}})
-    cluster.model.faults.mark_image_unavailable(image)
-    try:
+    with _missing_image(cluster, image):
         _run, unready = setup.play({"to_version": version, "prune": False, "reconcile_timeout": 3}, expect_rc=2)
-    finally:
-        cluster.model.faults.clear()
     assert unready["msg"].startswith("Syncing the bootstrap manifests, waiting for the objects written to be ready: Timed out "
                                      "after 3 seconds waiting for the bootstrap manifests to be ready; last observed: "
                                      "DaemonSet kube-system/kube-proxy InProgress: "), unready["msg"]
