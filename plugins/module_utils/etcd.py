@@ -384,7 +384,7 @@ class QuorumGuard:
                 "force_quorum_loss: true, which destroys the cluster's etcd data." % (what, name), findings)
         problem = None
         if not check["safe"]:
-            unhealthy = _health_problems(members, statuses, check["unhealthy"])
+            unhealthy = unhealthy_text(members, statuses, check["unhealthy"])
             problem = ("etcd would keep %s and need %d of them healthy for quorum, but only %s other than %s %s "
                        "healthy%s" % (_members(check["voters_after"], "voting member"), check["quorum_after"],
                                       _members(check["healthy_after"], "member"), name,
@@ -404,7 +404,7 @@ def _members(count, noun):
     return "%d %s%s" % (count, noun, "" if count == 1 else "s")
 
 
-def _health_problems(members, statuses, names):
+def unhealthy_text(members, statuses, names):
     """`` (not healthy: cp-2 - memberID:2 alarm:NOSPACE; cp-3 - <why its node did not answer>)``, or ``""``."""
     problems = health_problems(statuses)
     described = []
@@ -487,7 +487,7 @@ def manage_member(client, node, ref, state="present", method="auto", forfeit=Fal
                 raise
             view = ClusterView([], {})
         before = view.with_health()
-        if not view.is_voter(ref) and _await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
+        if not view.is_voter(ref) and await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
             view = ClusterView.read(client, node, probe_seconds)
     else:
         view = ClusterView.read(client, node, probe_seconds)
@@ -569,7 +569,7 @@ def remove_member_by_id(client, node, member_id):
     return True
 
 
-def _await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
+def await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
     """Wait up to ``wait_timeout`` until ``ref`` is a voting member; True once it is.
 
     Without a wait it checks once and fails when ``ref`` is not a voting

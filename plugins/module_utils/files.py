@@ -72,7 +72,21 @@ class PrivateFile:
         except (IOError, OSError) as error:
             raise _write_error(self.what, self.path, error)
 
-    def commit(self):
+    @property
+    def temp_path(self):
+        """Where the content is staged, to be read back (after ``flush``) before it is committed."""
+        return self._temp_path
+
+    def flush(self):
+        try:
+            self._handle.flush()
+        except (IOError, OSError) as error:
+            raise _write_error(self.what, self.path, error)
+
+    def commit(self, path=None):
+        """Move the content into place: ``path`` when given (a name chosen once the content is known, in the same
+        directory), else the path the file was made for."""
+        self.path = path or self.path
         try:
             self._handle.flush()
             os.fsync(self._handle.fileno())

@@ -81,9 +81,13 @@ options:
   snapshot:
     description:
       - Path on the controller to save an etcd snapshot of O(node) to, before anything else happens.
-      - The snapshot is streamed into a temporary file in the same directory and renamed to this path only when the
-        stream is complete, with mode C(0600). An existing file with the same content is left alone.
-      - In check mode the snapshot is read and compared but not written.
+      - Deprecated - use M(talos_linux.talos.talos_etcd_snapshot) (O(talos_linux.talos.talos_etcd_snapshot#module:path),
+        O(talos_linux.talos.talos_etcd_snapshot#module:source=node), O(talos_linux.talos.talos_etcd_snapshot#module:force=true)
+        is what this option does), which also chooses a healthy member and keeps backups in a directory.
+      - The snapshot is taken as that module takes it - streamed into a private temporary file beside this path,
+        checked as etcd's restore checks it, and renamed to this path (mode C(0600)) only then. An existing file with
+        the same content is left alone.
+      - In check mode nothing is streamed.
     type: path
 extends_documentation_fragment:
   - talos_linux.talos.connection
@@ -106,15 +110,10 @@ notes:
   - O(timeout) bounds each call (a snapshot stream included); O(wait_timeout) bounds the wait of O(state=present).
 seealso:
   - module: talos_linux.talos.talos_bootstrap
+  - module: talos_linux.talos.talos_etcd_snapshot
 """
 
 EXAMPLES = r"""
-- name: Back up etcd before maintenance
-  talos_linux.talos.talos_etcd_member:
-    talosconfig: ./talosconfig
-    node: 10.5.0.2
-    snapshot: "./backups/etcd-{{ ansible_date_time.iso8601_basic_short }}.snapshot"
-
 - name: Wait until a new control plane has joined etcd
   talos_linux.talos.talos_etcd_member:
     node: 10.5.0.2
@@ -230,7 +229,7 @@ quorum:
       type: list
       elements: str
 snapshot:
-  description: The saved snapshot.
+  description: The saved snapshot, as M(talos_linux.talos.talos_etcd_snapshot) returns it.
   returned: when O(snapshot) is set
   type: dict
   contains:
@@ -238,17 +237,20 @@ snapshot:
       description: Absolute path of the snapshot file.
       type: str
     size:
-      description: Size of the snapshot in bytes.
+      description: Size of the snapshot in bytes (absent in check mode).
       type: int
     sha256:
-      description: SHA-256 of the snapshot, hexadecimal.
+      description: SHA-256 of the snapshot, hexadecimal (absent in check mode).
       type: str
+    revision:
+      description: The newest etcd revision the snapshot holds (absent in check mode).
+      type: int
     changed:
       description: True when the file was (or, in check mode, would be) written.
       type: bool
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, etcd_snapshot
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -261,7 +263,7 @@ SPEC = TaskSpec(
         force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
             dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
         forfeit_leadership=dict(type="bool", default=False),
-        snapshot=dict(type="path"),
+        snapshot=dict(type="path", removed_in_version="3.0.0", removed_from_collection="talos_linux.talos"),
     ),
     wait=True,
     mutually_exclusive=[("member", "member_id")],
@@ -280,7 +282,9 @@ def run(task):
         ref = params["member"] or etcd.own_member_name(client, node)
     snapshot = None
     if params["snapshot"]:
-        snapshot = etcd.save_snapshot(client, node, params["snapshot"], check_mode=task.check_mode)
+        taken = etcd_snapshot.take(client, node, path=params["snapshot"], source="node", force=True,
+                                   check_mode=task.check_mode)
+        snapshot = {key: taken[key] for key in ("path", "size", "sha256", "revision", "changed") if key in taken}
     result = etcd.manage_member(client, node, ref, params["state"], method,
                                 forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
                                 probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),

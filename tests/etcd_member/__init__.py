@@ -100,11 +100,12 @@ class EtcdMember:
 
     @classmethod
     async def start(cls, state_dir, name, address, ports, etcd_ca_crt_pem, etcd_ca_key_pem, initial_cluster=None, join=(),
-                    restore_from=None, skip_hash_check=False, wipe=False):
+                    restore_from=None, skip_hash_check=False, wipe=False, quota_backend_bytes=0):
         """Start the member whose data directory is ``state_dir/data`` (emptied first with ``wipe``): a new cluster of
         ``initial_cluster`` (``name=peer URL,...``), ``restore_from`` a snapshot file into a new one-member cluster, or
         ``join`` the cluster through those client URLs; a data directory that holds a member restarts that member.
-        ``ports`` is ``(client port, peer port)`` (``choose_ports``)."""
+        ``ports`` is ``(client port, peer port)`` (``choose_ports``); ``quota_backend_bytes`` the database size at
+        which etcd raises NOSPACE (0: etcd's default)."""
         state_dir = os.path.abspath(state_dir)
         data_dir = os.path.join(state_dir, "data")
         if wipe:
@@ -124,6 +125,8 @@ class EtcdMember:
             command += ["--join", ",".join(join)]
         if restore_from:
             command += ["--restore-from", restore_from] + (["--skip-hash-check"] if skip_hash_check else [])
+        if quota_backend_bytes:
+            command += ["--quota-backend-bytes", str(quota_backend_bytes)]
         log_path = os.path.join(state_dir, "etcd.log")
         with open(log_path, "ab") as log:
             process = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -162,8 +165,14 @@ class EtcdMember:
     def running(self):
         return self.process.returncode is None
 
+    @property
+    def serving(self):
+        """Whether the member serves requests: it runs and was ready once (one waiting to join serves nothing)."""
+        return self.running and self.member_id is not None
+
     async def wait_ready(self, timeout=60):
-        """The member's ID once it serves clients (a joining member serves as a learner until it is promoted)."""
+        """The member's ID once it serves clients (a joining member serves as a learner until it is promoted); None
+        waits for as long as it takes."""
         try:
             return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except asyncio.TimeoutError:
@@ -181,7 +190,10 @@ class EtcdMember:
         self.process.stdin.write(json.dumps(dict(fields, id=self._next_id, op=op, timeout=timeout)).encode() + b"\n")
         await self.process.stdin.drain()
         # The member's own deadline answers first; this one only guards against a member that hangs.
-        return await asyncio.wait_for(future, timeout + 10)
+        try:
+            return await asyncio.wait_for(future, timeout + 10)
+        except asyncio.TimeoutError:
+            raise EtcdMemberError("the etcd member %s did not answer %s within %ss" % (self.name, op, timeout + 10)) from None
 
     async def stop(self, timeout=15):
         """Stop the member gracefully (the data directory stays). Safe to call twice."""

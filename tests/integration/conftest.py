@@ -17,10 +17,10 @@ def run_playbook(tmp_path):
     counter = {"n": 0}
 
     def _run(playbook, inventory=None, extra_vars=None, check=False, diff=False, expect_rc=0,
-             limit=None, env=None, verbosity=0):
+             limit=None, env=None, verbosity=0, deprecations=()):
         counter["n"] += 1
         run = run_playbook_in(tmp_path, str(counter["n"]), playbook, inventory=inventory, extra_vars=extra_vars,
-                              check=check, diff=diff, limit=limit, env=env, verbosity=verbosity)
+                              check=check, diff=diff, limit=limit, env=env, verbosity=verbosity, deprecations=deprecations)
         if expect_rc is not None:
             assert run.rc == expect_rc, "ansible-playbook exited %d, expected %d\n%s\n%s" % (
                 run.rc, expect_rc, run.stdout[-6000:], run.stderr[-3000:])

@@ -6,11 +6,11 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import hashlib
 import stat
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
 from module_plays import module_play
 
 
@@ -22,27 +22,23 @@ def names(members):
     return sorted(m["hostname"] for m in members)
 
 
-def test_snapshot_is_complete_private_and_idempotent(emulator, run_playbook, tmp_path):
-    cluster = emulator(controlplanes=1, bootstrapped=True)
+def test_the_deprecated_snapshot_option_takes_a_checked_snapshot_of_the_node(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
     node = cluster.controlplanes[0]
     path = tmp_path / "etcd.snapshot"
-    streamed = cluster.etcd.snapshot()
 
-    run = run_playbook(member_play(cluster, node.address, snapshot=str(path)))
+    deprecated = ["Param 'snapshot' is deprecated"]
+    run = run_playbook(member_play(cluster, node.address, snapshot=str(path)), deprecations=deprecated)
     result = run.task("etcd")
     assert result["status"] == "changed"
-    assert path.read_bytes() == streamed
+    facts = etcd_snapshot.check(str(path))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert result["result"]["snapshot"] == {"path": str(path), "size": len(streamed),
-                                            "sha256": hashlib.sha256(streamed).hexdigest(), "changed": True}
-    assert len(streamed) > 3 * 1024  # several 1 KiB frames were assembled
-
-    run = run_playbook(member_play(cluster, node.address, snapshot=str(path)))
-    assert run.task("etcd")["status"] == "ok" and path.read_bytes() == streamed
+    assert result["result"]["snapshot"] == {"path": str(path), "size": facts["size"], "sha256": facts["sha256"],
+                                            "revision": facts["revision"], "changed": True}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
     other = tmp_path / "other.snapshot"
-    run = run_playbook(member_play(cluster, node.address, snapshot=str(other)), check=True)
+    run = run_playbook(member_play(cluster, node.address, snapshot=str(other)), check=True, deprecations=deprecated)
     assert run.task("etcd")["status"] == "changed" and not other.exists()
     assert cluster.audit() == []
 

@@ -178,7 +178,6 @@ MODULE_CASES = [
 
     # talos_etcd_member
     case("etcd-member-empty-member", "talos_etcd_member", {"member": "", "state": "absent"}, r"^member is empty"),
-    case("etcd-member-empty-snapshot", "talos_etcd_member", {"state": "absent", "snapshot": " "}, r"^snapshot is empty"),
     case("etcd-member-wrong-ca", "talos_etcd_member", {"state": "present", "talosconfig": "{wrong_ca}"},
          r"^Certificate verification of endpoint", group="node"),
     case("etcd-member-id-that-is-no-id", "talos_etcd_member", {"member_id": "cp-3", "state": "absent"},
@@ -189,6 +188,28 @@ MODULE_CASES = [
          r"is the last voting etcd member", group="node", check_mode=True),
     case("etcd-member-remove-by-address-of-the-last-member", "talos_etcd_member",
          {"member": "{cp}", "state": "absent", "method": "remove"}, r"is the last voting etcd member", group="node"),
+
+    # talos_etcd_snapshot and talos_etcd_restore
+    case("etcd-snapshot-empty-path", "talos_etcd_snapshot", {"path": " "}, r"^path is empty"),
+    case("etcd-snapshot-path-and-directory", "talos_etcd_snapshot", {"path": "{tmp}/etcd.snapshot", "directory": "{tmp}"},
+         r"parameters are mutually exclusive: path\|directory"),
+    case("etcd-snapshot-prefix-that-escapes", "talos_etcd_snapshot", {"directory": "{tmp}", "prefix": "../elsewhere"},
+         r"^prefix must start with a letter or digit .* not '\.\./elsewhere'\.$"),
+    case("etcd-snapshot-keep-none", "talos_etcd_snapshot", {"directory": "{tmp}", "keep": 0}, r"keep"),
+    case("etcd-snapshot-unwritable", "talos_etcd_snapshot", {"path": "/sys/etcd.snapshot"},
+         r"^Cannot write the etcd snapshot to /sys/etcd.snapshot: Permission denied\.$", group="node"),
+    case("etcd-restore-missing-snapshot", "talos_etcd_restore", {"snapshot": "{tmp}/missing.snapshot"},
+         r"^The etcd snapshot .*missing.snapshot cannot be read: No such file or directory\.$"),
+    case("etcd-restore-config-as-snapshot", "talos_etcd_restore", {"snapshot": "{cp_config}"},
+         r"has no sha256 appended by etcd, so it is truncated or a copy of a data directory's database"),
+    case("etcd-restore-config-as-database-copy", "talos_etcd_restore",
+         {"snapshot": "{cp_config}", "skip_hash_check": True},
+         r"is not an etcd database etcd can restore"),
+    case("etcd-restore-snapshot-and-directory", "talos_etcd_restore",
+         {"snapshot": "{tmp}/etcd.snapshot", "directory": "{tmp}"},
+         r"parameters are mutually exclusive: snapshot\|directory"),
+    case("etcd-restore-empty-backup-directory", "talos_etcd_restore", {"directory": "{tmp}", "prefix": "prod"},
+         r"^No etcd backup named prod-<time>-r<revision>.snapshot in .* checks out\.$"),
 
     # talos_etcd_info and talos_etcd_maintenance
     case("etcd-info-reads-members-status-alarms", "talos_etcd_info", {}, r"", group="node", outcome="ok",

@@ -32,7 +32,7 @@ MAX_NODES = 1000
 
 class EmulatedCluster:
     def __init__(self, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
-                 reboot_seconds=0.3, name="emulated", node_versions=None, etcd="model"):
+                 reboot_seconds=0.3, name="emulated", node_versions=None, etcd="model", etcd_quota_bytes=0):
         if controlplanes < 1:
             raise ValueError("an emulated cluster needs at least one control plane")
         if workers < 0 or controlplanes + workers > MAX_NODES:
@@ -51,7 +51,8 @@ class EmulatedCluster:
             # Imported here: only a cluster of real etcd members needs the Go harness (built now, off the loop).
             from .real_etcd import RealEtcdCluster, build_member
             build_member()
-            self.model.etcd = RealEtcdCluster(os.path.join(self.state_dir, "etcd"), self.runtime.spawn, self.model.secrets.etcd_ca)
+            self.model.etcd = RealEtcdCluster(os.path.join(self.state_dir, "etcd"), self.runtime.spawn, self.model.secrets.etcd_ca,
+                                              etcd_quota_bytes)
         elif etcd != "model":
             raise ValueError("etcd is 'model' or 'real', got %r" % (etcd,))
         for role in ["controlplane"] * controlplanes + ["worker"] * workers:
@@ -63,17 +64,20 @@ class EmulatedCluster:
 
     @classmethod
     def start(cls, state_dir, controlplanes=1, workers=0, maintenance=False, talos_version=DEFAULT_TALOS_VERSION,
-              reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None, etcd="model"):
+              reboot_seconds=0.3, bootstrapped=False, name="emulated", node_versions=None, etcd="model", etcd_quota_bytes=0):
         """Start a cluster on a private event loop thread and return it once every node answers.
 
         ``node_versions`` maps node names to the Talos version they run when it
         differs from ``talos_version`` (a cluster in the middle of an upgrade).
         ``etcd="real"`` runs a real etcd member on every control plane
-        (``real_etcd.py``) instead of the model of etcd (``membership.py``).
+        (``real_etcd.py``) instead of the model of etcd (``membership.py``);
+        ``etcd_quota_bytes`` is then their database quota (etcd's
+        ``--quota-backend-bytes``; 0: etcd's default), small to raise NOSPACE.
         """
         if bootstrapped and maintenance:
             raise ValueError("a cluster in maintenance mode cannot start bootstrapped")
-        cluster = cls(state_dir, controlplanes, workers, maintenance, talos_version, reboot_seconds, name, node_versions, etcd)
+        cluster = cls(state_dir, controlplanes, workers, maintenance, talos_version, reboot_seconds, name, node_versions, etcd,
+                      etcd_quota_bytes)
         cluster.runtime.start_loop()
         try:
             if not maintenance:
@@ -177,6 +181,12 @@ class EmulatedCluster:
         node = self.node(node)
         if node.powered:
             self.run(node.power_off())
+
+    def wipe_etcd(self, node):
+        """Lose etcd on ``node`` for good, as a Reset of its EPHEMERAL volume that does not leave etcd does: the
+        machine reboots with an empty etcd data directory, and its etcd waits to join a cluster."""
+        node = self.node(node)
+        self.run(node.reset("", graceful=False, reboot=True, wiped_volumes=["EPHEMERAL"]))
 
     def bootstrap(self, node=None, timeout=120):
         """Bootstrap etcd directly, as if Bootstrap had been called on ``node`` (the first control plane by default)

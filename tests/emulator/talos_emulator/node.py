@@ -455,11 +455,13 @@ class EmulatedNode:
             self.set_service("etcd", "Failed", "etcd data directory belongs to a member that was removed", False)
 
     def join_etcd(self):
-        """etcd starts as a member of the cluster; the service runs once the member is ready (``etcd_ready``)."""
+        """etcd starts as a member of the cluster; the service runs once the member is ready (``etcd_ready``). A member
+        that joins afresh waits, its data directory empty, until the cluster takes it (as Talos's etcd service waits in
+        its pre state), so Bootstrap is still allowed meanwhile."""
         self.cluster.etcd.join(self)
-        self.etcd_data = True
 
     def etcd_ready(self):
+        self.etcd_data = True
         if "etcd" in self.services:
             self.set_service("etcd", "Running", "Health check successful", healthy=True)
 

@@ -55,9 +55,11 @@ class RealEtcdCluster(EtcdCluster):
     """Real members under ``state_dir`` (one directory per node: data, certificate, log), started with ``spawn``
     on the cluster's loop, trusting ``etcd_ca`` (the secrets bundle's)."""
 
-    def __init__(self, state_dir, spawn, etcd_ca):
+    def __init__(self, state_dir, spawn, etcd_ca, quota_backend_bytes=0):
         super().__init__()
         self.state_dir = state_dir
+        # The database size at which the members raise NOSPACE (0: etcd's default), small to test the alarm.
+        self.quota_backend_bytes = quota_backend_bytes
         self._spawn = spawn
         self._ca = (etcd_ca.crt_pem, to_standard_pem(etcd_ca.key_pem))
         # node -> its member process while one runs; node -> (client port, peer port), stable for the node's life.
@@ -110,7 +112,12 @@ class RealEtcdCluster(EtcdCluster):
             self._start(node, wipe=True, initial_cluster=initial_cluster)
 
     def join(self, node):
-        """Restart the node's member from its data directory, or join the cluster as a new member."""
+        """Restart the node's member from its data directory, or join the cluster as a new member: it waits, for as
+        long as it takes, until a member of the cluster takes it. Nothing new while the node's member is starting or
+        waiting to join already."""
+        process = self.processes.get(node)
+        if process is not None and process.running:
+            return
         if node.etcd_data:
             self._start(node)
         else:
@@ -130,16 +137,20 @@ class RealEtcdCluster(EtcdCluster):
 
     def _start(self, node, recovering=False, **options):
         stops = self._stops.get(node, 0)
+        # Bootstrap on a node whose member waits to join stops that member first, as Talos restarts its etcd service.
+        previous = self.processes.pop(node, None)
 
         async def run():
+            if previous is not None:
+                await previous.kill()
             process = await MemberProcess.start(self._member_dir(node), node.hostname, node.address, self._ports_of(node),
-                                                *self._ca_of(node), **options)
+                                                *self._ca_of(node), quota_backend_bytes=self.quota_backend_bytes, **options)
             if self._stops.get(node, 0) != stops:
                 await process.kill()
                 return
             self.processes[node] = process
             try:
-                member_id = await process.wait_ready(READY_SECONDS)
+                member_id = await process.wait_ready(None if options.get("join") else READY_SECONDS)
             except EtcdMemberError as error:
                 if self._stops.get(node, 0) == stops:
                     if recovering:
@@ -161,7 +172,7 @@ class RealEtcdCluster(EtcdCluster):
 
     def _local(self, node):
         process = self.processes.get(node)
-        if process is None or not process.running:
+        if process is None or not process.serving:
             raise GRPCError(Status.UNKNOWN, "etcd is not running on this node")
         return process
 
@@ -169,10 +180,10 @@ class RealEtcdCluster(EtcdCluster):
         """The member to ask the cluster through: Talos dials every control plane from any node, here a running
         member's client dials them."""
         process = self.processes.get(node)
-        if process is not None and process.running:
+        if process is not None and process.serving:
             return process
         for process in self.processes.values():
-            if process.running:
+            if process.serving:
                 return process
         raise GRPCError(Status.UNKNOWN, "etcd is not running on any control plane")
 
@@ -280,6 +291,8 @@ class RealEtcdCluster(EtcdCluster):
     async def leader_node(self):
         """The node whose member leads as a running member sees it, or None."""
         for process in list(self.processes.values()):
+            if not process.serving:
+                continue
             try:
                 leader_id = (await process.request("status"))["leader"]
             except EtcdMemberError:

@@ -1,27 +1,20 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for the etcd helpers: member lookup, quorum arithmetic, the quorum guard, leader detection, snapshot files."""
+"""Unit tests for the etcd helpers: member lookup, quorum arithmetic, the quorum guard, leader detection."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import hashlib
-import os
-import stat
-
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
-from google.rpc import status_pb2
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConnectionError,
     TalosError,
-    TalosNodeError,
     TalosUnimplementedError,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from fake_talos import FakeTalos, fails_with
 
@@ -321,89 +314,6 @@ def test_a_learner_may_always_go():
 def test_a_node_that_is_no_member_is_not_guarded():
     assert let_go(etcd_client({"cp-1": True}, hostname="cp-9"), "10.5.0.9") == {
         "controlplane": True, "etcd_gate_open": True, "quorum": None}
-
-
-# Snapshots
-
-def snapshot_client(data, fail_after=None):
-    """A FakeTalos streaming ``data`` in 1 KiB common.Data frames, as Talos does; after ``fail_after`` frames the node
-    answers with an error frame instead."""
-    frames = [common_pb2.Data(bytes=data[i:i + 1024]) for i in range(0, len(data), 1024)]
-    if fail_after is not None:
-        frames[fail_after:] = [common_pb2.Data(metadata=common_pb2.Metadata(
-            error="stream cut", status=status_pb2.Status(code=14)))]  # 14: Unavailable
-    return FakeTalos(answers={etcd.SNAPSHOT: frames})
-
-
-def test_snapshot_written_complete_with_mode_0600_and_its_sha256(tmp_path):
-    data = os.urandom(5000)
-    path = tmp_path / "etcd.snapshot"
-    client = snapshot_client(data)
-    saved = etcd.save_snapshot(client, "10.5.0.2", str(path))
-    assert [(call.via, call.method, call.node) for call in client.calls] == [("stream", etcd.SNAPSHOT, "10.5.0.2")]
-    assert path.read_bytes() == data
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert saved == {"path": str(path), "size": 5000, "sha256": hashlib.sha256(data).hexdigest(), "changed": True}
-    assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
-
-
-def test_snapshot_with_same_content_is_unchanged_and_check_mode_writes_nothing(tmp_path):
-    data = os.urandom(3000)
-    path = tmp_path / "etcd.snapshot"
-    etcd.save_snapshot(snapshot_client(data), None, str(path))
-    mtime = path.stat().st_mtime_ns
-    assert etcd.save_snapshot(snapshot_client(data), None, str(path))["changed"] is False
-    assert path.stat().st_mtime_ns == mtime
-
-    newer = os.urandom(3000)
-    assert etcd.save_snapshot(snapshot_client(newer), None, str(path), check_mode=True)["changed"] is True
-    assert path.read_bytes() == data
-    assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
-
-
-def test_interrupted_snapshot_leaves_the_previous_file_and_no_partial_file(tmp_path):
-    path = tmp_path / "etcd.snapshot"
-    path.write_bytes(b"previous snapshot")
-    with pytest.raises(TalosNodeError):
-        etcd.save_snapshot(snapshot_client(os.urandom(4096), fail_after=2), None, str(path))
-    assert path.read_bytes() == b"previous snapshot"
-    assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
-
-
-def test_snapshot_into_a_missing_directory_fails_clearly(tmp_path):
-    with pytest.raises(TalosError, match="directory .* does not exist"):
-        etcd.save_snapshot(snapshot_client(b"x"), None, str(tmp_path / "missing" / "etcd.snapshot"))
-
-
-def test_a_local_write_error_is_reported_as_such(tmp_path, monkeypatch):
-    real_fdopen = os.fdopen
-
-    class FullDisk:
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, data):
-            raise OSError(28, "No space left on device")
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc_info):
-            self.f.close()
-
-    monkeypatch.setattr(etcd.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
-    with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*: No space left on device."):
-        etcd.save_snapshot(snapshot_client(os.urandom(2048)), None, str(tmp_path / "etcd.snapshot"))
-    assert os.listdir(str(tmp_path)) == []
-
-
-def test_a_directory_in_the_way_is_reported(tmp_path):
-    (tmp_path / "etcd.snapshot").mkdir()
-    with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*etcd.snapshot: it is a directory; set snapshot to a file path."):
-        etcd.save_snapshot(snapshot_client(b"data"), None, str(tmp_path / "etcd.snapshot"))
 
 
 # Member IDs from options, health and maintenance (talos_etcd_info, talos_etcd_maintenance)
