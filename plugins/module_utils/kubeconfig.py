@@ -115,17 +115,39 @@ def without_credentials(config):
     return config
 
 
-def credentials_expire_soon(config, now):
-    """True when a user's client certificate in ``config`` is unreadable or expires within RENEW_BEFORE."""
+def load_data_certificates(data):
+    """The certificates of a kubeconfig ``*-data`` field (base64 of one or more PEM certificates); [] when unreadable."""
+    try:
+        return x509.load_pem_x509_certificates(base64.b64decode(data))
+    except (ValueError, TypeError):
+        return []
+
+
+def user_certificates(config):
+    """``[(user name, certificate or None)]``: each user's client certificate, None when it cannot be read."""
+    found = []
     for entry in config.get("users") or []:
         data = (entry.get("user") or {}).get("client-certificate-data")
-        if not data:
-            continue
-        try:
-            certificate = x509.load_pem_x509_certificate(base64.b64decode(data))
-        except (ValueError, TypeError):
-            return True
-        if certificate.not_valid_after_utc - RENEW_BEFORE <= now:
+        if data:
+            certificates = load_data_certificates(data)
+            found.append((entry.get("name"), certificates[0] if certificates else None))
+    return found
+
+
+def cluster_authorities(config):
+    """``[(cluster name, server URL, [CA certificates])]`` from the cluster entries' certificate-authority-data."""
+    found = []
+    for entry in config.get("clusters") or []:
+        cluster = entry.get("cluster") or {}
+        data = cluster.get("certificate-authority-data")
+        found.append((entry.get("name"), cluster.get("server"), load_data_certificates(data) if data else []))
+    return found
+
+
+def credentials_expire_soon(config, now):
+    """True when a user's client certificate in ``config`` is unreadable or expires within RENEW_BEFORE."""
+    for _name, certificate in user_certificates(config):
+        if certificate is None or certificate.not_valid_after_utc - RENEW_BEFORE <= now:
             return True
     return False
 

@@ -153,8 +153,11 @@ def _key_usage(cert_sign):
     )
 
 
-def generate_ca(algorithm, organization, now):
-    """A self-signed CA as ``(certificate, key)``; ``organization`` None gives the empty subject."""
+def generate_ca(algorithm, organization, now, validity=CA_VALIDITY):
+    """A self-signed CA as ``(certificate, key)``; ``organization`` None gives the empty subject.
+
+    ``validity`` is its lifetime: Talos's ten years, or an existing CA's when one is replaced.
+    """
     key = generate_key(algorithm)
     name = _name([organization] if organization else [])
     builder = (
@@ -164,7 +167,7 @@ def generate_ca(algorithm, organization, now):
         .public_key(key.public_key())
         .serial_number(_serial_number())
         .not_valid_before(now)
-        .not_valid_after(now + CA_VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(_key_usage(cert_sign=True), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)

@@ -54,6 +54,17 @@ def _etcd_info_of_the_control_plane(result):
     assert result["alarms"] == [], result
 
 
+def _certificate_info_of_the_control_plane(result):
+    (node,) = result["nodes"].values()
+    assert node["talos_ca"]["fingerprint_sha256"] == result["files"]["secrets"]["talos_ca"]["fingerprint_sha256"], result
+    assert node["apid"]["trusted"] is True and result["files"]["talosconfig"]["client"]["roles"] == ["os:admin"], result
+
+
+def _rotation_not_due(result):
+    assert result["rotation"] is None and result["plan"] == [] and "diff" not in result, result
+    assert result["nodes"] == {result["invocation"]["module_args"]["node"]: {"machine_type": "controlplane", "phase": "original"}}
+
+
 def _defragment_planned(result):
     (member,) = result["members"]
     assert member["selected"] and member["leader"] and not member["defragmented"], member
@@ -222,6 +233,32 @@ MODULE_CASES = [
          r"", group="node", outcome="changed", check_mode=True, result=_defragment_planned),
     case("etcd-maintenance-reader-role", "talos_etcd_maintenance", {"defragment": True, "talosconfig": "{reader}"},
          r"Permission denied for machine.MachineService/EtcdDefragment .*needs role os:admin or os:operator", group="node"),
+
+    # talos_certificate_info: certificates only, whatever file it is pointed at.
+    case("certificate-info-negative-warn-days", "talos_certificate_info", {"warn_days": -1},
+         r"^warn_days must be at least 0, got -1\.$"),
+    case("certificate-info-reports-bundle-and-node", "talos_certificate_info", {"secrets": "{secrets_bundle}"}, r"",
+         group="node", outcome="ok", result=_certificate_info_of_the_control_plane),
+    case("certificate-info-secrets-is-a-machine-config", "talos_certificate_info", {"secrets": "{cp_config}"},
+         r"^The secrets bundle .* is damaged or incomplete: "),
+    case("certificate-info-kubeconfig-is-a-machine-config", "talos_certificate_info", {"kubeconfig": "{cp_config}"},
+         r"", group="node", outcome="ok"),
+    case("certificate-info-missing-kubeconfig", "talos_certificate_info", {"kubeconfig": "{tmp}/missing"},
+         r"^kubeconfig .*/missing does not exist or is not a kubeconfig \(a YAML mapping\)\.$"),
+
+    # talos_rotate_ca: refused before any change; check mode plans with fingerprints, never a key.
+    case("rotate-ca-issued-after-in-the-future", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "issued_after": "2999-01-01"},
+         r"^issued_after 2999-01-01 is in the future: every run until then would rotate the CA again\.$"),
+    case("rotate-ca-issued-after-not-a-time", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "issued_after": "yesterday"},
+         r"^issued_after must be a date or time such as 2026-11-27 or 2026-11-27T08:00:00Z, got 'yesterday'\.$"),
+    case("rotate-ca-secrets-is-a-machine-config", "talos_rotate_ca", {"secrets": "{cp_config}"},
+         r"^The secrets bundle .* is damaged or incomplete: "),
+    case("rotate-ca-kubernetes-not-yet", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "rotate": ["kubernetes"]},
+         r"value of rotate must be one or more of: talos"),
+    case("rotate-ca-a-member-left-out", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "renew_before": "876000h"},
+         r"^Cluster members worker-1, worker-2 are not in nodes: ", group="node", check_mode=True),
+    case("rotate-ca-nothing-due", "talos_rotate_ca", {"secrets": "{secrets_bundle}"}, r"", group="node", outcome="ok",
+         diff=True, result=_rotation_not_due),
 
     # talos_kubernetes_upgrade: versions and paths refused before any call; a worker issues no kubeconfig; the
     # robustness cluster runs no Kubernetes API server.

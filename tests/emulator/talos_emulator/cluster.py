@@ -135,11 +135,25 @@ class ClusterModel:
             authority = CertificateAuthority.from_pem(crt_pem, key_pem)
             self._authorities.setdefault(crt_pem, authority)
             return authority
+        self._trustd_signs(crt_pem)
         return self._authorities[crt_pem]
 
+    def _trustd_signs(self, crt_pem):
+        """Whether trustd can sign with this OS CA: a control plane booted with it, or a running one whose config
+        (applied without a reboot, as a CA rotation does) made it its issuing CA."""
+        if crt_pem in self._authorities:
+            return True
+        for node in self.controlplanes:
+            if node.powered and node.config is not None:
+                node_crt, node_key = configgen.machine_os_ca(node.config)
+                if node_crt == crt_pem and node_key is not None:
+                    self.issuing_authority(node_crt, node_key)
+                    return True
+        return False
+
     async def wait_for_authority(self, crt_pem):
-        """A worker's apid waits for trustd: until a control plane holding this OS CA's key has booted."""
-        while crt_pem not in self._authorities:
+        """A worker's apid waits for trustd: until a control plane holding this OS CA's key runs."""
+        while not self._trustd_signs(crt_pem):
             await asyncio.sleep(0.05)
 
     def registry_has(self, image_ref):

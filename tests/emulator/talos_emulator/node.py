@@ -213,7 +213,14 @@ class EmulatedNode:
         crt_pem, key_pem = configgen.machine_os_ca(self.config)
         authority = self.cluster.issuing_authority(crt_pem, key_pem)
         server_crt, server_key = authority.issue_server(self.hostname, ip_addresses=ips, dns_names=names)
-        return crt_pem, server_crt, server_key, crt_pem
+        return crt_pem, server_crt, server_key, pki.accepted_client_cas(self.config)
+
+    def server_tls_inputs(self):
+        """What apid's certificates are made from: when it changes, Talos issues new ones (no reboot)."""
+        if self.maintenance:
+            return None
+        machine = self.config.get("machine") or {}
+        return (machine.get("ca"), pki.accepted_client_cas(self.config), self.hostname, tuple(self.cert_sans))
 
     # Services.
 

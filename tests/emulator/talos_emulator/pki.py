@@ -20,6 +20,7 @@ peer certificate after the handshake and drops the connection when it is False.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import base64
 import datetime
 import hashlib
 import ipaddress
@@ -232,6 +233,20 @@ def client_certificate_has_client_auth(cert):
     except x509.ExtensionNotFound:
         return False
     return list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def accepted_client_cas(config):
+    """PEM bytes of every CA apid verifies client certificates against, for a parsed machine config.
+
+    Talos's OSRoot: ``machine.acceptedCAs`` in config order, then the issuing
+    CA ``machine.ca`` (its certificate; a worker's has no key). Both forms of
+    the config keep them in the v1alpha1 document. A worker's apid takes this
+    list from trustd (the control plane's OSRoot); the rotation changes the
+    configs of all nodes alike, so the worker's own config gives the same list.
+    """
+    machine = (config or {}).get("machine") or {}
+    entries = list(machine.get("acceptedCAs") or []) + [machine.get("ca") or {}]
+    return b"".join(base64.b64decode(entry["crt"]) for entry in entries if isinstance(entry, dict) and entry.get("crt"))
 
 
 def spki_fingerprint(crt_pem):

@@ -10,6 +10,19 @@ those through, so the listener checks the verified peer certificate as soon
 as the handshake completes and aborts the connection before any HTTP/2 frame
 is exchanged. Maintenance mode is server-only TLS with a fresh self-signed
 certificate and no client certificate requested.
+
+Client certificates are verified against the node's accepted CAs
+(``pki.accepted_client_cas``: ``machine.acceptedCAs`` and ``machine.ca``). A
+config applied without a reboot that changes them, the issuing CA or the SANs
+gets new TLS material at once, as Talos's secrets controllers issue new
+certificates: every handshake passes through the context's server-name
+callback, which hands OpenSSL the context of the node's current config (a
+context switched there also brings its own client CA store). Connections
+already open keep theirs, as on Talos. A certificate from a CA that is not
+accepted fails the handshake: Go's apid sends the alert ``bad certificate``,
+here asyncio ends the connection before its alert is out, so the client sees
+the stream end right after its side of the handshake; either way no call is
+made and the collection reports a refused client certificate.
 """
 
 import asyncio
@@ -85,9 +98,13 @@ class NodeServer:
         self._silent_transports = set()
         self.ca_pem = None
         self.maintenance_fingerprint = None
+        self._inputs = None
+        self._current = None
 
     def _ssl_context(self):
+        inputs = self.node.server_tls_inputs()
         ca_pem, crt_pem, key_pem, client_ca_pem = self.node.server_tls_material()
+        self._inputs = inputs
         self.ca_pem = ca_pem
         self.maintenance_fingerprint = pki.spki_fingerprint(crt_pem) if client_ca_pem is None else None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -107,8 +124,22 @@ class NodeServer:
             context.load_verify_locations(cadata=client_ca_pem.decode())
         return context, client_ca_pem is not None
 
+    def _context_for_handshake(self, ssl_object, _server_name, _context):
+        """Give a new connection the TLS material of the node's current config, issued anew when its inputs changed."""
+        inputs = self.node.server_tls_inputs()
+        if inputs is not None and inputs != self._inputs:
+            try:
+                self._current = self._ssl_context()[0]
+            except KeyError:
+                # A worker whose new issuing CA no control plane holds yet: trustd cannot sign, the old material stays.
+                pass
+        ssl_object.context = self._current
+
     async def start(self):
         context, mutual = self._ssl_context()
+        if mutual:
+            self._current = context
+            context.sni_callback = self._context_for_handshake
         listener = _Listener([Apid(self.node)], mutual)
         await listener.start(self.node.address, self.node.port, ssl=context, reuse_address=True)
         self._listener = listener

@@ -32,9 +32,10 @@ _WITH_REBOOT = "Applied configuration with a reboot"
 _STAGED = "Staged configuration to be applied after the next reboot"
 _NOT_IMMEDIATE = "this config change can't be applied in immediate mode"
 
-# Before v1.14, only changes below these keys could be applied without a reboot.
+# Before v1.14, only changes below these keys could be applied without a reboot (runtime CanApplyImmediate; the
+# Talos API CAs among them: talosctl rotate-ca patches them with NO_REBOOT).
 _IMMEDIATE_MACHINE_KEYS = frozenset([
-    "certSANs", "controlPlane", "env", "features", "files", "install", "kernel", "kubelet", "logging",
+    "acceptedCAs", "ca", "certSANs", "controlPlane", "env", "features", "files", "install", "kernel", "kubelet", "logging",
     "network", "nodeAnnotations", "nodeLabels", "nodeTaints", "pods", "registries", "sysctls", "sysfs", "time",
 ])
 

@@ -1,0 +1,442 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Rotation of the Talos API CA, the way ``talosctl rotate-ca`` does it (upstream ``pkg/rotate/pki/talos``).
+
+Four steps, each on every node (control planes first, then workers), each
+applied without a reboot:
+
+1. accept: the new CA joins ``machine.acceptedCAs``, so certificates it
+   issues are accepted everywhere;
+2. swap: the new CA becomes ``machine.ca`` (with its key on control planes,
+   the certificate alone on workers) and the old one moves to
+   ``machine.acceptedCAs``; the nodes serve apid certificates of the new CA;
+3. prove: a client trusting only the new CA, with a certificate of the new CA,
+   reaches every node;
+4. drop: the old CA leaves ``machine.acceptedCAs``: from then on the old
+   talosconfigs are refused.
+
+Both config forms keep the Talos API CAs in the v1alpha1 document
+(``machine.ca``, ``machine.acceptedCAs``, since Talos v1.7). Where each node
+stands (its phase) is read from its active config; the CAs come from the
+secrets bundle on the controller. While a rotation runs the bundle holds the
+new CA and ``<bundle>.previous`` the old one, both written before any node
+changes, so that the new key is never lost and a rerun continues where a
+failed run stopped. The nodes are reached with admin certificates issued in
+memory from a CA every node accepts at that point, trusting both CAs: no step
+takes away the credential it is using, and the talosconfig on the controller
+gets the new CA's certificate only once that has been proven on every node.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import copy
+import datetime
+import os
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, go_yaml, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import ConfigAuthorities, load_certificates, report
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosTLSError
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text, write_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import (
+    ConfigApplier, is_v1alpha1, load_config, parse_yaml_stream, read_active_config)
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import CertificateAuthority, SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import read_talosconfig
+
+PREVIOUS_SUFFIX = ".previous"
+FIRST_RELEASE = (1, 7)  # machine.acceptedCAs
+ACCEPT, SWAP, PROVE, DROP = "accept", "swap", "prove", "drop"
+STEPS = (ACCEPT, SWAP, PROVE, DROP)
+# A node's phase: which steps its config has been through.
+ORIGINAL, ACCEPTED, SWAPPED, DONE = "original", "accepted", "swapped", "done"
+_PHASE_STEPS = {ORIGINAL: 0, ACCEPTED: 1, SWAPPED: 2, DONE: 4}
+_FIELDS = {ACCEPT: ["machine.acceptedCAs"], SWAP: ["machine.ca", "machine.acceptedCAs"], DROP: ["machine.acceptedCAs"]}
+# The admin certificates the rotation talks to the nodes with live only as long as a run.
+SESSION_VALIDITY = datetime.timedelta(hours=2)
+
+
+class RotationFailed(TalosError):
+    """A step failed; ``done`` lists the steps made before, as ``{"step", "node"}``."""
+
+    def __init__(self, message, done, cause):
+        super(RotationFailed, self).__init__(message, code=cause.code, node=cause.node)
+        self.done = done
+
+
+def previous_path(path):
+    return path + PREVIOUS_SUFFIX
+
+
+def _same(pem, other):
+    """Whether two PEM texts hold the same certificate (their line wrapping may differ)."""
+    if pem is None or other is None:
+        return False
+    return pem.strip() == other.strip() or (
+        talos_pki.fingerprint(talos_pki.load_certificate(pem, "a CA")) == talos_pki.fingerprint(talos_pki.load_certificate(other, "a CA")))
+
+
+def new_authority_like(old, now):
+    """A new CA with the key type, subject Organization and lifetime of ``old`` (a bundle CertificateAuthority)."""
+    organizations = talos_pki.organizations(old.certificate)
+    validity = old.certificate.not_valid_after_utc - old.certificate.not_valid_before_utc
+    certificate, key = talos_pki.generate_ca(talos_pki.key_algorithm(old.key), organizations[0] if organizations else None,
+                                             now, validity)
+    return CertificateAuthority(talos_pki.certificate_pem(certificate), talos_pki.private_key_pem(key), certificate, key)
+
+
+def rotation_due(authority, issued_after, renew_before, now):
+    """Why ``authority`` (a certificate) must be replaced, as a phrase, or None when it may stay."""
+    if issued_after is not None and authority.not_valid_before_utc < issued_after:
+        return "the Talos CA was issued on %s, before issued_after" % authority.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if authority.not_valid_after_utc - renew_before <= now:
+        return "the Talos CA expires on %s, within renew_before" % authority.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None
+
+
+def parse_time(text, parameter):
+    """A UTC time from ``2026-11-27``, ``2026-11-27T08:00:00Z`` or with an offset; TalosConfigError names ``parameter``."""
+    value = str(text).strip()
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise TalosConfigError("%s must be a date or time such as 2026-11-27 or 2026-11-27T08:00:00Z, got %r." % (parameter, text))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.astimezone(datetime.timezone.utc)
+
+
+class NodeConfig:
+    """A node's active config as the rotation sees it: its Talos API CAs, its phase and its patched forms."""
+
+    def __init__(self, node, text, version):
+        self.node = node
+        self.text = text
+        self.version = version
+        source = talos_node.label(node)
+        self.authorities = ConfigAuthorities.from_config(text, source)
+        self.documents = parse_yaml_stream(text, "the active machine config of %s" % source)
+        machine = (self._v1alpha1(self.documents).get("machine") or {})
+        self.control_plane = talos_node.is_control_plane_type(machine.get("type"))
+
+    @staticmethod
+    def _v1alpha1(documents):
+        return next(document for document in documents if is_v1alpha1(document))
+
+    def phase(self, old_pem, new_pem):
+        """ORIGINAL, ACCEPTED, SWAPPED or DONE; None when the node's CAs fit neither CA."""
+        issuing, accepted = self.authorities.talos_ca, self.authorities.talos_accepted
+        has_new = new_pem is not None and any(_same(pem, new_pem) for pem in accepted)
+        has_old = any(_same(pem, old_pem) for pem in accepted)
+        if _same(issuing, old_pem):
+            return ACCEPTED if has_new else ORIGINAL
+        if _same(issuing, new_pem):
+            return SWAPPED if has_old else DONE
+        return None
+
+    def patched(self, step, old, new):
+        """The config text after ``step`` (ACCEPT, SWAP or DROP) with CAs ``old`` and ``new``; other fields untouched."""
+        documents = copy.deepcopy(self.documents)
+        machine = self._v1alpha1(documents).setdefault("machine", {})
+        entries = list(machine.get("acceptedCAs") or [])
+
+        def without(*authorities):
+            """The accepted entries but those of ``authorities``; the user's own accepted CAs stay."""
+            return [entry for entry in entries
+                    if not any(_same(talos_pki.pem_from_b64((entry or {}).get("crt"), "machine.acceptedCAs.crt"),
+                                     authority.crt_pem) for authority in authorities)]
+
+        if step == ACCEPT:
+            entries = without(new) + [{"crt": talos_pki.b64_pem(new.crt_pem)}]
+        elif step == SWAP:
+            entries = without(new, old) + [{"crt": talos_pki.b64_pem(old.crt_pem)}]
+            machine["ca"] = {"crt": talos_pki.b64_pem(new.crt_pem),
+                             "key": talos_pki.b64_pem(new.key_pem) if self.control_plane else ""}
+        elif step == DROP:
+            entries = without(old)
+        if entries:
+            machine["acceptedCAs"] = entries
+        else:
+            machine.pop("acceptedCAs", None)
+        return go_yaml.dump_documents(documents)
+
+    def fields(self):
+        """The rotation's fields of this config, as fingerprints (never a key), for --diff."""
+        def fingerprint(pem):
+            return talos_pki.fingerprint(talos_pki.load_certificate(pem, "a CA of %s" % talos_node.label(self.node)))
+        return {"machine.ca": fingerprint(self.authorities.talos_ca) if self.authorities.talos_ca else None,
+                "machine.acceptedCAs": [fingerprint(pem) for pem in self.authorities.talos_accepted]}
+
+
+class ControllerFiles:
+    """The secrets bundle and the talosconfig on the controller, and the previous ones kept beside them during a rotation."""
+
+    def __init__(self, bundle_path, talosconfig_path, context):
+        self.bundle_path = bundle_path
+        self.talosconfig_path = talosconfig_path
+        self.context = context
+        self.bundle = SecretsBundle.load(bundle_path)
+        self.previous = None
+        if os.path.isfile(previous_path(bundle_path)):
+            previous = SecretsBundle.load(previous_path(bundle_path))
+            # A copy written just before the new bundle (a run stopped in between) is no rotation.
+            if not _same(previous.os_ca.crt_pem, self.bundle.os_ca.crt_pem):
+                self.previous = previous
+
+    @property
+    def in_progress(self):
+        return self.previous is not None
+
+    @property
+    def old(self):
+        return self.previous.os_ca if self.previous is not None else self.bundle.os_ca
+
+    @property
+    def new(self):
+        return self.bundle.os_ca if self.previous is not None else None
+
+    def kept(self):
+        """The previous files that exist now: ``{"secrets": path or None, "talosconfig": path or None}``."""
+        return dict((name, previous_path(path) if os.path.isfile(previous_path(path)) else None)
+                    for name, path in (("secrets", self.bundle_path), ("talosconfig", self.talosconfig_path)))
+
+    def start(self, new):
+        """Keep the bundle and the talosconfig beside them, then write the bundle holding ``new`` (before any node changes)."""
+        for path, what in ((self.bundle_path, "the previous secrets bundle"), (self.talosconfig_path, "the previous talosconfig")):
+            write_private(previous_path(path), read_text(path), what)
+        self.previous, self.bundle = self.bundle, copy.copy(self.bundle)
+        self.bundle.cas = dict(self.previous.cas, os=new)
+        write_private(self.bundle_path, self.bundle.to_yaml(), "the secrets bundle")
+
+    def _talosconfig(self):
+        document = read_talosconfig(self.talosconfig_path) or {}
+        contexts = dict(document.get("contexts") or {})
+        return document, contexts, dict(contexts.get(self.context) or {})
+
+    def _write_talosconfig(self, document, contexts, context):
+        contexts[self.context] = context
+        document = dict(document, contexts=contexts)
+        write_private(self.talosconfig_path, go_yaml.dump(document), "the talosconfig")
+
+    def trust_both(self, current_ca_pem):
+        """Let the talosconfig trust the new CA beside the old one (its certificate still works until the drop step)."""
+        new = talos_pki.fingerprint(self.new.certificate)
+        if any(talos_pki.fingerprint(certificate) == new
+               for certificate in load_certificates(current_ca_pem, "the talosconfig's ca")):
+            return False
+        document, contexts, context = self._talosconfig()
+        context["ca"] = talos_pki.b64_pem(self.old.crt_pem + self.new.crt_pem)
+        self._write_talosconfig(document, contexts, context)
+        return True
+
+    def is_final(self, ca_pem, crt_pem):
+        """Whether talosconfig values ``ca_pem``/``crt_pem`` already are the new CA and a certificate it issued."""
+        certificate = talos_pki.load_certificate(crt_pem, "the talosconfig's crt")
+        return _same(ca_pem, self.new.crt_pem) and talos_pki.signed_by(certificate, self.new.certificate)
+
+    def finish_talosconfig(self, roles, ttl):
+        """The talosconfig trusts only the new CA and holds a client certificate of it for ``roles``."""
+        document, contexts, context = self._talosconfig()
+        crt_b64, key_b64, _certificate = client_config.issue_client_credentials(self.new, roles, ttl)
+        context.update(ca=talos_pki.b64_pem(self.new.crt_pem), crt=crt_b64, key=key_b64)
+        self._write_talosconfig(document, contexts, context)
+        return crt_b64, key_b64
+
+    def forget_previous(self):
+        """The run ended well: the previous bundle and talosconfig go."""
+        removed = False
+        for path in self.kept().values():
+            if path:
+                os.unlink(path)
+                removed = True
+        return removed
+
+
+class TalosCARotation:
+    """One run of the rotation: reads every node, plans the steps its phase still needs, runs them.
+
+    ``settings`` are the task's connection settings (endpoints, timeout; the
+    credentials are replaced by admin certificates of the CAs); ``nodes`` every
+    node of the cluster; ``waiter_factory()`` gives the Waiter of one
+    connectivity check; ``due`` why a rotation must start (None: only one in
+    progress is continued).
+    """
+
+    def __init__(self, settings, nodes, files, due, client_factory, waiter_factory, ttl, progress=None):
+        self.settings = settings
+        self.nodes = list(nodes)
+        self.files = files
+        self.due = due
+        self.client_factory = client_factory
+        self.waiter_factory = waiter_factory
+        self.ttl = ttl
+        self.progress = progress or (lambda line: None)
+        self.configs = {}
+        self.plan = []
+        self.done = []
+        self._clients = {}
+
+    # Credentials.
+
+    def _client(self, trusted, issuer):
+        """A client trusting ``trusted`` (CAs) with an admin certificate of ``issuer``, made in memory once per run."""
+        key = (tuple(authority.crt_pem for authority in trusted), issuer.crt_pem)
+        if key not in self._clients:
+            now = talos_pki.now_utc()
+            certificate, private_key = talos_pki.issue_client_certificate(
+                issuer.certificate, issuer.key, ["os:admin"], now - datetime.timedelta(minutes=5), SESSION_VALIDITY)
+            self._clients[key] = self.client_factory(self.settings.replace(
+                ca="".join(key[0]), crt=talos_pki.certificate_pem(certificate), key=talos_pki.private_key_pem(private_key)))
+        return self._clients[key]
+
+    def close(self):
+        for client in self._clients.values():
+            client.close()
+        self._clients = {}
+
+    def _authorities(self):
+        return [self.files.old] + ([self.files.new] if self.files.new is not None else [])
+
+    # Reading.
+
+    def _read(self, node):
+        """The node's config and version, through whichever CA's certificate the node accepts now."""
+        refused = None
+        for issuer in self._authorities():
+            client = self._client(self._authorities(), issuer)
+            try:
+                version = talos_node.read_version_tag(client, node)
+                return NodeConfig(node, read_active_config(client, node), version)
+            except TalosTLSError as error:
+                refused = error
+        raise refused
+
+    def read_nodes(self):
+        for node in self.nodes:
+            config = self.configs[node] = self._read(node)
+            if not talos_node.runs_at_least(config.version, FIRST_RELEASE):
+                raise TalosConfigError("%s runs Talos %s: the Talos API CA can be rotated from Talos v1.7 on "
+                                       "(machine.acceptedCAs); upgrade it first." % (talos_node.label(node, start=True),
+                                                                                    config.version))
+        new_pem = self.files.new.crt_pem if self.files.new is not None else None
+        for node, config in self.configs.items():
+            if config.phase(self.files.old.crt_pem, new_pem) is None:
+                raise TalosConfigError(
+                    "%s issues from a Talos API CA that is neither the secrets bundle's (%s)%s: the bundle does not belong "
+                    "to this cluster." % (talos_node.label(node, start=True), talos_pki.fingerprint(self.files.old.certificate),
+                                          " nor the new one of the rotation in progress" if new_pem else ""))
+
+    def check_members(self):
+        """Refuse to start when the cluster's discovery lists a member that is not among the nodes: it would refuse the
+        new CA's certificates once the rotation is done."""
+        from ansible_collections.talos_linux.talos.plugins.module_utils.cluster_nodes import list_members
+        given = set(self.nodes)
+        missing = [member["hostname"] for member in list_members(self._client([self.files.old], self.files.old))
+                   if not given & set([member["hostname"]] + list(member["addresses"]))]
+        if missing:
+            raise TalosConfigError("Cluster members %s are not in nodes: they would refuse the new CA's certificates after "
+                                   "the rotation; list every node of the cluster." % ", ".join(missing))
+
+    def ordered(self):
+        """Control planes first (workers get their apid certificate from a control plane's trustd), then workers."""
+        return [n for n in self.nodes if self.configs[n].control_plane] + [n for n in self.nodes if not self.configs[n].control_plane]
+
+    def phases(self):
+        new_pem = self.files.new.crt_pem if self.files.new is not None else None
+        return dict((node, self.configs[node].phase(self.files.old.crt_pem, new_pem)) for node in self.nodes)
+
+    def make_plan(self):
+        phases = self.phases()
+        if not self.files.in_progress and self.due is None:
+            return []
+        for step in STEPS:
+            index = STEPS.index(step)
+            for node in self.ordered():
+                if _PHASE_STEPS[phases[node]] <= index:
+                    entry = {"step": step, "node": node, "document": "v1alpha1", "fields": list(_FIELDS.get(step, []))}
+                    if step == PROVE:
+                        entry["document"] = None
+                    self.plan.append(entry)
+        return self.plan
+
+    # Running.
+
+    def _apply(self, client, node, step):
+        config = self.configs[node]
+        text = config.patched(step, self.files.old, self.files.new)
+        ConfigApplier(client, load_config(config=text), mode="no_reboot").apply(node)
+        self.configs[node] = NodeConfig(node, text, config.version)
+
+    def _check(self, client, node, what):
+        """Wait until ``node`` answers ``client`` (its apid issues its new certificate within moments)."""
+        from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen, is_transient
+
+        def poll():
+            fresh = self.client_factory(client.settings)
+            try:
+                return Seen("answering", done=True, value=talos_node.read_version_tag(fresh, node))
+            finally:
+                fresh.close()
+
+        return self.waiter_factory().until(
+            poll, "%s to answer %s" % (talos_node.label(node), what), talos_node.short_label(node),
+            tolerate=lambda error: is_transient(error) or isinstance(error, TalosTLSError))
+
+    def _step(self, step, nodes, apply_client, check_client, what):
+        """``step`` on each of ``nodes`` in turn: patched through ``apply_client``, then answering ``check_client``."""
+        for node in nodes:
+            try:
+                if apply_client is not None:
+                    self._apply(apply_client, node, step)
+                self._check(check_client, node, what)
+            except TalosError as error:
+                raise self._failure(step, node, error)
+            self.done.append({"step": step, "node": node})
+            self.progress("%s: %s done" % (talos_node.label(node), step))
+
+    def _failure(self, step, node, error):
+        if step == DROP:
+            state = "the new talosconfig works on every node"
+        else:
+            state = ("the old talosconfig still works on every node, and certificates of the new CA on every node the "
+                     "accept step has reached")
+        kept = self.files.kept()
+        message = ("The Talos CA rotation stopped at the %s step on %s (%s); %s. Rerun the task to continue; the previous "
+                   "secrets bundle and talosconfig are kept at %s and %s." % (
+                       step, talos_node.label(node), error.message.rstrip("."), state, kept["secrets"], kept["talosconfig"]))
+        return RotationFailed(message, list(self.done), error)
+
+    def _talosconfig_is_final(self):
+        current = self.settings.replace()  # the talosconfig read again, as the task's options resolve it
+        return self.files.is_final(current.ca, current.crt)
+
+    def run(self, new_authority, roles):
+        """Run the plan; ``new_authority()`` makes the new CA when no rotation is in progress.
+
+        Returns whether a controller file changed beyond what the steps did
+        (the talosconfig, the previous files removed).
+        """
+        files = self.files
+        if not files.in_progress:
+            files.start(new_authority())
+        files_changed = files.trust_both(self.settings.ca)
+        nodes = dict((step, [entry["node"] for entry in self.plan if entry["step"] == step]) for step in STEPS)
+        both = self._authorities()
+        intermediate = self._client(both, files.new)
+        final = self._client([files.new], files.new)
+        self._step(ACCEPT, nodes[ACCEPT], self._client(both, files.old), intermediate, "a certificate of the new CA")
+        self._step(SWAP, nodes[SWAP], intermediate, intermediate, "a certificate of the new CA")
+        self._step(PROVE, nodes[PROVE], None, final, "a talosconfig of the new CA only")
+        # The new credential has been proven on every node: the talosconfig gets it before the old one is refused.
+        if not self._talosconfig_is_final():
+            files.finish_talosconfig(roles, self.ttl)
+            files_changed = True
+        self._step(DROP, nodes[DROP], final, final, "a talosconfig of the new CA only")
+        return files.forget_previous() or files_changed
+
+
+def facts_of(authority, now):
+    return report(authority.certificate, now) if authority is not None else None

@@ -1,0 +1,265 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_certificate_info
+short_description: Report what expires when - the Talos and Kubernetes CAs and the certificates of nodes and client files
+version_added: 0.1.0
+description:
+  - Reads, for every targeted node, the Talos API CA the node issues from and the ones it accepts (C(machine.ca),
+    C(machine.acceptedCAs)), its Kubernetes CAs (C(cluster.ca) and C(cluster.acceptedCAs), or the
+    C(KubeAPIServerCAConfig) document of the v1.14 config form), all from its active machine config, and the
+    serving certificate of its Talos API (apid) as a TLS handshake with the node shows it.
+  - Reads, on the controller, the talosconfig context the task connects with (its CA and client certificate), the
+    secrets bundle O(secrets) (the Talos, Kubernetes, etcd and aggregator CAs) and the admin kubeconfig
+    O(kubeconfig) (its CAs, its client certificate and the serving certificate of the Kubernetes API server it
+    names).
+  - Every certificate is reported with its subject, issuer, C(not_before), C(not_after), C(days_left), key algorithm
+    and SHA-256 fingerprint. No key is read from a node or returned.
+  - A certificate with O(warn_days) days or fewer left is listed in RV(expiring) and gives a warning.
+  - A node that cannot be read (it does not answer, its config cannot be parsed) gets its error in its entry and a
+    warning; the task fails only when no node can be read.
+  - Read-only; never changes a node or a file.
+author:
+  - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
+options:
+  secrets:
+    description:
+      - Path of the cluster's secrets bundle (see M(talos_linux.talos.talos_machine_secrets)) whose CAs to report.
+      - Only the certificates are reported; the bundle's keys and tokens stay out of the result.
+    type: path
+  kubeconfig:
+    description:
+      - Path of the admin kubeconfig (see M(talos_linux.talos.talos_kubeconfig)) whose certificates to report.
+      - The Kubernetes API server it names is reached for a TLS handshake to read its serving certificate; one that
+        cannot be reached gets C(server_error) instead.
+    type: path
+  warn_days:
+    description: A certificate with this many days or fewer left is listed in RV(expiring) and gives a warning.
+    type: int
+    default: 30
+  api_port:
+    description:
+      - Port of the Talos API on the nodes, for the TLS handshake that reads apid's serving certificate.
+      - Defaults to the port of the first endpoint (Talos's 50000 unless the endpoints say otherwise).
+    type: int
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+  - talos_linux.talos.attributes.read_only
+notes:
+  - Reading a node's CAs needs the C(os:admin) role (the machine config is sensitive). With a weaker role each node
+    entry has C(config_error) and only apid's serving certificate is reported.
+  - The client certificate of a talosconfig is renewed by M(talos_linux.talos.talos_client_config)
+    (O(talos_linux.talos.talos_client_config#module:renew_before)), that of the admin kubeconfig by
+    M(talos_linux.talos.talos_kubeconfig). The Talos API CA is replaced by M(talos_linux.talos.talos_rotate_ca).
+seealso:
+  - module: talos_linux.talos.talos_client_config
+  - module: talos_linux.talos.talos_kubeconfig
+  - module: talos_linux.talos.talos_rotate_ca
+  - name: Certificates and CA rotation
+    description: When to rotate which certificate, and how to watch expiry from AWX.
+    link: https://github.com/talos-linux-ansible/talos/blob/main/docs/security.md
+"""
+
+EXAMPLES = r"""
+- name: Report every certificate of the cluster and warn 60 days ahead
+  talos_linux.talos.talos_certificate_info:
+    nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
+    secrets: "{{ playbook_dir }}/secrets.yaml"
+    kubeconfig: "{{ playbook_dir }}/kubeconfig"
+    warn_days: 60
+  register: certificates
+
+- name: Fail when a certificate expires within 60 days
+  ansible.builtin.assert:
+    that: certificates.expiring | length == 0
+    fail_msg: "{{ certificates.expiring | map(attribute='name') | join(', ') }} expire soon"
+"""
+
+RETURN = r"""
+nodes:
+  description:
+    - The certificates of each targeted node, keyed by node (the endpoint when the endpoint answered for itself).
+    - Each certificate is a dict of C(subject), C(issuer) (RFC 4514), C(not_before), C(not_after) (UTC, ISO 8601),
+      C(days_left) (whole days, negative once expired), C(key_algorithm) and C(fingerprint_sha256).
+  returned: always
+  type: dict
+  contains:
+    config_form:
+      description: V(v1alpha1), or V(documents) when the Kubernetes CAs live in a C(KubeAPIServerCAConfig) document.
+      type: str
+    talos_ca:
+      description: The Talos API CA the node's config names (C(machine.ca)); null when it names none.
+      type: dict
+    talos_accepted_cas:
+      description: The further Talos API CAs the node accepts client certificates from (C(machine.acceptedCAs)).
+      type: list
+      elements: dict
+    kubernetes_ca:
+      description: The Kubernetes CA the node's config names; null when it names none.
+      type: dict
+    kubernetes_accepted_cas:
+      description: The further Kubernetes CAs the node's config accepts.
+      type: list
+      elements: dict
+    apid:
+      description:
+        - The serving certificate of the node's Talos API, with C(trusted) telling whether the CA of the talosconfig
+          in use signed it; null when no TLS handshake completed.
+      type: dict
+    config_error:
+      description: Why the node's CAs could not be read (a weaker role than C(os:admin)); absent otherwise.
+      type: str
+    apid_error:
+      description: Why no TLS handshake with the node's Talos API completed (see O(api_port)); absent otherwise.
+      type: str
+    error:
+      description: Why the node could not be read at all (unreachable, a config that cannot be parsed); absent otherwise.
+      type: str
+  sample:
+    10.5.0.2:
+      config_form: v1alpha1
+      talos_ca: {subject: O=talos, issuer: O=talos, not_before: "2026-01-01T00:00:00Z",
+                 not_after: "2035-12-30T00:00:00Z", days_left: 3320, key_algorithm: ed25519,
+                 fingerprint_sha256: "3a:..."}
+      talos_accepted_cas: []
+      kubernetes_ca: {subject: O=kubernetes, days_left: 3320}
+      kubernetes_accepted_cas: []
+      apid: {subject: CN=cp-1, issuer: O=talos, days_left: 364, trusted: true}
+files:
+  description: The certificates of the controller's files.
+  returned: always
+  type: dict
+  contains:
+    talosconfig:
+      description:
+        - The talosconfig context the task connects with - C(path) (null when the connection options gave the
+          credentials), C(context), C(cas) (the CAs it trusts) and C(client) (its client certificate, with C(roles)
+          and C(trusted), whether one of C(cas) signed it); null with O(talos_linux.talos.talos_certificate_info#module:insecure).
+      type: dict
+    secrets:
+      description: The secrets bundle - C(path), C(talos_ca), C(kubernetes_ca), C(etcd_ca), C(aggregator_ca); null without O(secrets).
+      type: dict
+    kubeconfig:
+      description:
+        - The admin kubeconfig - C(path); C(clusters), each with C(name), C(server), C(cas), C(server_certificate)
+          (with C(trusted)) or C(server_error); C(users), each with C(name) and C(client). Null without O(kubeconfig).
+      type: dict
+expiring:
+  description: Every certificate with O(warn_days) or fewer days left, soonest first.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    where:
+      description: The node (C(node 10.5.0.2)) or file (C(talosconfig /path)) that holds it.
+      type: str
+    name:
+      description: Its place in RV(nodes) or RV(files), such as C(apid) or C(client).
+      type: str
+    subject:
+      description: Its subject.
+      type: str
+    not_after:
+      description: When it expires (UTC, ISO 8601).
+      type: str
+    days_left:
+      description: Whole days left, negative once expired.
+      type: int
+  sample:
+    - {where: talosconfig /home/ops/prod/talosconfig, name: client, subject: O=os:admin, not_after: "2026-12-01T00:00:00Z",
+       days_left: 12}
+"""
+
+import os
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import certificates
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosPermissionError
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import read_kubeconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import read_active_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.talos_pki import now_utc
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        secrets=dict(type="path"),
+        kubeconfig=dict(type="path"),
+        warn_days=dict(type="int", default=certificates.DEFAULT_WARN_DAYS),
+        api_port=dict(type="int"),
+    ),
+    ranges=dict(warn_days=(0, None), api_port=(1, 65535)),
+)
+
+
+def _node_entry(task, node, port, now):
+    """The certificates of one node; a node that cannot be reached at all raises its TalosError."""
+    settings = task.settings
+    where = certificates.node_label(node, settings)
+    entry = {}
+    try:
+        authorities = certificates.ConfigAuthorities.from_config(read_active_config(task.client, node), where)
+        entry.update(authorities.report(now, where))
+    except TalosPermissionError as error:
+        entry["config_error"] = error.message
+    try:
+        entry["apid"] = certificates.apid_report(settings, node, port, now)
+    except TalosError as error:
+        # The node answered through the API: only the direct handshake failed (a port the option did not give).
+        entry["apid"] = None
+        entry["apid_error"] = error.message
+        task.warn("apid's serving certificate of node %s could not be read: %s" % (where, error.message))
+    return entry
+
+
+def run(task):
+    params = task.params
+    settings = task.settings
+    now = now_utc()
+    port = params["api_port"] or split_endpoint(settings.endpoints[0])[1]
+    files = {"talosconfig": None, "secrets": None, "kubeconfig": None}
+    if not settings.insecure:
+        files["talosconfig"] = certificates.talosconfig_report(settings, now)
+    if params["secrets"]:
+        path = os.path.abspath(params["secrets"])
+        files["secrets"] = certificates.bundle_report(SecretsBundle.load(path), path, now)
+    if params["kubeconfig"]:
+        path = os.path.abspath(params["kubeconfig"])
+        config = read_kubeconfig(path)
+        if config is None:
+            raise TaskFailed("kubeconfig %s does not exist or is not a kubeconfig (a YAML mapping)." % path)
+        files["kubeconfig"] = certificates.kubeconfig_report(config, path, now, settings.timeout)
+
+    nodes, failures = {}, []
+    for node in task.target_nodes:
+        where = certificates.node_label(node, settings)
+        try:
+            nodes[where] = _node_entry(task, node, port, now)
+        except TalosError as error:
+            nodes[where] = {"error": error.message}
+            failures.append(error)
+            task.warn("Node %s could not be read: %s" % (where, error.message))
+    result = {"changed": False, "nodes": nodes, "files": files}
+    result["expiring"] = certificates.expiring(result, params["warn_days"])
+    for item in result["expiring"]:
+        task.warn(certificates.expiry_warning(item))
+    if failures and len(failures) == len(nodes):
+        raise TaskFailed.from_error(failures[0], **result)
+    return result
+
+
+def main():
+    run_module(SPEC, run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""talos_rotate_ca end to end: 3 control planes and 2 workers provisioned by the cluster role, for each config form
+(Talos v1.13 configs: v1alpha1 fields only; Talos v1.14: the multi-document form).
+
+Check mode plans and changes nothing; the rotation runs with -vvv holding no key; afterwards the old talosconfig is
+refused, the new one works, the bundle matches every node's config, and a rerun changes nothing. Interrupted runs - a
+node powered off right after its accept step, another right after its swap - leave a cluster the credentials reach,
+and a rerun finishes the rotation.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import shutil
+import threading
+import time
+
+import pytest
+import yaml
+from playbook_runner import run_playbook_in
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
+from talos_emulator import EmulatedCluster
+from test_robustness import assert_no_secret
+
+FORMS = {"v1alpha1": "v1.13.5", "documents": "v1.14.0"}
+
+
+class Setup(object):
+    def __init__(self, form, cluster, workdir):
+        self.form = form
+        self.cluster = cluster
+        self.workdir = workdir
+        self.secrets = workdir / "generated" / "secrets.yaml"
+        self.talosconfig = workdir / "generated" / "talosconfig"
+        self.runs = 0
+
+    @property
+    def addresses(self):
+        return [node.address for node in self.cluster.nodes]
+
+    def play(self, module, args, talosconfig=None, check=False, diff=False, verbosity=0, expect_rc=0, **keywords):
+        self.runs += 1
+        task = dict({"name": "task", "talos_linux.talos." + module: args}, **keywords)
+        play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                 "module_defaults": {"group/talos_linux.talos.talos": {
+                     "talosconfig": str(talosconfig or self.talosconfig), "timeout": 10}},
+                 "tasks": [task]}]
+        run = run_playbook_in(self.workdir, "run-%d" % self.runs, play, check=check, diff=diff, verbosity=verbosity)
+        assert run.rc == expect_rc, "ansible-playbook exited %d, expected %d\n%s\n%s" % (
+            run.rc, expect_rc, run.stdout[-6000:], run.stderr[-3000:])
+        return run, run.task("task")
+
+    def rotate(self, issued_after, **options):
+        args = dict(nodes=self.addresses, secrets=str(self.secrets), issued_after=issued_after, wait_timeout=5)
+        return self.play("talos_rotate_ca", args, **options)
+
+    def bundle(self):
+        return yaml.safe_load(self.secrets.read_text())
+
+    def talos_ca(self):
+        return base64.b64decode(self.bundle()["certs"]["os"]["crt"]).decode()
+
+    def machine(self, node):
+        return [document for document in yaml.safe_load_all(node.config_bytes) if "kind" not in document][0]["machine"]
+
+    def kinds(self):
+        return [[document.get("kind") for document in yaml.safe_load_all(node.config_bytes)] for node in self.cluster.nodes]
+
+    def secret_strings(self, *bundles):
+        found = set()
+        for bundle in bundles:
+            for name, pair in bundle["certs"].items():
+                key = pair.get("key")
+                if key:
+                    found.update({key, base64.b64decode(key).decode()})
+                    found.update(line for line in base64.b64decode(key).decode().splitlines() if len(line) >= 16
+                                 and not line.startswith("-----"))
+        for path in self.workdir.glob("**/talosconfig*"):
+            document = yaml.safe_load(path.read_text())
+            for context in document["contexts"].values():
+                found.update({context["key"], base64.b64decode(context["key"]).decode()})
+        return found
+
+
+@pytest.fixture(scope="module", params=sorted(FORMS))
+def rotation_cluster(request, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("rotate-%s" % request.param)
+    cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
+                                    talos_version=FORMS[request.param], reboot_seconds=0.1)
+    try:
+        generated = workdir / "generated"
+        generated.mkdir()
+        # Provisioned with the modules the cluster role runs, without etcd's bootstrap: the Talos API CA needs no etcd.
+        common = dict(secrets=str(generated / "secrets.yaml"), cluster_name="rotate-%s" % request.param,
+                      talos_version=FORMS[request.param])
+        provision = run_playbook_in(workdir, "provision", [{
+            "hosts": "localhost", "connection": "local", "gather_facts": False,
+            "tasks": [
+                {"talos_linux.talos.talos_machine_secrets": {"path": common["secrets"],
+                                                              "talos_version": common["talos_version"]}},
+                {"talos_linux.talos.talos_machine_config": dict(
+                    common, machine_type="{{ item }}", dest="%s/{{ item }}.yaml" % generated,
+                    cluster_endpoint="https://%s:6443" % cluster.controlplanes[0].address),
+                 "loop": ["controlplane", "worker"]},
+                {"talos_linux.talos.talos_client_config": {
+                    "secrets": common["secrets"], "cluster_name": common["cluster_name"], "dest": str(generated / "talosconfig"),
+                    "endpoints": [node.endpoint for node in cluster.controlplanes]}},
+                {"talos_linux.talos.talos_apply_config": {
+                    "node": "{{ item.address }}", "endpoints": ["{{ item.endpoint }}"], "insecure": True,
+                    "config_file": "%s/{{ item.type }}.yaml" % generated, "wait": True, "wait_timeout": 60,
+                    "talosconfig": str(generated / "talosconfig")},
+                 "loop": [{"address": node.address, "endpoint": node.endpoint,
+                           "type": "controlplane" if node in cluster.controlplanes else "worker"} for node in cluster.nodes]},
+            ]}])
+        assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
+        yield Setup(request.param, cluster, workdir)
+    finally:
+        cluster.stop()
+
+
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _when(predicate, action):
+    """Run ``action`` once ``predicate`` holds (polled from a thread while a playbook runs)."""
+    def watch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if predicate():
+                action()
+                return
+            time.sleep(0.005)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def _assert_rotated(setup, old_ca, old_talosconfig):
+    new_ca = setup.talos_ca()
+    assert new_ca != old_ca
+    for node in setup.cluster.nodes:
+        machine = setup.machine(node)
+        assert base64.b64decode(machine["ca"]["crt"]).decode() == new_ca, node.name
+        assert "acceptedCAs" not in machine, node.name
+        if node in setup.cluster.controlplanes:
+            assert machine["ca"]["key"] == setup.bundle()["certs"]["os"]["key"]
+        else:
+            assert machine["ca"]["key"] == ""
+    assert not setup.secrets.with_name("secrets.yaml.previous").exists()
+    assert not setup.talosconfig.with_name("talosconfig.previous").exists()
+    # The new talosconfig reaches every node, whose apid serves a certificate of the new CA; the old one is refused.
+    _run, info = setup.play("talos_certificate_info", {"nodes": setup.addresses})
+    assert info["status"] == "ok", info["result"]
+    fingerprint = talos_pki.fingerprint(talos_pki.load_certificate(new_ca, "new"))
+    for node in setup.addresses:
+        assert info["result"]["nodes"][node]["talos_ca"]["fingerprint_sha256"] == fingerprint
+        assert info["result"]["nodes"][node]["apid"]["trusted"] is True
+    _run, refused = setup.play("talos_certificate_info", {"nodes": setup.addresses}, talosconfig=old_talosconfig,
+                               expect_rc=2)
+    assert "Certificate verification of endpoint" in refused["result"]["msg"], refused["result"]["msg"]
+    # The old client certificate, even when its talosconfig trusts the new CA, is refused by every node.
+    document = yaml.safe_load(open(old_talosconfig).read())
+    for context in document["contexts"].values():
+        context["ca"] = base64.b64encode(new_ca.encode()).decode()
+    for node in setup.cluster.controlplanes:
+        for context in document["contexts"].values():
+            context["endpoints"] = [node.endpoint]
+        old_certificate = setup.workdir / ("talosconfig-old-certificate-%s" % node.name)
+        old_certificate.write_text(yaml.safe_dump(document))
+        _run, refused = setup.play("talos_certificate_info", {"nodes": [node.address]}, talosconfig=str(old_certificate),
+                                   expect_rc=2)
+        assert "refused the client certificate" in refused["result"]["msg"], refused["result"]["msg"]
+
+
+def test_check_mode_plans_and_the_rotation_revokes_the_old_talosconfig(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    old_ca, old_bundle = setup.talos_ca(), setup.bundle()
+    old_talosconfig = setup.workdir / "talosconfig-before"
+    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    configs = [node.config_bytes for node in cluster.nodes]
+    audited = len(cluster.audit())
+    kinds = setup.kinds()
+    assert ("KubeAPIServerCAConfig" in kinds[0]) == (setup.form == "documents")
+
+    run, check = setup.rotate(_now(), check=True, diff=True, verbosity=3)
+    assert check["status"] == "changed", check["result"]
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle))
+    result = check["result"]
+    assert [(entry["step"], entry["node"]) for entry in result["plan"]][:5] == [("accept", node) for node in setup.addresses]
+    assert [entry["step"] for entry in result["plan"]] == ["accept"] * 5 + ["swap"] * 5 + ["prove"] * 5 + ["drop"] * 5
+    assert all(entry["phase"] == "original" for entry in result["nodes"].values())
+    assert "<new CA>" in result["diff"]["after"] and "machine.acceptedCAs" in result["diff"]["before"]
+    assert [node.config_bytes for node in cluster.nodes] == configs and len(cluster.audit()) == audited
+    assert setup.talos_ca() == old_ca and not setup.secrets.with_name("secrets.yaml.previous").exists()
+
+    boot_ids = [node.boot_id for node in cluster.nodes]
+    run, rotated = setup.rotate(_now(), diff=True, verbosity=3)
+    assert rotated["status"] == "changed", rotated["result"].get("msg")
+    result = rotated["result"]
+    assert len(result["done"]) == 20 and result["files"]["previous_secrets"] is None
+    new_fingerprint = result["talos_ca"]["new"]["fingerprint_sha256"]
+    assert result["diff"]["after"].count("machine.ca %s, machine.acceptedCAs []" % new_fingerprint) == 5
+    assert result["talos_ca"]["new"]["key_algorithm"] == result["talos_ca"]["old"]["key_algorithm"] == "ed25519"
+    assert result["talos_ca"]["new"]["subject"] == result["talos_ca"]["old"]["subject"]
+    applies = [entry for entry in cluster.audit()[audited:] if entry["method"].endswith("ApplyConfiguration")
+               and not entry["dry_run"]]
+    assert len(applies) == 15 and {entry["mode"] for entry in applies} == {"NO_REBOOT"}
+    assert [node.boot_id for node in cluster.nodes] == boot_ids
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
+    _assert_rotated(setup, old_ca, str(old_talosconfig))
+    # Only the Talos API CAs changed: every other document stays.
+    assert setup.kinds() == kinds
+
+    # The same issued_after again: the CA is younger now, nothing is due.
+    _run, again = setup.rotate(result["talos_ca"]["new"]["not_before"])
+    assert again["status"] == "ok" and again["result"]["plan"] == [] and again["result"]["rotation"] is None
+
+
+def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finished_by_reruns(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    worker, other = cluster.workers
+    old_ca = setup.talos_ca()
+    old_talosconfig = setup.workdir / "talosconfig-before-2"
+    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    time.sleep(1)  # issued_after below falls after the second in which the current CA was made
+
+    # The second worker loses power right after it accepted the new CA.
+    old_bundle = setup.bundle()
+    watcher = _when(lambda: "acceptedCAs" in setup.machine(other), lambda: cluster.power_off(other))
+    run, failed = setup.rotate(_now(), expect_rc=2, verbosity=3)
+    watcher.join(5)
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
+    assert failed["status"] == "failed"
+    message = failed["result"]["msg"]
+    assert message.startswith("The Talos CA rotation stopped at the accept step on node %s" % other.address), message
+    assert "rerun the task to continue" in message.lower()
+    assert failed["result"]["files"]["previous_secrets"] == str(setup.secrets) + ".previous"
+    # Both talosconfigs work on the nodes that answer: the previous one, and the current one (trusting both CAs).
+    for talosconfig in (str(old_talosconfig), str(setup.talosconfig)):
+        _run, info = setup.play("talos_certificate_info", {"nodes": [n.address for n in cluster.nodes if n is not other]},
+                                talosconfig=talosconfig)
+        assert info["status"] == "ok", info["result"]
+
+    cluster.power_on(other)
+    # The first worker loses power right after it swapped to the new CA.
+    new_ca = setup.talos_ca()
+    watcher = _when(lambda: base64.b64decode(setup.machine(worker)["ca"]["crt"]).decode() == new_ca,
+                    lambda: cluster.power_off(worker))
+    _run, failed = setup.rotate(_now(), expect_rc=2)
+    watcher.join(5)
+    assert failed["result"]["msg"].startswith("The Talos CA rotation stopped at the swap step on node %s" % worker.address)
+    assert failed["result"]["rotation"] == "a rotation in progress is continued"
+    phases = dict((node, entry["phase"]) for node, entry in failed["result"]["nodes"].items())
+    assert phases[other.address] == "accepted" and phases[worker.address] == "accepted"
+
+    cluster.power_on(worker)
+    _run, finished = setup.rotate(_now())
+    assert finished["status"] == "changed", finished["result"].get("msg")
+    assert setup.talos_ca() == new_ca
+    _assert_rotated(setup, old_ca, str(old_talosconfig))
+
+
+def test_a_node_older_than_talos_1_7_is_refused_before_anything_changes(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, workers=1, talos_version="v1.6.7")
+    secrets, talosconfig = tmp_path / "secrets.yaml", tmp_path / "talosconfig"
+    shutil.copy(cluster.state_dir + "/secrets.yaml", str(secrets))
+    shutil.copy(cluster.talosconfig_path(), str(talosconfig))
+    before = (secrets.read_text(), talosconfig.read_text())
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+        "name": "rotate", "talos_linux.talos.talos_rotate_ca": {
+            "talosconfig": str(talosconfig), "nodes": [node.address for node in cluster.nodes], "secrets": str(secrets),
+            "issued_after": _now()}}]}]
+    result = run_playbook(play, expect_rc=2).task("rotate")["result"]
+    assert result["msg"] == ("Node %s runs Talos v1.6.7: the Talos API CA can be rotated from Talos v1.7 on "
+                             "(machine.acceptedCAs); upgrade it first." % cluster.controlplanes[0].address)
+    assert (secrets.read_text(), talosconfig.read_text()) == before
+    assert not (tmp_path / "secrets.yaml.previous").exists() and not (tmp_path / "talosconfig.previous").exists()
+    assert cluster.audit() == []

@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Talos API CA rotation's rules: phases, patched configs of both forms, the new CA, the controller's files."""
+
+import datetime
+import os
+import stat
+
+import pytest
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, config_generation, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import CertificateAuthority, SecretsBundle
+
+ENDPOINT = "https://cp.example:6443"
+NOW = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return SecretsBundle.generate("v1.14", now=NOW - datetime.timedelta(days=400))
+
+
+@pytest.fixture(scope="module")
+def new(bundle):
+    return ca_rotation.new_authority_like(bundle.os_ca, NOW)
+
+
+def node_config(bundle, machine_type, version):
+    text = config_generation.generate_machine_config(bundle, machine_type, "prod", ENDPOINT, talos_version=version)
+    return ca_rotation.NodeConfig("10.5.0.2", text, "v1.14.0")
+
+
+def machine(text):
+    return next(document for document in yaml.safe_load_all(text) if "kind" not in document)["machine"]
+
+
+def test_the_new_ca_has_the_key_type_subject_and_lifetime_of_the_old(bundle, new):
+    old = bundle.os_ca.certificate
+    assert talos_pki.key_algorithm(new.key) == "ed25519" and new.certificate.subject == old.subject
+    assert (new.certificate.not_valid_after_utc - new.certificate.not_valid_before_utc
+            == old.not_valid_after_utc - old.not_valid_before_utc)
+    assert new.certificate.not_valid_before_utc == NOW and talos_pki.public_key_matches(new.certificate, new.key)
+    ecdsa = CertificateAuthority.generate("ecdsa", "talos", NOW)
+    assert talos_pki.key_algorithm(ca_rotation.new_authority_like(ecdsa, NOW).key) == "ecdsa"
+
+
+@pytest.mark.parametrize("version", ["v1.13", "v1.14"])
+@pytest.mark.parametrize("machine_type", ["controlplane", "worker"])
+def test_the_steps_move_a_config_through_every_phase_and_touch_nothing_else(bundle, new, version, machine_type):
+    old = bundle.os_ca
+    config = node_config(bundle, machine_type, version)
+    others = [document for document in yaml.safe_load_all(config.text) if "kind" in document]
+    assert config.phase(old.crt_pem, None) == config.phase(old.crt_pem, new.crt_pem) == ca_rotation.ORIGINAL
+    expected = {ca_rotation.ACCEPT: ca_rotation.ACCEPTED, ca_rotation.SWAP: ca_rotation.SWAPPED,
+                ca_rotation.DROP: ca_rotation.DONE}
+    for step in (ca_rotation.ACCEPT, ca_rotation.SWAP, ca_rotation.DROP):
+        text = config.patched(step, old, new)
+        config = ca_rotation.NodeConfig(config.node, text, config.version)
+        assert config.phase(old.crt_pem, new.crt_pem) == expected[step], step
+        assert [document for document in yaml.safe_load_all(text) if "kind" in document] == others
+        if step == ca_rotation.SWAP:
+            swapped = machine(text)
+            assert swapped["ca"]["crt"] == talos_pki.b64_pem(new.crt_pem)
+            assert swapped["ca"]["key"] == (talos_pki.b64_pem(new.key_pem) if machine_type == "controlplane" else "")
+            assert swapped["acceptedCAs"] == [{"crt": talos_pki.b64_pem(old.crt_pem)}]
+    assert "acceptedCAs" not in machine(config.text)
+    # A step applied twice changes nothing more.
+    assert config.patched(ca_rotation.DROP, old, new) == config.text
+
+
+def test_accepted_cas_of_the_user_stay_through_every_step(bundle, new):
+    old, extra = bundle.os_ca, CertificateAuthority.generate("ed25519", "talos", NOW)
+    documents = list(yaml.safe_load_all(node_config(bundle, "worker", "v1.13").text))
+    documents[0]["machine"]["acceptedCAs"] = [{"crt": talos_pki.b64_pem(extra.crt_pem)}]
+    config = ca_rotation.NodeConfig("10.5.0.5", yaml.safe_dump_all(documents), "v1.13.5")
+    for step in (ca_rotation.ACCEPT, ca_rotation.SWAP, ca_rotation.DROP):
+        config = ca_rotation.NodeConfig(config.node, config.patched(step, old, new), config.version)
+    assert machine(config.text)["acceptedCAs"] == [{"crt": talos_pki.b64_pem(extra.crt_pem)}]
+    assert config.phase(old.crt_pem, new.crt_pem) == ca_rotation.DONE
+
+
+def test_a_node_of_another_ca_has_no_phase_and_fields_show_fingerprints(bundle, new):
+    config = node_config(SecretsBundle.generate("v1.14", now=NOW), "controlplane", "v1.14")
+    assert config.phase(bundle.os_ca.crt_pem, new.crt_pem) is None
+    fields = config.fields()
+    assert fields["machine.acceptedCAs"] == [] and fields["machine.ca"].count(":") == 31
+
+
+def test_rotation_is_due_when_the_ca_is_older_than_issued_after_or_expires_soon(bundle):
+    certificate = bundle.os_ca.certificate  # issued 400 days before NOW, valid ten years
+    year = client_config.parse_duration("8760h", "renew_before")
+    assert ca_rotation.rotation_due(certificate, None, year, NOW) is None
+    assert "before issued_after" in ca_rotation.rotation_due(certificate, NOW, year, NOW)
+    assert ca_rotation.rotation_due(certificate, certificate.not_valid_before_utc, year, NOW) is None
+    late = certificate.not_valid_after_utc - datetime.timedelta(days=100)
+    assert "within renew_before" in ca_rotation.rotation_due(certificate, None, year, late)
+
+
+def test_parse_time_takes_dates_and_times():
+    assert ca_rotation.parse_time("2026-11-27", "issued_after") == datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
+    assert ca_rotation.parse_time("2026-11-27T09:00:00+01:00", "x") == datetime.datetime(
+        2026, 11, 27, 8, tzinfo=datetime.timezone.utc)
+    assert ca_rotation.parse_time("2026-11-27T08:00:00Z", "x").hour == 8
+    with pytest.raises(TalosConfigError, match=r"^issued_after must be a date or time such as .*, got 'yesterday'\.$"):
+        ca_rotation.parse_time("yesterday", "issued_after")
+
+
+def test_controller_files_keep_the_previous_ones_until_the_end(bundle, new, tmp_path):
+    secrets, talosconfig = tmp_path / "secrets.yaml", tmp_path / "talosconfig"
+    secrets.write_text(bundle.to_yaml())
+    text, _issued, _crt = client_config.render_talosconfig(bundle, "prod", endpoints=["10.5.0.2"])
+    talosconfig.write_text(text)
+    files = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod")
+    assert not files.in_progress and files.new is None and files.kept() == {"secrets": None, "talosconfig": None}
+
+    files.start(new)
+    assert files.in_progress and files.old.crt_pem == bundle.os_ca.crt_pem and files.new is new
+    assert files.kept() == {"secrets": str(secrets) + ".previous", "talosconfig": str(talosconfig) + ".previous"}
+    assert (tmp_path / "talosconfig.previous").read_text() == text
+    for name in ("secrets.yaml", "secrets.yaml.previous", "talosconfig.previous"):
+        assert stat.S_IMODE(os.stat(str(tmp_path / name)).st_mode) == 0o600
+    # A rerun finds the rotation in progress from the files alone, with the other secrets of the bundle kept.
+    again = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod")
+    assert again.in_progress and again.new.crt_pem == new.crt_pem and again.old.crt_pem == bundle.os_ca.crt_pem
+    assert again.bundle.cas["k8s"].key_pem == bundle.cas["k8s"].key_pem and again.bundle.cluster_secret == bundle.cluster_secret
+
+    old_context = yaml.safe_load(text)["contexts"]["prod"]
+    assert again.trust_both(talos_pki.pem_from_b64(old_context["ca"], "ca")) is True
+    context = yaml.safe_load(talosconfig.read_text())["contexts"]["prod"]
+    assert context["ca"] == talos_pki.b64_pem(bundle.os_ca.crt_pem + new.crt_pem) and context["key"] == old_context["key"]
+    assert again.trust_both(talos_pki.pem_from_b64(context["ca"], "ca")) is False
+
+    again.finish_talosconfig(["os:admin"], datetime.timedelta(hours=24))
+    context = yaml.safe_load(talosconfig.read_text())["contexts"]["prod"]
+    assert again.is_final(talos_pki.pem_from_b64(context["ca"], "ca"), talos_pki.pem_from_b64(context["crt"], "crt"))
+    assert again.forget_previous() is True and again.kept() == {"secrets": None, "talosconfig": None}
+    assert again.forget_previous() is False
+
+
+def test_a_previous_bundle_equal_to_the_current_one_is_no_rotation(bundle, tmp_path):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(bundle.to_yaml())
+    (tmp_path / "secrets.yaml.previous").write_text(bundle.to_yaml())
+    files = ca_rotation.ControllerFiles(str(secrets), str(tmp_path / "talosconfig"), "prod")
+    assert not files.in_progress and files.old.crt_pem == bundle.os_ca.crt_pem
