@@ -249,6 +249,14 @@ class KubeAPI:
 
     # -- reads -------------------------------------------------------------------
 
+    def list_objects(self, what, path):
+        """The list a GET of ``path`` (``/api/v1/nodes``) answers, as kubectl gets it (``kind: NodeList``, ``items``);
+        tried once (talos_support_bundle records a failure and goes on)."""
+        status, body = self._get(what, path, retry=False)
+        if status == 404:
+            raise KubernetesAPIError("The Kubernetes API at %s refused to %s: 404 not found." % (self.server, what), status=404)
+        return json.loads(body)
+
     def version(self):
         """The API server's version (``v1.37.2``)."""
         return self._ask("read its version", kube_client.VersionApi(self.api_client).get_code).git_version

@@ -48,6 +48,11 @@ RPCS = {
     "machine.MachineService/ApplyConfiguration": (UNARY, MUTATE, _AR, None, (("v1.13.0", _A),)),
     "machine.MachineService/Bootstrap": (UNARY, MUTATE, _A, None, ()),
     "machine.MachineService/CPUInfo": (UNARY, READ, _AOR, None, ()),
+    "machine.MachineService/Containers": (UNARY, READ, _AOR, None, ()),
+    # Copy, DiskStats, DiskUsage and List: upstream internal/app/machined/pkg/system/services/machined.go (v1.14 rules).
+    "machine.MachineService/Copy": (SERVER_STREAM, READ, _A, None, ()),
+    "machine.MachineService/DiskStats": (UNARY, READ, _AOR, None, ()),
+    "machine.MachineService/DiskUsage": (SERVER_STREAM, READ, _AOR, None, ()),
     "machine.MachineService/Dmesg": (SERVER_STREAM, READ, _AOR, None, ()),
     "machine.MachineService/EtcdAlarmDisarm": (UNARY, MUTATE, _AO, "v1.4.0", ()),
     "machine.MachineService/EtcdAlarmList": (UNARY, READ, _AORE, "v1.4.0", (("v1.11.0", _AO),)),
@@ -64,10 +69,12 @@ RPCS = {
     "machine.MachineService/ImageList": (SERVER_STREAM, READ, _AOR, "v1.5.0", ()),
     "machine.MachineService/ImagePull": (UNARY, MUTATE, _AO, "v1.5.0", ()),
     "machine.MachineService/Kubeconfig": (SERVER_STREAM, READ, _A, None, ()),
+    "machine.MachineService/List": (SERVER_STREAM, READ, _AOR, None, ()),
     "machine.MachineService/LoadAvg": (UNARY, READ, _AOR, None, ()),
     "machine.MachineService/Logs": (SERVER_STREAM, READ, _AOR, None, ()),
     "machine.MachineService/Memory": (UNARY, READ, _AOR, None, ()),
     "machine.MachineService/Mounts": (UNARY, READ, _AOR, None, ()),
+    "machine.MachineService/Processes": (UNARY, READ, _AOR, None, ()),
     "machine.MachineService/Read": (SERVER_STREAM, READ, _A, None, ()),
     "machine.MachineService/Reboot": (UNARY, MUTATE, _AO, None, ()),
     "machine.MachineService/Reset": (UNARY, MUTATE, _A, None, ()),
@@ -86,6 +93,8 @@ RPCS = {
     "machine.ImageService/Pull": (SERVER_STREAM, MUTATE, _AO, "v1.13.0", ()),
     "machine.ImageService/Remove": (UNARY, MUTATE, _A, "v1.13.0", ()),
     "storage.StorageService/Disks": (UNARY, READ, _AOR, None, ()),
+    # Upstream machined.go rules table (not in server-behaviour.md).
+    "inspect.InspectService/ControllerRuntimeDependencies": (UNARY, READ, _AOR, None, ()),
     "cluster.ClusterService/HealthCheck": (SERVER_STREAM, READ, _AOR, None, ()),
     "cosi.resource.State/Get": (UNARY, READ, _AOR, "v1.2.0", ()),
     "cosi.resource.State/List": (SERVER_STREAM, READ, _AOR, "v1.2.0", ()),
@@ -152,6 +161,9 @@ def service_stub(service):
     if service == "machine.ImageService":
         from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc
         return image_grpc.ImageServiceStub
+    if service == "inspect.InspectService":
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.inspect import inspect_grpc
+        return inspect_grpc.InspectServiceStub
     if service == "cluster.ClusterService":
         from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc
         return cluster_grpc.ClusterServiceStub

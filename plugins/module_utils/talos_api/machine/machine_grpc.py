@@ -33,6 +33,22 @@ class MachineServiceBase(abc.ABC):
         pass
 
     @abc.abstractmethod
+    async def Containers(self, stream: 'grpclib.server.Stream[machine_pb2.ContainersRequest, machine_pb2.ContainersResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def Copy(self, stream: 'grpclib.server.Stream[machine_pb2.CopyRequest, common_pb2.Data]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def DiskStats(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, machine_pb2.DiskStatsResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def DiskUsage(self, stream: 'grpclib.server.Stream[machine_pb2.DiskUsageRequest, machine_pb2.DiskUsageInfo]') -> None:
+        pass
+
+    @abc.abstractmethod
     async def Dmesg(self, stream: 'grpclib.server.Stream[machine_pb2.DmesgRequest, common_pb2.Data]') -> None:
         pass
 
@@ -97,6 +113,10 @@ class MachineServiceBase(abc.ABC):
         pass
 
     @abc.abstractmethod
+    async def List(self, stream: 'grpclib.server.Stream[machine_pb2.ListRequest, machine_pb2.FileInfo]') -> None:
+        pass
+
+    @abc.abstractmethod
     async def LoadAvg(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, machine_pb2.LoadAvgResponse]') -> None:
         pass
 
@@ -110,6 +130,10 @@ class MachineServiceBase(abc.ABC):
 
     @abc.abstractmethod
     async def Mounts(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, machine_pb2.MountsResponse]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def Processes(self, stream: 'grpclib.server.Stream[google.protobuf.empty_pb2.Empty, machine_pb2.ProcessesResponse]') -> None:
         pass
 
     @abc.abstractmethod
@@ -179,6 +203,30 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 google.protobuf.empty_pb2.Empty,
                 machine_pb2.CPUInfoResponse,
+            ),
+            '/machine.MachineService/Containers': grpclib.const.Handler(
+                self.Containers,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                machine_pb2.ContainersRequest,
+                machine_pb2.ContainersResponse,
+            ),
+            '/machine.MachineService/Copy': grpclib.const.Handler(
+                self.Copy,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                machine_pb2.CopyRequest,
+                common_pb2.Data,
+            ),
+            '/machine.MachineService/DiskStats': grpclib.const.Handler(
+                self.DiskStats,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                google.protobuf.empty_pb2.Empty,
+                machine_pb2.DiskStatsResponse,
+            ),
+            '/machine.MachineService/DiskUsage': grpclib.const.Handler(
+                self.DiskUsage,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                machine_pb2.DiskUsageRequest,
+                machine_pb2.DiskUsageInfo,
             ),
             '/machine.MachineService/Dmesg': grpclib.const.Handler(
                 self.Dmesg,
@@ -276,6 +324,12 @@ class MachineServiceBase(abc.ABC):
                 google.protobuf.empty_pb2.Empty,
                 common_pb2.Data,
             ),
+            '/machine.MachineService/List': grpclib.const.Handler(
+                self.List,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                machine_pb2.ListRequest,
+                machine_pb2.FileInfo,
+            ),
             '/machine.MachineService/LoadAvg': grpclib.const.Handler(
                 self.LoadAvg,
                 grpclib.const.Cardinality.UNARY_UNARY,
@@ -299,6 +353,12 @@ class MachineServiceBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 google.protobuf.empty_pb2.Empty,
                 machine_pb2.MountsResponse,
+            ),
+            '/machine.MachineService/Processes': grpclib.const.Handler(
+                self.Processes,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                google.protobuf.empty_pb2.Empty,
+                machine_pb2.ProcessesResponse,
             ),
             '/machine.MachineService/Read': grpclib.const.Handler(
                 self.Read,
@@ -396,6 +456,30 @@ class MachineServiceStub:
             google.protobuf.empty_pb2.Empty,
             machine_pb2.CPUInfoResponse,
         )
+        self.Containers = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/machine.MachineService/Containers',
+            machine_pb2.ContainersRequest,
+            machine_pb2.ContainersResponse,
+        )
+        self.Copy = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/Copy',
+            machine_pb2.CopyRequest,
+            common_pb2.Data,
+        )
+        self.DiskStats = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/machine.MachineService/DiskStats',
+            google.protobuf.empty_pb2.Empty,
+            machine_pb2.DiskStatsResponse,
+        )
+        self.DiskUsage = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/DiskUsage',
+            machine_pb2.DiskUsageRequest,
+            machine_pb2.DiskUsageInfo,
+        )
         self.Dmesg = grpclib.client.UnaryStreamMethod(
             channel,
             '/machine.MachineService/Dmesg',
@@ -492,6 +576,12 @@ class MachineServiceStub:
             google.protobuf.empty_pb2.Empty,
             common_pb2.Data,
         )
+        self.List = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/machine.MachineService/List',
+            machine_pb2.ListRequest,
+            machine_pb2.FileInfo,
+        )
         self.LoadAvg = grpclib.client.UnaryUnaryMethod(
             channel,
             '/machine.MachineService/LoadAvg',
@@ -515,6 +605,12 @@ class MachineServiceStub:
             '/machine.MachineService/Mounts',
             google.protobuf.empty_pb2.Empty,
             machine_pb2.MountsResponse,
+        )
+        self.Processes = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/machine.MachineService/Processes',
+            google.protobuf.empty_pb2.Empty,
+            machine_pb2.ProcessesResponse,
         )
         self.Read = grpclib.client.UnaryStreamMethod(
             channel,

@@ -5,6 +5,7 @@
 from .cluster import ClusterService
 from .cosi import CosiStateService
 from .image import ImageService
+from .inspect import InspectService
 from .lifecycle import LifecycleService
 from .machine import MachineService
 from .storage import StorageService
@@ -14,7 +15,7 @@ def machined_handlers(node):
     """gRPC path -> grpclib Handler for every API the node serves."""
     handlers = {}
     services = (MachineService(node), StorageService(node), LifecycleService(node), ImageService(node), CosiStateService(node),
-                ClusterService(node))
+                ClusterService(node), InspectService(node))
     for service in services:
         handlers.update(service.__mapping__())
     return handlers

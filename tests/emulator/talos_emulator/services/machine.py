@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """machine.MachineService: node life cycle, services, files, events and statistics.
 
-ApplyConfiguration lives in ``apply.py``, the etcd RPCs in ``etcd.py`` and the
-legacy image RPCs in ``image.py``;
+ApplyConfiguration lives in ``apply.py``, the etcd RPCs in ``etcd.py``, the
+file and process RPCs in ``files.py`` and the legacy image RPCs in ``image.py``;
 they are mixed into the one generated service class here.
 """
 
@@ -24,8 +24,9 @@ from ..context import current_call
 from ..kubernetes import admin_kubeconfig
 from ..versions import older_than
 from .apply import ApplyConfigurationRPC
-from .common import new_actor_id, require_machine_type, send_chunks
+from .common import new_actor_id, require_machine_type
 from .etcd import EtcdRPCs
+from .files import FileRPCs
 from .image import LegacyImageRPCs
 from .logs import LogRPCs
 from . import volumes
@@ -35,10 +36,8 @@ from .storage import SYSTEM_DISK, USER_DISKS
 # of them a Reset may name).
 _SYSTEM_VOLUMES = ("EFI", "BOOT", "META", "STATE", "EPHEMERAL")
 
-_DIRECTORIES = ("/", "/etc", "/proc", "/proc/sys", "/system", "/var", "/var/lib", "/var/log")
 
-
-class MachineService(ApplyConfigurationRPC, EtcdRPCs, LegacyImageRPCs, LogRPCs, machine_grpc.MachineServiceBase):
+class MachineService(ApplyConfigurationRPC, EtcdRPCs, FileRPCs, LegacyImageRPCs, LogRPCs, machine_grpc.MachineServiceBase):
     def __init__(self, node):
         self.node = node
 
@@ -178,22 +177,7 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, LegacyImageRPCs, LogRPCs, 
             raise GRPCError(Status.FAILED_PRECONDITION, "failed to generate kubeconfig: Kubernetes API server CA is not available")
         await stream.send_message(common_pb2.Data(bytes=_kubeconfig_archive(node, kubernetes)))
 
-    # Files and events.
-
-    async def Read(self, stream):
-        request = await stream.recv_message()
-        node = self.node
-        path = request.path
-        files = {
-            "/proc/sys/kernel/random/boot_id": node.boot_id + "\n",
-            "/etc/hostname": node.hostname + "\n",
-            "/etc/os-release": 'NAME="Talos"\nID=talos\nVERSION_ID=%s\nPRETTY_NAME="Talos (%s)"\n' % (node.talos_version, node.talos_version),
-        }
-        if path in _DIRECTORIES or path.rstrip("/") in _DIRECTORIES:
-            raise GRPCError(Status.UNKNOWN, "path must be a regular file")
-        if path not in files:
-            raise GRPCError(Status.NOT_FOUND, "stat %s: no such file or directory" % path)
-        await send_chunks(stream, files[path].encode())
+    # Events.
 
     async def Events(self, stream):
         request = await stream.recv_message()

@@ -1,0 +1,181 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: talos_fetch
+short_description: Copy a file or directory from Talos nodes to the controller
+version_added: 0.1.0
+description:
+  - Copies O(src) from each node into O(dest) on the controller through the Talos API (the C(Copy) RPC), as
+    C(talosctl cp) does. The node sends a compressed tar archive; it is kept in a temporary file, never whole in
+    memory, and unpacked member by member.
+  - Nothing lands outside O(dest). A member with an absolute name or C(..), or one below a symbolic link of the
+    archive, fails the task before anything is written; a member below a symbolic link (or a file) already in
+    O(dest) fails it when that member is reached. Device files, pipes and hard links are skipped and listed in
+    RV(not_fetched); symbolic links are kept as links (their targets are neither followed nor checked).
+  - A file whose content and mode are already in place is left alone, so a second run reports no change. Files in
+    O(dest) that the node does not have are left alone too.
+  - With several O(nodes), each node's files go to C(dest/<node>/).
+author:
+  - Talos Linux Ansible collection contributors (!UNKNOWN)
+options:
+  src:
+    description:
+      - An absolute path on the node, a file or a directory. A directory's content is copied (not the directory
+        itself); a file lands as C(dest/<file name>).
+    type: str
+    required: true
+  dest:
+    description:
+      - A directory on the controller; it is made (mode 0700) when missing.
+    type: path
+    required: true
+  flat:
+    description:
+      - V(false) puts each node's files under C(dest/<node>/), V(true) straight into O(dest); V(true) works with
+        one node only.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - talos_linux.talos.connection
+  - talos_linux.talos.attributes
+  - talos_linux.talos.attributes.actiongroup_talos
+attributes:
+  check_mode:
+    support: full
+    details: The archive is read and compared with O(dest); nothing is written.
+  diff_mode:
+    support: full
+    details: Lists the paths that are made or replaced.
+  idempotent:
+    support: full
+notes:
+  - Copying files needs the C(os:admin) role, as Talos lets only administrators read files.
+  - Files keep their permission bits from the node (without setuid, setgid and sticky bits), not their owner.
+seealso:
+  - module: talos_linux.talos.talos_file_info
+  - module: talos_linux.talos.talos_support_bundle
+"""
+
+EXAMPLES = r"""
+- name: The kube-apiserver audit log of a control plane
+  talos_linux.talos.talos_fetch:
+    node: 10.5.0.2
+    src: /var/log/audit/kube
+    dest: "{{ playbook_dir }}/audit"
+    flat: true
+
+- name: The pod logs of every node, one directory per node
+  talos_linux.talos.talos_fetch:
+    nodes: "{{ groups['all'] | map('extract', hostvars, 'ansible_host') | list }}"
+    src: /var/log/pods
+    dest: /srv/talos/pod-logs
+  run_once: true
+"""
+
+RETURN = r"""
+dest:
+  description: Where the node's files went.
+  returned: with one node
+  type: str
+  sample: /srv/talos/pod-logs/10.5.0.2
+files:
+  description: Every member placed, in archive order.
+  returned: with one node
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The path on the controller.
+      type: str
+    type:
+      description: V(file), V(directory) or V(symlink).
+      type: str
+    changed:
+      description: Whether it was made or replaced (would be, in check mode).
+      type: bool
+    size:
+      description: Bytes of a file.
+      type: int
+      returned: for files
+    sha256:
+      description: SHA-256 of a file's content.
+      type: str
+      returned: for files
+    link:
+      description: The target of a link, as the node has it.
+      type: str
+      returned: for links
+not_fetched:
+  description: Members not fetched and why (device files, pipes, hard links).
+  returned: with one node
+  type: list
+  elements: dict
+  sample: [{path: /srv/talos/dev/null, reason: a device file is not fetched}]
+nodes:
+  description: With several nodes, each node's result (the keys above), keyed by node.
+  returned: when several nodes are targeted
+  type: dict
+"""
+
+import os
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import node_files
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+
+SPEC = TaskSpec(
+    argument_spec=dict(
+        src=dict(type="str", required=True),
+        dest=dict(type="path", required=True),
+        flat=dict(type="bool", default=False),
+    ),
+)
+
+
+def _node_dir(task, node):
+    # The endpoint answers for itself when no node is named: its host names the directory then.
+    return node or task.settings.endpoints[0].rsplit(":", 1)[0].strip("[]")
+
+
+def run(task):
+    params = task.params
+    src = node_files.node_path(params["src"], "src")
+    nodes = task.target_nodes
+    if params["flat"] and len(nodes) > 1:
+        raise TaskFailed("flat=true puts the files straight into dest, which works with one node, but %d nodes are "
+                         "targeted (%s): leave flat false to get one directory per node." % (len(nodes), ", ".join(nodes)))
+    dest = os.path.abspath(params["dest"])
+    if os.path.lexists(dest) and not os.path.isdir(dest):
+        raise TaskFailed("dest %s is not a directory: set dest to a directory on the controller." % dest)
+    outcomes = {}
+    diff_lines = []
+    for node in nodes:
+        root = dest if params["flat"] else os.path.join(dest, _node_dir(task, node))
+        try:
+            files, skipped = node_files.fetch(task.client, node, src, root, check_mode=task.check_mode)
+        except TalosError as error:
+            outcomes[node] = error
+            continue
+        changed = [entry for entry in files if entry["changed"]]
+        diff_lines += ["%s %s" % (entry["type"], entry["path"]) for entry in changed]
+        outcomes[node] = dict(changed=bool(changed), dest=root, files=files, not_fetched=skipped)
+    result = task.per_node_result(outcomes)
+    if task.diff:
+        result["diff"] = {"before_header": dest, "after_header": dest, "before": "",
+                          "after": "".join(line + "\n" for line in diff_lines)}
+    return result
+
+
+def main():
+    run_module(SPEC, run)
+
+
+if __name__ == "__main__":
+    main()
