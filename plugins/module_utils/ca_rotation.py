@@ -319,8 +319,8 @@ class TalosCARotation:
             config = self.configs[node] = self._read(node)
             if not talos_node.runs_at_least(config.version, FIRST_RELEASE):
                 raise TalosConfigError("%s runs Talos %s: the Talos API CA can be rotated from Talos v1.7 on "
-                                       "(machine.acceptedCAs); upgrade it first." % (talos_node.label(node, start=True),
-                                                                                    config.version))
+                                       "(machine.acceptedCAs); upgrade it first."
+                                       % (talos_node.label(node, start=True), config.version))
         new_pem = self.files.new.crt_pem if self.files.new is not None else None
         for node, config in self.configs.items():
             if config.phase(self.files.old.crt_pem, new_pem) is None:

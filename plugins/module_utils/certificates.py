@@ -266,4 +266,3 @@ def expiry_warning(item):
 def node_label(node, settings):
     """The key of a node in the result: the node as given, or the endpoint that answered for itself."""
     return node if node is not None else settings.endpoints[0]
-

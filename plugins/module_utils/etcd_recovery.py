@@ -183,7 +183,7 @@ def _wipe(client, nodes, wait_timeout, progress):
             progress("wiping etcd on %s (reset of EPHEMERAL, reboot)" % talos_node.label(node))
         client.call(lifecycle.RESET, request, node=node)
     for node in nodes:
-        state, _ = lifecycle.wait_for_reset_reboot(client, node, markers[node], waits.Waiter(wait_timeout, progress=progress))
+        state = lifecycle.wait_for_reset_reboot(client, node, markers[node], waits.Waiter(wait_timeout, progress=progress))[0]
         if state != "configured":
             raise TalosError("%s came back %s after the wipe, not configured" % (talos_node.label(node, start=True), state),
                              node=node)

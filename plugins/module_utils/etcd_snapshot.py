@@ -116,16 +116,15 @@ class _BoltFile:
         if inline is not None:
             if len(inline) < _PAGE_HEADER.size:
                 raise _Corrupt("an inline bucket is cut short")
-            _, flags, count, _ = _PAGE_HEADER.unpack_from(inline)
+            unused_id, flags, count, unused_overflow = _PAGE_HEADER.unpack_from(inline)
             data = inline
         else:
             flags, count, data = self._page(self.root if root is None else root)
         for index in range(count):
             element = _PAGE_HEADER.size + index * _LEAF_ELEMENT.size
             if flags & _BRANCH_PAGE:
-                position, key_size, child = _BRANCH_ELEMENT.unpack_from(data, element)
-                for item in self.items(root=child):
-                    yield item
+                unused_position, unused_key_size, child = _BRANCH_ELEMENT.unpack_from(data, element)
+                yield from self.items(root=child)
             elif flags & _LEAF_PAGE:
                 element_flags, position, key_size, value_size = _LEAF_ELEMENT.unpack_from(data, element)
                 start = element + position
@@ -139,7 +138,7 @@ class _BoltFile:
         """The items of the nested bucket whose header is ``value``."""
         if len(value) < _BUCKET_HEADER.size:
             raise _Corrupt("a bucket header is cut short")
-        root, _ = _BUCKET_HEADER.unpack_from(value)
+        root, unused_sequence = _BUCKET_HEADER.unpack_from(value)
         if root == 0:
             return self.items(inline=value[_BUCKET_HEADER.size:])
         return self.items(root=root)
@@ -166,7 +165,7 @@ def _record_key(record):
         tag, offset = _varint(record, offset)
         wire_type = tag & 7
         if wire_type == 0:
-            _, offset = _varint(record, offset)
+            unused_value, offset = _varint(record, offset)
         elif wire_type == 2:
             length, offset = _varint(record, offset)
             if tag >> 3 == 1:
@@ -187,7 +186,7 @@ def _read_database(handle, size):
         if not is_bucket:
             raise _Corrupt("its top level holds a key that is not a bucket")
         buckets.add(name)
-        for key, value, _ in database.bucket(header):
+        for key, value, unused_is_bucket in database.bucket(header):
             if name == b"key" and len(key) >= 17:
                 # The ``key`` bucket maps a revision (8 bytes big-endian main revision, "_", 8 bytes sub revision, and
                 # "t" for a deletion) to the key's record then; the keys alive at the newest revision are etcdutl's
@@ -390,7 +389,7 @@ def prune(directory, prefix, keep=None, max_age_seconds=None, check_mode=False, 
     the one just taken); the paths removed (would be, in check mode, with ``adding`` backups about to come)."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     removed = []
-    for index, (taken_at, _, path) in enumerate(backups(directory, prefix)):
+    for index, (taken_at, unused_revision, path) in enumerate(backups(directory, prefix)):
         if path == keep_path:
             continue
         too_many = keep is not None and index + adding >= keep
@@ -411,7 +410,7 @@ def newest_backup(directory, prefix, skip_hash_check=False):
     if not os.path.isdir(directory):
         raise TalosConfigError("The etcd backup directory %s does not exist." % directory)
     skipped = []
-    for _, _, path in backups(directory, prefix):
+    for unused_taken_at, unused_revision, path in backups(directory, prefix):
         try:
             return check(path, skip_hash_check), skipped
         except SnapshotInvalid as error:

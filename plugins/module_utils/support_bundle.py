@@ -28,7 +28,10 @@ import posixpath
 import tempfile
 import zipfile
 
-import yaml
+try:
+    import yaml
+except ImportError:  # reported by TalosModule through missing_required_lib
+    yaml = None
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError

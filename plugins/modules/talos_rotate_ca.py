@@ -245,7 +245,9 @@ def run(task):
             files_changed = rotation.run(new_authority, roles)
         except ca_rotation.RotationFailed as failure:
             result["talos_ca"]["new"] = ca_rotation.facts_of(files.new, now)
-            raise TaskFailed(failure.message, **dict(result, done=failure.done, changed=True, files=_files(files)))
+            details = dict(result)
+            details.update(done=failure.done, changed=True, files=_files(files))
+            raise TaskFailed(failure.message, **details)
         result["talos_ca"]["new"] = ca_rotation.facts_of(files.new, now)
         if task.diff:
             result["diff"] = _diff(files, rotation.ordered(), fields, files.new)

@@ -183,7 +183,7 @@ class _Unavailable:
 
     def list_objects(self, what, path):
         raise TalosError("The kubernetes Python library is not installed on the controller, so the "
-                                        "Kubernetes API was not asked.")
+                         "Kubernetes API was not asked.")
 
     def close(self):
         pass

@@ -40,8 +40,8 @@ def test_list_walks_like_the_archiver(module_emulator, api):
     cp, worker = cluster.controlplanes[0], cluster.workers[0]
     client = api(cluster, role="reader")
     top = client.call(M + "List", machine_pb2.ListRequest(root="etc/"), node=cp.address)
-    assert [(info.name, info.relative_name) for info in top][:3] == [("/etc", "."), ("/etc/hostname", "hostname"),
-                                                                      ("/etc/hosts", "hosts")]
+    assert [(info.name, info.relative_name) for info in top][:3] == [
+        ("/etc", "."), ("/etc/hostname", "hostname"), ("/etc/hosts", "hosts")]
     by_name = {info.name: info for info in top}
     assert by_name["/etc"].is_dir and by_name["/etc"].mode == GO_MODE_DIR | 0o755
     assert by_name["/etc/mtab"].mode == GO_MODE_SYMLINK | 0o777 and by_name["/etc/mtab"].link == "/proc/mounts"

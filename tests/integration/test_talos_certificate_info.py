@@ -175,4 +175,3 @@ def test_expired_certificate_is_reported_with_negative_days(emulator, run_playbo
     (user,) = result["files"]["kubeconfig"]["users"]
     assert user["client"]["days_left"] < 0 and user["client"]["not_after"] < now.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert any("expired on" in warning for warning in result["warnings"])
-

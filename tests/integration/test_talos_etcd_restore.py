@@ -74,8 +74,8 @@ def test_a_healthy_cluster_is_refused_unless_allowed_and_then_rolled_back(emulat
         ("Reset", cp1.name), ("Reset", cp2.name), ("Reset", cp3.name), ("EtcdRecover", cp1.name), ("Bootstrap", cp1.name)]
 
     again = run_playbook(restore_play(cluster, snapshot=path)).task("restore")
-    assert again["status"] == "ok" and again["result"]["plan"] == ["wait until %s, %s joined the restored etcd as voting "
-                                                                    "members" % (cp2.address, cp3.address)]
+    assert again["status"] == "ok" and again["result"]["plan"] == [
+        "wait until %s, %s joined the restored etcd as voting members" % (cp2.address, cp3.address)]
     assert len(cluster.audit()) == 5
 
 

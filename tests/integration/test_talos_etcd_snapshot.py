@@ -62,8 +62,8 @@ def test_backups_in_a_directory_carry_time_and_revision_and_keep_the_newest(emul
     unrelated.write_bytes(b"another cluster's")
 
     taken = []
-    for _ in range(3):
-        cluster.run(cluster.etcd.kv(cp1, "put", key="/registry/test/counter", value=str(len(taken))))
+    for round_number in range(3):
+        cluster.run(cluster.etcd.kv(cp1, "put", key="/registry/test/counter", value=str(round_number)))
         result = run_playbook(snapshot_play(cluster, cp1, directory=str(backups), prefix="prod", keep=2, max_age="30d")
                               ).task("snapshot")["result"]
         assert result["changed"] is True and os.path.dirname(result["path"]) == str(backups)

@@ -20,7 +20,8 @@ def test_list_stat_read_and_usage(emulator, run_playbook):
     cluster.call(cp.place_file, "/var/data/a/two.txt", size=3000)
     cluster.call(cp.place_file, "/var/data/b.log", content=b"b\n", mode=0o600)
     cluster.call(cp.place_file, "/var/data/link", link="a/one.log")
-    key_text = "token: x\nkey: |\n  -----BEGIN PRIVATE KEY-----\n  MC4CAQAwBQYDK2VwBCIEIOvBmFcuHhs7pJ1bSxVIYhaB6g2EoAcwmuJUbn+3SVJj\n  -----END PRIVATE KEY-----\n"
+    key_text = ("token: x\nkey: |\n  -----BEGIN PRIVATE KEY-----\n"
+                "  MC4CAQAwBQYDK2VwBCIEIOvBmFcuHhs7pJ1bSxVIYhaB6g2EoAcwmuJUbn+3SVJj\n  -----END PRIVATE KEY-----\n")
     cluster.call(cp.place_file, "/var/data/secret.yaml", content=key_text.encode())
     cluster.call(cp.place_file, "/var/data/blob.bin", content=b"\xff\xfe\x00binary")
     play = module_play(cluster, "talos_file_info", {"path": "/var/data"}, cp.address, "entries")

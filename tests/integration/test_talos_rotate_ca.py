@@ -100,8 +100,7 @@ def rotation_cluster(request, tmp_path_factory):
         provision = run_playbook_in(workdir, "provision", [{
             "hosts": "localhost", "connection": "local", "gather_facts": False,
             "tasks": [
-                {"talos_linux.talos.talos_machine_secrets": {"path": common["secrets"],
-                                                              "talos_version": common["talos_version"]}},
+                {"talos_linux.talos.talos_machine_secrets": {"path": common["secrets"], "talos_version": common["talos_version"]}},
                 {"talos_linux.talos.talos_machine_config": dict(
                     common, machine_type="{{ item }}", dest="%s/{{ item }}.yaml" % generated,
                     cluster_endpoint="https://%s:6443" % cluster.controlplanes[0].address),

@@ -135,7 +135,7 @@ class S3Store:
         )
         env = dict(os.environ, **self.credentials)
         done = subprocess.run([self.python, "-c", script, self.endpoint_url, method, json.dumps(kwargs)], env=env,
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise S3StoreError("%s failed: %s" % (method, done.stderr.strip().splitlines()[-1:]))
         return json.loads(done.stdout)

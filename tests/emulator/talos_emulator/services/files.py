@@ -214,8 +214,7 @@ def _tar_pieces(tree, root):
     for _path, relative, entry in walk(tree, root, skip_root=True):
         yield _tar_header(relative, entry)
         if entry.kind == "file" and entry.size:
-            for piece in entry.chunks(_path):
-                yield piece
+            yield from entry.chunks(_path)
             padding = -entry.size % tarfile.BLOCKSIZE
             if padding:
                 yield b"\0" * padding
