@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Rotation of the Talos API CA, the way ``talosctl rotate-ca`` does it (upstream ``pkg/rotate/pki/talos``).
+"""Rotation of the Talos API CA and of the Kubernetes CA, the way ``talosctl rotate-ca`` does it (upstream
+``pkg/rotate/pki/talos`` and ``pkg/rotate/pki/kubernetes``).
 
 Four steps, each on every node (control planes first, then workers), each
 applied without a reboot:
@@ -26,6 +27,20 @@ failed run stopped. The nodes are reached with admin certificates issued in
 memory from a CA every node accepts at that point, trusting both CAs: no step
 takes away the credential it is using, and the talosconfig on the controller
 gets the new CA's certificate only once that has been proven on every node.
+
+The Kubernetes CA goes through the same steps and phases
+(``KubernetesCARotation``), in ``cluster.ca``/``cluster.acceptedCAs`` (v1alpha1
+form) or the ``KubeAPIServerCAConfig`` document (v1.14 form: ``issuingCA`` on
+control planes, ``acceptedCAs`` alone on workers, the issuing CA first, as
+Talos's own patcher orders it). Each control plane's kube-apiserver restarts
+with the new CAs and certificates and each kubelet picks them up as Talos
+re-issues them: after each node's change the rotation waits until the node's
+kubelet runs healthy again and the API answers, with every node Ready, an
+admin kubeconfig that step keeps valid (upstream waits for the same). The
+prove step fetches the admin kubeconfig from each control plane (the
+Kubeconfig RPC, which issues from the node's CA) and reads the API with it
+while trusting the new CA only. The Talos API is reached with the task's
+talosconfig, which this rotation leaves alone.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -40,19 +55,49 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import node as t
 from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import ConfigAuthorities, load_certificates, report
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosTLSError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text, write_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.kube_api import KubeAPI, KubernetesAPIError
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig, user_certificates
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import (
     ConfigApplier, is_v1alpha1, load_config, parse_yaml_stream, read_active_config)
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import CertificateAuthority, SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import read_talosconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen, is_transient, wait_for_services
 
 PREVIOUS_SUFFIX = ".previous"
-FIRST_RELEASE = (1, 7)  # machine.acceptedCAs
+FIRST_RELEASE = (1, 7)  # machine.acceptedCAs and cluster.acceptedCAs
 ACCEPT, SWAP, PROVE, DROP = "accept", "swap", "prove", "drop"
 STEPS = (ACCEPT, SWAP, PROVE, DROP)
 # A node's phase: which steps its config has been through.
 ORIGINAL, ACCEPTED, SWAPPED, DONE = "original", "accepted", "swapped", "done"
 _PHASE_STEPS = {ORIGINAL: 0, ACCEPTED: 1, SWAPPED: 2, DONE: 4}
-_FIELDS = {ACCEPT: ["machine.acceptedCAs"], SWAP: ["machine.ca", "machine.acceptedCAs"], DROP: ["machine.acceptedCAs"]}
+KUBE_CA_KIND = "KubeAPIServerCAConfig"
+
+
+class Kind(object):
+    """What tells one rotated CA from the other: its name in ``rotate``, its bundle entry and its config fields."""
+
+    def __init__(self, name, bundle_name, title, section):
+        self.name = name
+        self.bundle_name = bundle_name
+        self.title = title
+        self.section = section  # the v1alpha1 section holding ``ca`` and ``acceptedCAs``
+
+    def fields(self, step, form):
+        """The fields ``step`` changes in a config of ``form`` (``v1alpha1`` or ``documents``)."""
+        if self is KUBERNETES and form == "documents":
+            issuing, accepted = KUBE_CA_KIND + ".issuingCA", KUBE_CA_KIND + ".acceptedCAs"
+        else:
+            issuing, accepted = self.section + ".ca", self.section + ".acceptedCAs"
+        return {ACCEPT: [accepted], SWAP: [issuing, accepted], DROP: [accepted]}.get(step, [])
+
+    def document(self, form):
+        return KUBE_CA_KIND if self is KUBERNETES and form == "documents" else "v1alpha1"
+
+
+TALOS = Kind("talos", "os", "Talos API CA", "machine")
+KUBERNETES = Kind("kubernetes", "k8s", "Kubernetes CA", "cluster")
+KINDS = {"talos": TALOS, "kubernetes": KUBERNETES}
+
 # The admin certificates the rotation talks to the nodes with live only as long as a run.
 SESSION_VALIDITY = datetime.timedelta(hours=2)
 
@@ -86,12 +131,15 @@ def new_authority_like(old, now):
     return CertificateAuthority(talos_pki.certificate_pem(certificate), talos_pki.private_key_pem(key), certificate, key)
 
 
-def rotation_due(authority, issued_after, renew_before, now):
-    """Why ``authority`` (a certificate) must be replaced, as a phrase, or None when it may stay."""
+def rotation_due(authority, issued_after, renew_before, now, kind=None):
+    """Why ``authority`` (a certificate of ``kind``, TALOS by default) must be replaced, as a phrase, or None when it
+    may stay."""
+    name = "Kubernetes" if kind is KUBERNETES else "Talos"
     if issued_after is not None and authority.not_valid_before_utc < issued_after:
-        return "the Talos CA was issued on %s, before issued_after" % authority.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return "the %s CA was issued on %s, before issued_after" % (
+            name, authority.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"))
     if authority.not_valid_after_utc - renew_before <= now:
-        return "the Talos CA expires on %s, within renew_before" % authority.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return "the %s CA expires on %s, within renew_before" % (name, authority.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return None
 
 
@@ -110,17 +158,27 @@ def parse_time(text, parameter):
 
 
 class NodeConfig:
-    """A node's active config as the rotation sees it: its Talos API CAs, its phase and its patched forms."""
+    """A node's active config as the rotation of ``kind`` sees it: the CAs of that kind, its phase and its patched forms."""
 
-    def __init__(self, node, text, version):
+    def __init__(self, node, text, version, kind=None):
         self.node = node
         self.text = text
         self.version = version
+        self.kind = kind or TALOS
         source = talos_node.label(node)
         self.authorities = ConfigAuthorities.from_config(text, source)
         self.documents = parse_yaml_stream(text, "the active machine config of %s" % source)
         machine = (self._v1alpha1(self.documents).get("machine") or {})
         self.control_plane = talos_node.is_control_plane_type(machine.get("type"))
+        self.form = self.authorities.form if self.kind is KUBERNETES else "v1alpha1"
+        if self.kind is TALOS:
+            self.issuing, self.accepted = self.authorities.talos_ca, self.authorities.talos_accepted
+        elif self.form == "documents" and self.authorities.kubernetes_ca is None:
+            # A v1.14 worker's KubeAPIServerCAConfig holds acceptedCAs only; Talos puts the issuing CA first.
+            accepted = self.authorities.kubernetes_accepted
+            self.issuing, self.accepted = (accepted[0] if accepted else None), accepted[1:]
+        else:
+            self.issuing, self.accepted = self.authorities.kubernetes_ca, self.authorities.kubernetes_accepted
 
     @staticmethod
     def _v1alpha1(documents):
@@ -128,62 +186,98 @@ class NodeConfig:
 
     def phase(self, old_pem, new_pem):
         """ORIGINAL, ACCEPTED, SWAPPED or DONE; None when the node's CAs fit neither CA."""
-        issuing, accepted = self.authorities.talos_ca, self.authorities.talos_accepted
-        has_new = new_pem is not None and any(_same(pem, new_pem) for pem in accepted)
-        has_old = any(_same(pem, old_pem) for pem in accepted)
-        if _same(issuing, old_pem):
+        has_new = new_pem is not None and any(_same(pem, new_pem) for pem in self.accepted)
+        has_old = any(_same(pem, old_pem) for pem in self.accepted)
+        if _same(self.issuing, old_pem):
             return ACCEPTED if has_new else ORIGINAL
-        if _same(issuing, new_pem):
+        if _same(self.issuing, new_pem):
             return SWAPPED if has_old else DONE
         return None
 
     def patched(self, step, old, new):
         """The config text after ``step`` (ACCEPT, SWAP or DROP) with CAs ``old`` and ``new``; other fields untouched."""
         documents = copy.deepcopy(self.documents)
-        machine = self._v1alpha1(documents).setdefault("machine", {})
-        entries = list(machine.get("acceptedCAs") or [])
+        if self.form == "documents":
+            self._patch_document(next(d for d in documents if isinstance(d, dict) and d.get("kind") == KUBE_CA_KIND),
+                                 step, old, new)
+        else:
+            self._patch_v1alpha1(self._v1alpha1(documents).setdefault(self.kind.section, {}), step, old, new)
+        return go_yaml.dump_documents(documents)
+
+    def _patch_v1alpha1(self, section, step, old, new):
+        """``ca`` and ``acceptedCAs`` (base64 of PEM) of ``section`` (``machine`` or ``cluster``)."""
+        field = "%s.acceptedCAs.crt" % self.kind.section
+        entries = list(section.get("acceptedCAs") or [])
 
         def without(*authorities):
             """The accepted entries but those of ``authorities``; the user's own accepted CAs stay."""
             return [entry for entry in entries
-                    if not any(_same(talos_pki.pem_from_b64((entry or {}).get("crt"), "machine.acceptedCAs.crt"),
-                                     authority.crt_pem) for authority in authorities)]
+                    if not any(_same(talos_pki.pem_from_b64((entry or {}).get("crt"), field), authority.crt_pem)
+                               for authority in authorities)]
 
         if step == ACCEPT:
             entries = without(new) + [{"crt": talos_pki.b64_pem(new.crt_pem)}]
         elif step == SWAP:
             entries = without(new, old) + [{"crt": talos_pki.b64_pem(old.crt_pem)}]
-            machine["ca"] = {"crt": talos_pki.b64_pem(new.crt_pem),
+            section["ca"] = {"crt": talos_pki.b64_pem(new.crt_pem),
                              "key": talos_pki.b64_pem(new.key_pem) if self.control_plane else ""}
         elif step == DROP:
             entries = without(old)
         if entries:
-            machine["acceptedCAs"] = entries
+            section["acceptedCAs"] = entries
         else:
-            machine.pop("acceptedCAs", None)
-        return go_yaml.dump_documents(documents)
+            section.pop("acceptedCAs", None)
+
+    def _patch_document(self, document, step, old, new):
+        """KubeAPIServerCAConfig (raw PEM): ``issuingCA`` on control planes; on workers the issuing CA is the first
+        of ``acceptedCAs``."""
+        entries = list(document.get("acceptedCAs") or [])
+
+        def without(*authorities):
+            return [pem for pem in entries if not any(_same(pem, authority.crt_pem) for authority in authorities)]
+
+        if step == ACCEPT:
+            entries = without(new) + [new.crt_pem]
+        elif step == SWAP and self.control_plane:
+            entries = without(new, old) + [old.crt_pem]
+            document["issuingCA"] = {"cert": new.crt_pem, "key": new.key_pem}
+        elif step == SWAP:
+            entries = [new.crt_pem] + without(new, old) + [old.crt_pem]
+        elif step == DROP:
+            entries = without(old)
+        if entries:
+            document["acceptedCAs"] = entries
+        else:
+            document.pop("acceptedCAs", None)
 
     def fields(self):
         """The rotation's fields of this config, as fingerprints (never a key), for --diff."""
         def fingerprint(pem):
             return talos_pki.fingerprint(talos_pki.load_certificate(pem, "a CA of %s" % talos_node.label(self.node)))
-        return {"machine.ca": fingerprint(self.authorities.talos_ca) if self.authorities.talos_ca else None,
-                "machine.acceptedCAs": [fingerprint(pem) for pem in self.authorities.talos_accepted]}
+        issuing, accepted = self.kind.fields(SWAP, self.form)
+        if self.form == "documents" and not self.control_plane:
+            issuing, accepted = accepted + "[0]", accepted + "[1:]"
+        return {issuing: fingerprint(self.issuing) if self.issuing else None,
+                accepted: [fingerprint(pem) for pem in self.accepted]}
 
 
 class ControllerFiles:
-    """The secrets bundle and the talosconfig on the controller, and the previous ones kept beside them during a rotation."""
+    """The secrets bundle and the talosconfig on the controller, and the previous ones kept beside them during a
+    rotation of ``kind`` (the talosconfig changes with the Talos API CA only)."""
 
-    def __init__(self, bundle_path, talosconfig_path, context):
+    def __init__(self, bundle_path, talosconfig_path, context, kind=None):
         self.bundle_path = bundle_path
         self.talosconfig_path = talosconfig_path
         self.context = context
+        self.kind = kind or TALOS
         self.bundle = SecretsBundle.load(bundle_path)
         self.previous = None
         if os.path.isfile(previous_path(bundle_path)):
             previous = SecretsBundle.load(previous_path(bundle_path))
-            # A copy written just before the new bundle (a run stopped in between) is no rotation.
-            if not _same(previous.os_ca.crt_pem, self.bundle.os_ca.crt_pem):
+            # A copy written just before the new bundle (a run stopped in between), or one of a rotation of the other
+            # CA, is no rotation of this one.
+            name = self.kind.bundle_name
+            if not _same(previous.cas[name].crt_pem, self.bundle.cas[name].crt_pem):
                 self.previous = previous
 
     @property
@@ -192,23 +286,31 @@ class ControllerFiles:
 
     @property
     def old(self):
-        return self.previous.os_ca if self.previous is not None else self.bundle.os_ca
+        return (self.previous or self.bundle).cas[self.kind.bundle_name]
 
     @property
     def new(self):
-        return self.bundle.os_ca if self.previous is not None else None
+        return self.bundle.cas[self.kind.bundle_name] if self.previous is not None else None
+
+    def _paths(self):
+        """``(name, path, what)`` of the files this rotation keeps a previous copy of."""
+        paths = [("secrets", self.bundle_path, "the previous secrets bundle")]
+        if self.kind is TALOS:
+            paths.append(("talosconfig", self.talosconfig_path, "the previous talosconfig"))
+        return paths
 
     def kept(self):
         """The previous files that exist now: ``{"secrets": path or None, "talosconfig": path or None}``."""
-        return dict((name, previous_path(path) if os.path.isfile(previous_path(path)) else None)
-                    for name, path in (("secrets", self.bundle_path), ("talosconfig", self.talosconfig_path)))
+        kept = {"secrets": None, "talosconfig": None}
+        kept.update((name, previous_path(path)) for name, path, _what in self._paths() if os.path.isfile(previous_path(path)))
+        return kept
 
     def start(self, new):
-        """Keep the bundle and the talosconfig beside them, then write the bundle holding ``new`` (before any node changes)."""
-        for path, what in ((self.bundle_path, "the previous secrets bundle"), (self.talosconfig_path, "the previous talosconfig")):
+        """Keep the files beside them, then write the bundle holding ``new`` (before any node changes)."""
+        for _name, path, what in self._paths():
             write_private(previous_path(path), read_text(path), what)
         self.previous, self.bundle = self.bundle, copy.copy(self.bundle)
-        self.bundle.cas = dict(self.previous.cas, os=new)
+        self.bundle.cas = dict(self.previous.cas, **{self.kind.bundle_name: new})
         write_private(self.bundle_path, self.bundle.to_yaml(), "the secrets bundle")
 
     def _talosconfig(self):
@@ -255,7 +357,69 @@ class ControllerFiles:
         return removed
 
 
-class TalosCARotation:
+class _Rotation(object):
+    """What both rotations share: each node's phase, the plan of the steps they still need, the steps' bookkeeping."""
+
+    kind = None
+
+    def ordered(self):
+        """Control planes first (workers get their certificates from a control plane), then workers."""
+        return [n for n in self.nodes if self.configs[n].control_plane] + [n for n in self.nodes if not self.configs[n].control_plane]
+
+    def phases(self):
+        new_pem = self.files.new.crt_pem if self.files.new is not None else None
+        return dict((node, self.configs[node].phase(self.files.old.crt_pem, new_pem)) for node in self.nodes)
+
+    def _proves(self, node):
+        return True
+
+    def make_plan(self):
+        phases = self.phases()
+        if not self.files.in_progress and self.due is None:
+            return []
+        for step in STEPS:
+            index = STEPS.index(step)
+            for node in self.ordered():
+                config = self.configs[node]
+                if _PHASE_STEPS[phases[node]] > index or (step == PROVE and not self._proves(node)):
+                    continue
+                entry = {"ca": self.kind.name, "step": step, "node": node, "document": None, "fields": []}
+                if step != PROVE:
+                    entry.update(document=self.kind.document(config.form), fields=self.kind.fields(step, config.form))
+                self.plan.append(entry)
+        return self.plan
+
+    def _check_release(self, config, field):
+        if not talos_node.runs_at_least(config.version, FIRST_RELEASE):
+            raise TalosConfigError("%s runs Talos %s: the %s can be rotated from Talos v1.7 on (%s); upgrade it first."
+                                   % (talos_node.label(config.node, start=True), config.version, self.kind.title, field))
+
+    def _check_phases(self):
+        new_pem = self.files.new.crt_pem if self.files.new is not None else None
+        for node, config in self.configs.items():
+            if config.phase(self.files.old.crt_pem, new_pem) is None:
+                raise TalosConfigError(
+                    "%s issues from a %s that is neither the secrets bundle's (%s)%s: the bundle does not belong "
+                    "to this cluster." % (talos_node.label(node, start=True), self.kind.title,
+                                          talos_pki.fingerprint(self.files.old.certificate),
+                                          " nor the new one of the rotation in progress" if new_pem else ""))
+
+    def _check_members(self, client):
+        """Refuse to start when the cluster's discovery lists a member that is not among the nodes: it would refuse the
+        new CA's certificates once the rotation is done."""
+        from ansible_collections.talos_linux.talos.plugins.module_utils.cluster_nodes import list_members
+        given = set(self.nodes)
+        missing = [member["hostname"] for member in list_members(client)
+                   if not given & set([member["hostname"]] + list(member["addresses"]))]
+        if missing:
+            raise TalosConfigError("Cluster members %s are not in nodes: they would refuse the new CA's certificates after "
+                                   "the rotation; list every node of the cluster." % ", ".join(missing))
+
+    def _nodes_of(self, step):
+        return [entry["node"] for entry in self.plan if entry["step"] == step]
+
+
+class TalosCARotation(_Rotation):
     """One run of the rotation: reads every node, plans the steps its phase still needs, runs them.
 
     ``settings`` are the task's connection settings (endpoints, timeout; the
@@ -264,6 +428,8 @@ class TalosCARotation:
     connectivity check; ``due`` why a rotation must start (None: only one in
     progress is continued).
     """
+
+    kind = TALOS
 
     def __init__(self, settings, nodes, files, due, client_factory, waiter_factory, ttl, progress=None):
         self.settings = settings
@@ -317,50 +483,11 @@ class TalosCARotation:
     def read_nodes(self):
         for node in self.nodes:
             config = self.configs[node] = self._read(node)
-            if not talos_node.runs_at_least(config.version, FIRST_RELEASE):
-                raise TalosConfigError("%s runs Talos %s: the Talos API CA can be rotated from Talos v1.7 on "
-                                       "(machine.acceptedCAs); upgrade it first."
-                                       % (talos_node.label(node, start=True), config.version))
-        new_pem = self.files.new.crt_pem if self.files.new is not None else None
-        for node, config in self.configs.items():
-            if config.phase(self.files.old.crt_pem, new_pem) is None:
-                raise TalosConfigError(
-                    "%s issues from a Talos API CA that is neither the secrets bundle's (%s)%s: the bundle does not belong "
-                    "to this cluster." % (talos_node.label(node, start=True), talos_pki.fingerprint(self.files.old.certificate),
-                                          " nor the new one of the rotation in progress" if new_pem else ""))
+            self._check_release(config, "machine.acceptedCAs")
+        self._check_phases()
 
     def check_members(self):
-        """Refuse to start when the cluster's discovery lists a member that is not among the nodes: it would refuse the
-        new CA's certificates once the rotation is done."""
-        from ansible_collections.talos_linux.talos.plugins.module_utils.cluster_nodes import list_members
-        given = set(self.nodes)
-        missing = [member["hostname"] for member in list_members(self._client([self.files.old], self.files.old))
-                   if not given & set([member["hostname"]] + list(member["addresses"]))]
-        if missing:
-            raise TalosConfigError("Cluster members %s are not in nodes: they would refuse the new CA's certificates after "
-                                   "the rotation; list every node of the cluster." % ", ".join(missing))
-
-    def ordered(self):
-        """Control planes first (workers get their apid certificate from a control plane's trustd), then workers."""
-        return [n for n in self.nodes if self.configs[n].control_plane] + [n for n in self.nodes if not self.configs[n].control_plane]
-
-    def phases(self):
-        new_pem = self.files.new.crt_pem if self.files.new is not None else None
-        return dict((node, self.configs[node].phase(self.files.old.crt_pem, new_pem)) for node in self.nodes)
-
-    def make_plan(self):
-        phases = self.phases()
-        if not self.files.in_progress and self.due is None:
-            return []
-        for step in STEPS:
-            index = STEPS.index(step)
-            for node in self.ordered():
-                if _PHASE_STEPS[phases[node]] <= index:
-                    entry = {"step": step, "node": node, "document": "v1alpha1", "fields": list(_FIELDS.get(step, []))}
-                    if step == PROVE:
-                        entry["document"] = None
-                    self.plan.append(entry)
-        return self.plan
+        self._check_members(self._client([self.files.old], self.files.old))
 
     # Running.
 
@@ -372,7 +499,6 @@ class TalosCARotation:
 
     def _check(self, client, node, what):
         """Wait until ``node`` answers ``client`` (its apid issues its new certificate within moments)."""
-        from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Seen, is_transient
 
         def poll():
             fresh = self.client_factory(client.settings)
@@ -423,7 +549,7 @@ class TalosCARotation:
         if not files.in_progress:
             files.start(new_authority())
         files_changed = files.trust_both(self.settings.ca)
-        nodes = dict((step, [entry["node"] for entry in self.plan if entry["step"] == step]) for step in STEPS)
+        nodes = dict((step, self._nodes_of(step)) for step in STEPS)
         both = self._authorities()
         intermediate = self._client(both, files.new)
         final = self._client([files.new], files.new)
@@ -436,6 +562,160 @@ class TalosCARotation:
             files_changed = True
         self._step(DROP, nodes[DROP], final, final, "a talosconfig of the new CA only")
         return files.forget_previous() or files_changed
+
+
+class KubernetesCARotation(_Rotation):
+    """One run of the Kubernetes CA rotation: reads every node, plans the steps its phase still needs, runs them.
+
+    ``client`` is a Talos client every node accepts (the task's talosconfig);
+    ``nodes`` every node of the cluster; ``waiter_factory()`` gives the Waiter
+    of one check of the Kubernetes API; ``due`` why a rotation must start
+    (None: only one in progress is continued).
+    """
+
+    kind = KUBERNETES
+
+    def __init__(self, client, nodes, files, due, waiter_factory, progress=None):
+        self.client = client
+        self.nodes = list(nodes)
+        self.files = files
+        self.due = due
+        self.waiter_factory = waiter_factory
+        self.progress = progress or (lambda line: None)
+        self.configs = {}
+        self.plan = []
+        self.done = []
+        self._proven = None
+
+    def close(self):
+        self.client.close()
+
+    def read_nodes(self):
+        for node in self.nodes:
+            version = talos_node.read_version_tag(self.client, node)
+            config = self.configs[node] = NodeConfig(node, read_active_config(self.client, node), version, KUBERNETES)
+            self._check_release(config, "cluster.acceptedCAs")
+        if not any(config.control_plane for config in self.configs.values()):
+            raise TalosConfigError("nodes lists no control plane: the Kubernetes CA rotation reads the Kubernetes API with "
+                                   "the admin kubeconfig a control plane issues; list every node of the cluster.")
+        self._check_phases()
+
+    def check_members(self):
+        self._check_members(self.client)
+
+    def _proves(self, node):
+        # The admin kubeconfig comes from a control plane's Kubeconfig RPC: each of them proves it issues from the new CA.
+        return self.configs[node].control_plane
+
+    # Credentials: admin kubeconfigs the control planes issue, kept in memory, trusting the CAs given.
+
+    def _fetch(self, node, trusted):
+        _text, config = fetch_kubeconfig(self.client, node)
+        bundle = talos_pki.b64_pem("".join(authority.crt_pem for authority in trusted))
+        for entry in config.get("clusters") or []:
+            entry.setdefault("cluster", {})["certificate-authority-data"] = bundle
+        return config
+
+    def _ready(self, config, what, node, fetch=None):
+        """Wait until the Kubernetes API answers the admin kubeconfig ``config`` (or the one ``fetch()`` returns,
+        polled) with every Node Ready, as upstream verifies after each step; returns the kubeconfig that answered."""
+        def poll():
+            current = fetch() if fetch is not None else config
+            if current is None:
+                return Seen("issuing admin kubeconfigs from the old CA")
+            api = KubeAPI(current)
+            try:
+                waiting = sorted(item["name"] for item in api.nodes(retry=False) if not item["ready"])
+            finally:
+                api.close()
+            if waiting:
+                return Seen("nodes not ready: %s" % ", ".join(waiting))
+            return Seen("answering", done=True, value=current)
+
+        return self.waiter_factory().until(
+            poll, "the Kubernetes API to answer %s with every node Ready" % what, talos_node.short_label(node),
+            # The API server restarts with the new CAs: until it is back it refuses or does not answer.
+            tolerate=lambda error: isinstance(error, KubernetesAPIError) or is_transient(error))
+
+    def _new_kubeconfig(self, node):
+        """The admin kubeconfig ``node`` issues, trusting the new CA only, once its certificate is of the new CA."""
+        config = self._fetch(node, [self.files.new])
+        certificates = [certificate for _name, certificate in user_certificates(config) if certificate is not None]
+        if certificates and all(talos_pki.signed_by(certificate, self.files.new.certificate) for certificate in certificates):
+            return config
+        return None
+
+    def _final(self):
+        if self._proven is None:
+            first = self.ordered()[0]
+            self._proven = self._ready(None, "an admin kubeconfig of the new CA only", first,
+                                       fetch=lambda: self._new_kubeconfig(first))
+        return self._proven
+
+    # Running.
+
+    def _apply(self, node, step):
+        config = self.configs[node]
+        text = config.patched(step, self.files.old, self.files.new)
+        ConfigApplier(self.client, load_config(config=text), mode="no_reboot").apply(node)
+        self.configs[node] = NodeConfig(node, text, config.version, KUBERNETES)
+
+    def _step(self, step, nodes, credential, what):
+        """``step`` on each of ``nodes`` in turn, each followed by the API answering ``credential()``."""
+        for node in nodes:
+            try:
+                if step == PROVE:
+                    self._proven = self._ready(None, what, node, fetch=lambda: self._new_kubeconfig(node))
+                else:
+                    self._apply(node, step)
+                    # Talos restarts the kubelet with the new CAs: it must come back, as upstream waits for it.
+                    wait_for_services(self.client, node, ["kubelet"], self.waiter_factory())
+                    self._ready(credential(), what, node)
+            except TalosError as error:
+                raise self._failure(step, node, error)
+            self.done.append({"step": step, "node": node})
+            self.progress("%s: kubernetes %s done" % (talos_node.label(node), step))
+
+    def _failure(self, step, node, error):
+        if step == DROP:
+            state = "admin kubeconfigs of the new CA work"
+        else:
+            state = ("admin kubeconfigs of the old CA are still accepted, and those of the new CA by every node the "
+                     "accept step has reached")
+        message = ("The Kubernetes CA rotation stopped at the %s step on %s (%s); %s. Rerun the task to continue; the "
+                   "previous secrets bundle is kept at %s." % (step, talos_node.label(node), error.message.rstrip("."),
+                                                               state, self.files.kept()["secrets"]))
+        return RotationFailed(message, list(self.done), error)
+
+    def run(self, new_authority):
+        """Run the plan; ``new_authority()`` makes the new CA when no rotation is in progress. Returns whether the
+        previous bundle was removed at the end."""
+        files = self.files
+        if not files.in_progress:
+            files.start(new_authority())
+        nodes = dict((step, self._nodes_of(step)) for step in STEPS)
+        session = []
+
+        def both():
+            # The first control plane's admin kubeconfig, trusting both CAs: accepted until the drop step.
+            if not session:
+                first = self.ordered()[0]
+                try:
+                    session.append(self._fetch(first, [files.old, files.new]))
+                except TalosError as error:
+                    raise self._failure(ACCEPT, first, error)
+            return session[0]
+
+        self._step(ACCEPT, nodes[ACCEPT], both, "an admin kubeconfig trusting both CAs")
+        self._step(SWAP, nodes[SWAP], both, "an admin kubeconfig trusting both CAs")
+        self._step(PROVE, nodes[PROVE], None, "an admin kubeconfig of the new CA only")
+        if nodes[DROP]:
+            try:
+                final = self._final()
+            except TalosError as error:
+                raise self._failure(DROP, nodes[DROP][0], error)
+            self._step(DROP, nodes[DROP], lambda: final, "an admin kubeconfig of the new CA only")
+        return files.forget_previous()
 
 
 def facts_of(authority, now):

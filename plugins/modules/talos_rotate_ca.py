@@ -8,7 +8,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_rotate_ca
-short_description: Rotate the Talos API CA of a cluster, as talosctl rotate-ca does, and revoke every old talosconfig
+short_description: Rotate the Talos API CA and the Kubernetes CA of a cluster, as talosctl rotate-ca does
 version_added: 0.1.0
 description:
   - Replaces the Talos API CA (C(machine.ca)) of every node by a new one with the key type, subject and lifetime of
@@ -27,10 +27,22 @@ description:
   - The nodes are reached through the talosconfig's endpoints with admin certificates the task issues in memory from
     the bundle's CAs, each accepted by every node at that point; no step takes away the credential it uses.
   - Works on both config forms, which keep the Talos API CAs in the v1alpha1 document. Needs Talos v1.7 or newer
-    on every node (the first with C(machine.acceptedCAs)).
-  - The Kubernetes CA is not rotated by this module.
+    on every node (the first with C(machine.acceptedCAs) and C(cluster.acceptedCAs)).
+  - With V(kubernetes) in O(rotate) the Kubernetes CA goes through the same four steps, in C(cluster.ca) and
+    C(cluster.acceptedCAs) (v1alpha1 form) or the C(KubeAPIServerCAConfig) document (v1.14 form; on workers its
+    C(acceptedCAs) alone, the issuing CA first). Each control plane's kube-apiserver restarts with the new CAs and
+    certificates and each kubelet takes them up as Talos re-issues them; after each node's change the task waits until
+    the Kubernetes API answers, with every node Ready, an admin kubeconfig that the step keeps valid. C(prove) fetches
+    the admin kubeconfig from each control plane (which issues it from the new CA) and reads the API with it while
+    trusting the new CA only. After C(drop) every kubeconfig of the old CA is refused, and the API server's
+    certificate is one the old kubeconfigs do not trust.
+  - With both CAs the Talos API CA is rotated first, as talosctl does; the Kubernetes part then reaches the nodes with
+    the new talosconfig. The Kubernetes part leaves the talosconfig alone and keeps only C(<secrets>.previous).
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
+requirements:
+  - kubernetes >= 30.1 (the official Kubernetes Python client), on the controller - or, with the module door, where the
+    task runs - to rotate the Kubernetes CA only (O(rotate) holding V(kubernetes)).
 options:
   secrets:
     description:
@@ -39,20 +51,23 @@ options:
     type: path
     required: true
   rotate:
-    description: The CAs to rotate. Only the Talos API CA (V(talos)) is supported; the Kubernetes CA is not rotated yet.
+    description:
+      - The CAs to rotate - V(talos), the Talos API CA, and V(kubernetes), the Kubernetes CA - in that order whatever
+        the order given. A rotation of the other CA still in progress (C(<secrets>.previous)) is refused; finish it
+        first.
     type: list
     elements: str
-    choices: [talos]
+    choices: [talos, kubernetes]
     default: [talos]
   issued_after:
     description:
-      - Rotate when the bundle's CA was issued before this time - set it to now to revoke a talosconfig that has leaked
+      - Rotate each CA of O(rotate) that the bundle holds issued before this time - set it to now to revoke a talosconfig that has leaked
         or to make an imported cluster's credentials your own. A date (V(2026-11-27)) or a time
         (V(2026-11-27T08:00:00Z)); not in the future.
       - Once the rotation ran the new CA is younger, so the same task changes nothing on the next run.
     type: str
   renew_before:
-    description: Rotate when the bundle's CA expires within this Go duration (V(8760h) is one year).
+    description: Rotate each CA of O(rotate) that expires within this Go duration (V(8760h) is one year).
     type: str
     default: 8760h
   ttl:
@@ -62,7 +77,8 @@ options:
   wait_timeout:
     description:
       - Seconds each node has, after each step, to answer with the credentials of that step (its apid takes the new
-        CAs and certificates within moments of the change).
+        CAs and certificates within moments of the change); for the Kubernetes CA, seconds the Kubernetes API has to
+        answer with every node Ready after each node's change (the kube-apiserver restarts).
     type: int
     default: 300
 extends_documentation_fragment:
@@ -75,7 +91,10 @@ attributes:
     details: Reads every node and returns the plan (RV(plan)); nothing is sent to a node and no file is written.
   diff_mode:
     support: full
-    details: The fingerprints of the CAs in each node's C(machine.ca) and C(machine.acceptedCAs) and in the controller's files, before and after; never a key.
+    details:
+      - The fingerprints of the CAs in each node's rotated fields (C(machine.ca) and C(machine.acceptedCAs);
+        C(cluster.ca) and C(cluster.acceptedCAs) or C(KubeAPIServerCAConfig)) and in the controller's files, before
+        and after; never a key.
   idempotent:
     support: full
     details: A finished rotation leaves a CA younger than O(issued_after), so running the task again changes nothing.
@@ -86,11 +105,15 @@ notes:
   - Needs a talosconfig file (O(talosconfig) or C(TALOSCONFIG)), which it updates. Give the new talosconfig to everyone
     who needs one afterwards, and issue other talosconfigs anew with M(talos_linux.talos.talos_client_config) from the
     rotated bundle - the old ones are refused.
+  - After a Kubernetes CA rotation fetch the admin kubeconfig again (M(talos_linux.talos.talos_kubeconfig) replaces a
+    file whose CAs changed) and give it to everyone who needs one; kubeconfigs of the old CA are refused. Service
+    account tokens are signed by another key and stay valid.
   - Every machine config kept elsewhere (generated files, a CMDB) still names the old CA; generate them again from the
     rotated bundle before the next apply, or the apply would bring the old CA back.
 seealso:
   - module: talos_linux.talos.talos_certificate_info
   - module: talos_linux.talos.talos_client_config
+  - module: talos_linux.talos.talos_kubeconfig
   - name: Certificates and CA rotation
     description: When to rotate, what to redistribute afterwards, and how to watch expiry.
     link: https://github.com/talos-linux-ansible/talos/blob/main/docs/security.md
@@ -104,6 +127,20 @@ EXAMPLES = r"""
     issued_after: "2026-11-27T08:00:00Z"
   run_once: true
 
+- name: Rotate both CAs now, the Talos API CA first (a kubeconfig and a talosconfig have leaked)
+  talos_linux.talos.talos_rotate_ca:
+    nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
+    secrets: "{{ inventory_dir }}/secrets.yaml"
+    rotate: [talos, kubernetes]
+    issued_after: "2026-11-27T08:00:00Z"
+  run_once: true
+
+- name: Fetch the admin kubeconfig of the new Kubernetes CA
+  talos_linux.talos.talos_kubeconfig:
+    node: "{{ hostvars[groups['controlplane'][0]]['ansible_host'] }}"
+    dest: "{{ inventory_dir }}/kubeconfig"
+  run_once: true
+
 - name: Rotate it when it has less than a year left (on a schedule)
   talos_linux.talos.talos_rotate_ca:
     nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
@@ -114,7 +151,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 rotation:
-  description: Why a rotation ran (or would run in check mode), or null when none was due and none was in progress.
+  description:
+    - Why rotations ran (or would run in check mode), one phrase per CA joined by C(; ), or null when none was due and
+      none was in progress.
   returned: always
   type: str
   sample: the Talos CA was issued on 2025-01-10T09:00:00Z, before issued_after
@@ -123,44 +162,57 @@ talos_ca:
     - C(old), the CA the cluster issued from when the task started, and C(new), the CA of the rotation (null when none
       ran, and in check mode before it exists) - each with C(subject), C(issuer), C(not_before), C(not_after),
       C(days_left), C(key_algorithm) and C(fingerprint_sha256).
-  returned: always
+  returned: when O(rotate) holds V(talos)
+  type: dict
+kubernetes_ca:
+  description: The same as RV(talos_ca), for the Kubernetes CA.
+  returned: when O(rotate) holds V(kubernetes)
   type: dict
 nodes:
-  description: Each node's C(machine_type) and C(phase) (V(original), V(accepted), V(swapped), V(done)) when the task started.
+  description:
+    - Each node's C(machine_type), and where its config stood when the task started (V(original), V(accepted),
+      V(swapped), V(done)) - C(phase) for the Talos API CA, C(kubernetes_phase) for the Kubernetes CA, each when
+      rotated.
   returned: always
   type: dict
-  sample: {10.5.0.2: {machine_type: controlplane, phase: original}}
+  sample: {10.5.0.2: {machine_type: controlplane, phase: original, kubernetes_phase: original}}
 plan:
-  description: The steps the nodes still need, in order, each with C(step), C(node), C(document) and C(fields) to change.
+  description:
+    - The steps the nodes still need, in order (the Talos API CA's first), each with C(ca) (V(talos) or
+      V(kubernetes)), C(step), C(node), C(document) and C(fields) to change. The Kubernetes C(prove) step runs on
+      control planes only.
   returned: always
   type: list
   elements: dict
-  sample: [{step: accept, node: 10.5.0.2, document: v1alpha1, fields: [machine.acceptedCAs]}]
+  sample: [{ca: talos, step: accept, node: 10.5.0.2, document: v1alpha1, fields: [machine.acceptedCAs]}]
 done:
-  description: The steps made by this run, each with C(step) and C(node); on failure, those made before it.
+  description: The steps made by this run, each with C(ca), C(step) and C(node); on failure, those made before it.
   returned: always
   type: list
   elements: dict
 files:
   description:
     - C(secrets) and C(talosconfig), the paths of the files the task updates, and C(previous_secrets) and
-      C(previous_talosconfig), where the previous ones are kept (null once removed).
+      C(previous_talosconfig), where the previous ones are kept (null once removed, and C(previous_talosconfig)
+      always null for the Kubernetes CA, which leaves the talosconfig alone).
   returned: always
   type: dict
 """
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, talos_pki
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, kube_api, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec, missing_libraries
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
 
 SPEC = TaskSpec(
     argument_spec=dict(
         secrets=dict(type="path", required=True),
-        rotate=dict(type="list", elements="str", default=["talos"], choices=["talos"]),
+        rotate=dict(type="list", elements="str", default=["talos"], choices=["talos", "kubernetes"]),
         issued_after=dict(type="str"),
         renew_before=dict(type="str", default="8760h"),
         ttl=dict(type="str", default=client_config.DEFAULT_TTL),
@@ -169,23 +221,46 @@ SPEC = TaskSpec(
     wait_defaults={"wait_timeout": 300},
     host_node=False,
 )
+_RESULT_KEYS = {"talos": "talos_ca", "kubernetes": "kubernetes_ca"}
+_PHASE_KEYS = {"talos": "phase", "kubernetes": "kubernetes_phase"}
+_IN_PROGRESS = {"talos": "a rotation in progress is continued",
+                "kubernetes": "a Kubernetes CA rotation in progress is continued"}
 
 
-def _diff(files, nodes, fields, new):
-    """The CAs of the controller's files and of each node's ``fields`` (read before the run), before and after, as
-    fingerprints; ``new`` is the new CA (None in check mode before it exists). Never a key."""
+def _diff(files, rotation, fields, new):
+    """The CAs of the controller's files and of each node's rotated fields (``fields``, read before the run), before
+    and after, as fingerprints; ``new`` is the new CA (None in check mode before it exists). Never a key."""
+    kind = files.kind
     old = talos_pki.fingerprint(files.old.certificate)
     new = talos_pki.fingerprint(new.certificate) if new is not None else "<new CA>"
-    before = ["secrets %s: certs.os %s" % (files.bundle_path, old),
-              "talosconfig %s context %s: ca and client certificate of %s" % (files.talosconfig_path, files.context, old)]
-    after = ["secrets %s: certs.os %s" % (files.bundle_path, new),
-             "talosconfig %s context %s: ca and client certificate of %s" % (files.talosconfig_path, files.context, new)]
-    for node in nodes:
-        accepted = fields[node]["machine.acceptedCAs"]
-        before.append("node %s: machine.ca %s, machine.acceptedCAs [%s]" % (node, fields[node]["machine.ca"], ", ".join(accepted)))
-        others = [fingerprint for fingerprint in accepted if fingerprint not in (old, new)]
-        after.append("node %s: machine.ca %s, machine.acceptedCAs [%s]" % (node, new, ", ".join(others)))
+    before = ["secrets %s: certs.%s %s" % (files.bundle_path, kind.bundle_name, old)]
+    after = ["secrets %s: certs.%s %s" % (files.bundle_path, kind.bundle_name, new)]
+    if kind is ca_rotation.TALOS:
+        before.append("talosconfig %s context %s: ca and client certificate of %s" % (files.talosconfig_path, files.context, old))
+        after.append("talosconfig %s context %s: ca and client certificate of %s" % (files.talosconfig_path, files.context, new))
+    for node in rotation.ordered():
+        (issuing, issuing_fingerprint), (accepted, accepted_fingerprints) = fields[node].items()
+        before.append("node %s: %s %s, %s [%s]" % (node, issuing, issuing_fingerprint, accepted, ", ".join(accepted_fingerprints)))
+        others = [fingerprint for fingerprint in accepted_fingerprints if fingerprint not in (old, new)]
+        after.append("node %s: %s %s, %s [%s]" % (node, issuing, new, accepted, ", ".join(others)))
     return {"before": "\n".join(before) + "\n", "after": "\n".join(after) + "\n"}
+
+
+def _merge_diff(diffs):
+    return {"before": "".join(diff["before"] for diff in diffs), "after": "".join(diff["after"] for diff in diffs)}
+
+
+def _options(task):
+    params = task.params
+    now = talos_pki.now_utc()
+    issued_after = None
+    if params["issued_after"]:
+        issued_after = ca_rotation.parse_time(params["issued_after"], "issued_after")
+        if issued_after > now:
+            raise TaskFailed("issued_after %s is in the future: every run until then would rotate the CA again."
+                             % params["issued_after"])
+    return (now, issued_after, client_config.parse_duration(params["renew_before"], "renew_before"),
+            client_config.parse_duration(params["ttl"], "ttl"))
 
 
 def run(task):
@@ -195,65 +270,107 @@ def run(task):
     if not nodes:
         raise TaskFailed("talos_rotate_ca changes every node of the cluster: list all of them (control planes and workers) "
                          "in nodes.")
-    if not settings.config_path:
+    # Talos first, as talosctl rotate-ca does: the Kubernetes part then reaches the nodes with the new talosconfig.
+    kinds = [kind for kind in ("talos", "kubernetes") if kind in params["rotate"]]
+    if "talos" in kinds and not settings.config_path:
         raise TaskFailed("talos_rotate_ca updates the talosconfig it connects with: set talosconfig (or TALOSCONFIG) to "
                          "the file instead of giving ca, crt and key.")
-    now = talos_pki.now_utc()
-    renew_before = client_config.parse_duration(params["renew_before"], "renew_before")
-    ttl = client_config.parse_duration(params["ttl"], "ttl")
-    issued_after = None
-    if params["issued_after"]:
-        issued_after = ca_rotation.parse_time(params["issued_after"], "issued_after")
-        if issued_after > now:
-            raise TaskFailed("issued_after %s is in the future: every run until then would rotate the CA again."
-                             % params["issued_after"])
+    if "kubernetes" in kinds:
+        # Only the Kubernetes part reads the Kubernetes API: a Talos API CA rotation runs without the library.
+        missing = missing_libraries((kube_api.LIBRARY,))
+        if missing:
+            raise TaskFailed(missing_required_lib(missing[0][0]), exception=missing[0][1])
+    now, issued_after, renew_before, ttl = _options(task)
+    bundle_path = os.path.abspath(params["secrets"])
+    for name, kind in ca_rotation.KINDS.items():
+        # A rotation in progress keeps the old CA only in <secrets>.previous, which a rotation of the other CA rewrites.
+        if name not in kinds and ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind).in_progress:
+            raise TaskFailed("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
+                             "rotate: [%s]." % (kind.title, bundle_path, name))
 
-    files = ca_rotation.ControllerFiles(os.path.abspath(params["secrets"]), settings.config_path, settings.context)
-    task.hide(files.bundle.secret_values() | (files.previous.secret_values() if files.previous else set()))
-    due = None if files.in_progress else ca_rotation.rotation_due(files.old.certificate, issued_after, renew_before, now)
-    rotation = ca_rotation.TalosCARotation(
-        settings, nodes, files, due, TalosClient, lambda: Waiter(params["wait_timeout"], interval=1.0, progress=task.progress),
-        ttl, progress=task.progress)
-    try:
-        rotation.read_nodes()
-        if due is not None:
-            rotation.check_members()
-        plan = rotation.make_plan()
-        phases = rotation.phases()
-        result = {
-            "rotation": "a rotation in progress is continued" if files.in_progress else due,
-            "talos_ca": {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(files.new, now)},
-            "nodes": dict((node, {"machine_type": "controlplane" if rotation.configs[node].control_plane else "worker",
-                                  "phase": phases[node]}) for node in nodes),
-            "plan": plan,
-            "done": [],
-        }
-        pending = files.in_progress or due is not None
-        fields = dict((node, rotation.configs[node].fields()) for node in nodes)
-        if not pending or task.check_mode:
-            if pending and task.diff:
-                result["diff"] = _diff(files, rotation.ordered(), fields, files.new)
-            return dict(result, changed=pending, files=_files(files))
-        roles = talos_pki.organizations(talos_pki.load_certificate(settings.crt, "the talosconfig's crt"))
-
-        def new_authority():
-            authority = ca_rotation.new_authority_like(files.old, talos_pki.now_utc())
-            task.hide([authority.key_pem, talos_pki.b64_pem(authority.key_pem)])
-            return authority
-
+    result = {"rotation": None, "nodes": dict((node, {}) for node in nodes), "plan": [], "done": [], "changed": False}
+    diffs = []
+    for name in kinds:
+        rotation, files = _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl)
         try:
+            _run_one(task, result, diffs, name, rotation, files, now)
+        finally:
+            rotation.close()
+    if diffs:
+        result["diff"] = _merge_diff(diffs)
+    return result
+
+
+def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl):
+    """The rotation of CA ``name`` and its ControllerFiles, read from the files as they are now (after the Talos part)."""
+    params = task.params
+    settings = task.settings
+    kind = ca_rotation.KINDS[name]
+    files = ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind)
+    task.hide(files.bundle.secret_values() | (files.previous.secret_values() if files.previous else set()))
+    due = None if files.in_progress else ca_rotation.rotation_due(files.old.certificate, issued_after, renew_before, now, kind)
+
+    def waiter():
+        return Waiter(params["wait_timeout"], interval=1.0, progress=task.progress)
+
+    if kind is ca_rotation.TALOS:
+        rotation = ca_rotation.TalosCARotation(settings, nodes, files, due, TalosClient, waiter, ttl,
+                                               progress=task.progress)
+    else:
+        # The talosconfig as the task's options resolve it now: the Talos part may just have rewritten it.
+        rotation = ca_rotation.KubernetesCARotation(TalosClient(settings.replace() if settings.config_path else settings),
+                                                    nodes, files, due, waiter, progress=task.progress)
+    return rotation, files
+
+
+def _run_one(task, result, diffs, name, rotation, files, now):
+    """Read, plan and (unless in check mode) run the rotation of CA ``name``, adding to ``result`` and ``diffs``."""
+    settings = task.settings
+    key = _RESULT_KEYS[name]
+    rotation.read_nodes()
+    if rotation.due is not None:
+        rotation.check_members()
+    plan = rotation.make_plan()
+    reason = _IN_PROGRESS[name] if files.in_progress else rotation.due
+    if reason:
+        result["rotation"] = "; ".join(filter(None, [result["rotation"], reason]))
+    result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(files.new, now)}
+    for node, phase in rotation.phases().items():
+        result["nodes"][node].update(machine_type="controlplane" if rotation.configs[node].control_plane else "worker",
+                                     **{_PHASE_KEYS[name]: phase})
+    result["plan"].extend(plan)
+    pending = files.in_progress or rotation.due is not None
+    fields = dict((node, rotation.configs[node].fields()) for node in rotation.nodes)
+    result["files"] = _files(files)
+    if not pending or task.check_mode:
+        result["changed"] = result["changed"] or pending
+        if pending and task.diff:
+            diffs.append(_diff(files, rotation, fields, files.new))
+        return
+
+    def new_authority():
+        authority = ca_rotation.new_authority_like(files.old, talos_pki.now_utc())
+        task.hide([authority.key_pem, talos_pki.b64_pem(authority.key_pem)])
+        return authority
+
+    try:
+        if files.kind is ca_rotation.TALOS:
+            roles = talos_pki.organizations(talos_pki.load_certificate(settings.crt, "the talosconfig's crt"))
             files_changed = rotation.run(new_authority, roles)
-        except ca_rotation.RotationFailed as failure:
-            result["talos_ca"]["new"] = ca_rotation.facts_of(files.new, now)
-            details = dict(result)
-            details.update(done=failure.done, changed=True, files=_files(files))
-            raise TaskFailed(failure.message, **details)
-        result["talos_ca"]["new"] = ca_rotation.facts_of(files.new, now)
-        if task.diff:
-            result["diff"] = _diff(files, rotation.ordered(), fields, files.new)
-        return dict(result, done=rotation.done, changed=bool(rotation.done) or files_changed, files=_files(files))
-    finally:
-        rotation.close()
+        else:
+            files_changed = rotation.run(new_authority)
+    except ca_rotation.RotationFailed as failure:
+        result[key]["new"] = ca_rotation.facts_of(files.new, now)
+        details = dict(result)
+        details.update(done=result["done"] + [dict(entry, ca=name) for entry in failure.done], changed=True,
+                       files=_files(files))
+        raise TaskFailed(failure.message, **details)
+    result[key]["new"] = ca_rotation.facts_of(files.new, now)
+    result["done"].extend(dict(entry, ca=name) for entry in rotation.done)
+    result["changed"] = result["changed"] or bool(rotation.done) or files_changed
+    result["files"] = _files(files)
+    if task.diff:
+        diffs.append(_diff(files, rotation, fields, files.new))
 
 
 def _files(files):

@@ -10,6 +10,11 @@ client certificates of that CA (the admin kubeconfig Talos's Kubeconfig RPC
 returns) and the cluster's service-account key. There is no
 controller-manager, scheduler or kubelet: what they would write is up to the
 test (the emulator's kubelet shim, ``talos_emulator/kubelets.py``).
+
+``follow_cas`` restarts it whenever the Kubernetes CAs of the control planes'
+configs change, as Talos restarts the kube-apiserver static pod: serving a
+certificate of the issuing CA and trusting client certificates of the issuing
+and every accepted CA (Talos's ``ca.crt`` of the static pod).
 """
 
 import http.client
@@ -19,6 +24,7 @@ import os
 import socket
 import ssl
 import subprocess
+import threading
 import time
 
 import yaml
@@ -86,8 +92,12 @@ class KubeAPIServer:
         self.ca_path = ca_path
         self.kubeconfig_path = kubeconfig_path
         self.version = None
+        self.command = None
+        self.restarts = 0
+        self.client_ca_pem = None
         self._admin_cert_path = admin_cert_path
         self._admin_key_path = admin_key_path
+        self._follower = None
 
     @classmethod
     def start(cls, state_dir, ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, timeout=90, etcd=None):
@@ -102,22 +112,12 @@ class KubeAPIServer:
         state_dir = os.path.abspath(state_dir)
         os.makedirs(state_dir, exist_ok=True)
         port = port or free_port()
-        sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
-        serving_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
-        serving_cert, serving_key = issue_certificate(ca_cert_pem, ca_key_pem, serving_subject, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
-        admin_subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                                   x509.NameAttribute(NameOID.COMMON_NAME, "admin")])
-        admin_cert, admin_key = issue_certificate(ca_cert_pem, ca_key_pem, admin_subject, [ExtendedKeyUsageOID.CLIENT_AUTH])
 
         def path(name):
             return os.path.join(state_dir, name)
-        ca_path = write_private(path("ca.crt"), ca_cert_pem)
-        write_private(path("apiserver.crt"), serving_cert)
-        write_private(path("apiserver.key"), serving_key)
         write_private(path("sa.key"), service_account_key_pem)
-        admin_cert_path = write_private(path("admin.crt"), admin_cert)
-        admin_key_path = write_private(path("admin.key"), admin_key)
-        kubeconfig_path = write_private(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
+        ca_path, admin_cert_path, admin_key_path, kubeconfig_path = _write_credentials(
+            state_dir, port, ca_cert_pem, ca_key_pem, ca_cert_pem)
 
         if etcd is None:
             storage = ["--etcd-dir", path("etcd"), "--etcd-port", str(_free_port_pair(port)), "--"]
@@ -154,18 +154,62 @@ class KubeAPIServer:
             # apiserver_requested_deprecated_apis (no deprecated API is served by default).
             "--runtime-config=resource.k8s.io/v1beta1=true",
         ]
-        log_path = path("kube-apiserver.log")
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
-        server = cls(state_dir, port, process, log_path, ca_path, admin_cert_path, admin_key_path, kubeconfig_path)
-        try:
-            server._wait_ready(timeout)
-            server.version = server.get("/version")["gitVersion"]
-        except BaseException:
-            server.stop()
-            raise
+        server = cls(state_dir, port, None, path("kube-apiserver.log"), ca_path, admin_cert_path, admin_key_path, kubeconfig_path)
+        server.command = command
+        server.client_ca_pem = ca_cert_pem
+        server._launch(timeout)
         return server
+
+    def _launch(self, timeout):
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        try:
+            self._wait_ready(timeout)
+            self.version = self.get("/version")["gitVersion"]
+        except BaseException:
+            self.stop()
+            raise
+
+    def restart(self, ca_cert_pem, ca_key_pem, client_ca_pem, timeout=90):
+        """Restart with a serving (and harness admin) certificate of the CA ``ca_cert_pem``/``ca_key_pem`` and
+        trusting client certificates of the CAs of ``client_ca_pem`` (PEM bundle), as Talos restarts the static pod
+        after the Kubernetes CAs of the config changed."""
+        ca_cert_pem, ca_key_pem, client_ca_pem = (
+            pem.encode() if isinstance(pem, str) else pem for pem in (ca_cert_pem, ca_key_pem, client_ca_pem))
+        self.stop()
+        _write_credentials(self.state_dir, self.port, ca_cert_pem, ca_key_pem, client_ca_pem)
+        self.client_ca_pem = client_ca_pem
+        self._launch(timeout)
+        self.restarts += 1
+
+    def follow_cas(self, read_cas, interval=0.2):
+        """Restart whenever ``read_cas()`` (called from a thread) answers differently: ``(issuing CA certificate PEM,
+        its key PEM, client CA bundle PEM)`` of the control planes' configs, or None while there is nothing to serve.
+        ``settled(cas)`` tells when the server runs with ``cas``."""
+        stop = threading.Event()
+        self._follower = {"stop": stop, "serving": read_cas(), "error": None}
+        state = self._follower
+
+        def follow():
+            while not stop.wait(interval):
+                try:
+                    cas = read_cas()
+                    if cas is not None and cas != state["serving"]:
+                        self.restart(*cas)
+                        state["serving"] = cas
+                except Exception as error:  # reported by settled(): a thread has no one else to tell
+                    state["error"] = error
+                    return
+
+        state["thread"] = threading.Thread(target=follow, daemon=True, name="kube-apiserver-cas")
+        state["thread"].start()
+
+    def settled(self, cas):
+        """Whether the server runs with ``cas`` (see ``follow_cas``); raises what stopped the follower."""
+        if self._follower["error"] is not None:
+            raise self._follower["error"]
+        return self._follower["serving"] == cas
 
     def _ssl_context(self):
         context = ssl.create_default_context(cafile=self.ca_path)
@@ -209,7 +253,12 @@ class KubeAPIServer:
 
     def stop(self):
         """Stop the server (and its etcd). Safe to call twice."""
-        if self.process.poll() is None:
+        follower = self._follower
+        if follower is not None and threading.current_thread() is not follower["thread"]:
+            # A restart under way finishes first: stopping in its middle would leave the new process behind.
+            follower["stop"].set()
+            follower["thread"].join(timeout=120)
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=15)
@@ -222,6 +271,29 @@ class KubeAPIServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _write_credentials(state_dir, port, ca_cert_pem, ca_key_pem, client_ca_pem):
+    """The serving certificate and the harness's admin certificate of the CA ``ca_cert_pem``/``ca_key_pem``, and the
+    client CA bundle ``client_ca_pem``, written for the server's flags; returns the paths of the CA bundle, the
+    admin certificate and key, and the admin kubeconfig."""
+    sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
+    serving_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
+    serving_cert, serving_key = issue_certificate(ca_cert_pem, ca_key_pem, serving_subject, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
+    admin_subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                               x509.NameAttribute(NameOID.COMMON_NAME, "admin")])
+    admin_cert, admin_key = issue_certificate(ca_cert_pem, ca_key_pem, admin_subject, [ExtendedKeyUsageOID.CLIENT_AUTH])
+
+    def path(name):
+        return os.path.join(state_dir, name)
+    # ca.crt is the client CA bundle; the harness's own client trusts it too (the serving CA is one of them).
+    ca_path = write_private(path("ca.crt"), client_ca_pem)
+    write_private(path("apiserver.crt"), serving_cert)
+    write_private(path("apiserver.key"), serving_key)
+    admin_cert_path = write_private(path("admin.crt"), admin_cert)
+    admin_key_path = write_private(path("admin.key"), admin_key)
+    kubeconfig_path = write_private(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
+    return ca_path, admin_cert_path, admin_key_path, kubeconfig_path
 
 
 def _admin_kubeconfig(port, ca_path, cert_path, key_path):

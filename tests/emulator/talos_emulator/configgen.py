@@ -333,7 +333,8 @@ def parse_machine_config(data, talos_version=DEFAULT_TALOS_VERSION):
 
 
 def kubernetes_settings(data):
-    """The cluster name, API endpoint and Kubernetes CA (PEM bytes) of a validated config, from either layout.
+    """The cluster name, API endpoint, Kubernetes CA (PEM bytes) and accepted CAs (``accepted_crts``, PEM bytes
+    each) of a validated config, from either layout.
 
     v1.14 configs keep them in KubeClusterConfig and KubeAPIServerCAConfig,
     older ones in the v1alpha1 ``cluster`` section (base64 of PEM).
@@ -342,9 +343,15 @@ def kubernetes_settings(data):
     by_kind = dict((document.get("kind"), document) for document in documents)
     cluster = (by_kind.get(None) or {}).get("cluster") or {}
     kube_cluster = by_kind.get("KubeClusterConfig") or {}
-    issuing = (by_kind.get("KubeAPIServerCAConfig") or {}).get("issuingCA") or {}
+    ca_document = by_kind.get("KubeAPIServerCAConfig")
+    issuing = (ca_document or {}).get("issuingCA") or {}
     ca = cluster.get("ca") or {}
+    if ca_document is not None:
+        accepted = [pem.encode() for pem in ca_document.get("acceptedCAs") or [] if pem]
+    else:
+        accepted = [_unb64((entry or {}).get("crt")) for entry in cluster.get("acceptedCAs") or []]
     return {
+        "accepted_crts": accepted,
         "cluster_name": kube_cluster.get("clusterName") or cluster.get("clusterName") or "talos",
         "endpoint": kube_cluster.get("endpoint") or (cluster.get("controlPlane") or {}).get("endpoint"),
         "ca_crt": issuing.get("cert", "").encode() or _unb64(ca.get("crt")),

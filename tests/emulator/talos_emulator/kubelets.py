@@ -89,7 +89,8 @@ def _snapshot(model):
             continue
         config = kubernetes.settings(node.config_bytes)
         if node.is_control_plane and credentials is None and config["ca_key"]:
-            credentials = dict((key, config[key]) for key in ("cluster_name", "endpoint", "ca_crt", "ca_key"))
+            credentials = dict((key, config[key])
+                               for key in ("cluster_name", "endpoint", "ca_crt", "ca_key", "accepted_crts"))
             manifests = kubernetes.bootstrap_manifests(node.config_bytes)
         nodes.append(_node_view(node))
     return {"credentials": credentials, "manifests": manifests, "nodes": nodes}
@@ -182,7 +183,8 @@ class Kubelets:
         self._reconcile_rollouts(len(registered))
 
     def _connect(self, credentials):
-        key = (self.api_url, credentials["endpoint"], credentials["ca_crt"], credentials["ca_key"])
+        key = (self.api_url, credentials["endpoint"], credentials["ca_crt"], credentials["ca_key"],
+               tuple(credentials["accepted_crts"]))
         if key == self._api_key:
             return
         document = kubernetes.admin_kubeconfig(credentials, None)

@@ -126,12 +126,15 @@ def settings(config_bytes):
         "endpoint": kubernetes["endpoint"],
         "ca_crt": kubernetes["ca_crt"],
         "ca_key": kubernetes["ca_key"],
+        "accepted_crts": kubernetes["accepted_crts"],
     }
 
 
 def admin_kubeconfig(kubernetes, default_endpoint):
     """A fresh admin kubeconfig (a dict) as Talos's Kubeconfig RPC builds it from ``kubernetes`` (the cluster name,
-    endpoint and CA of ``configgen.kubernetes_settings``): a ``system:masters`` certificate of the Kubernetes CA."""
+    endpoint and CAs of ``configgen.kubernetes_settings``): a ``system:masters`` certificate of the issuing
+    Kubernetes CA, trusting it and every accepted CA (``pkg/kubeconfig``: the server's certificate may come from
+    either while a rotation runs)."""
     ca = CertificateAuthority.from_pem(kubernetes["ca_crt"], kubernetes["ca_key"])
     crt_pem, key_pem = ca.issue_client(["system:masters"], common_name="admin")
     name = kubernetes["cluster_name"]
@@ -141,7 +144,8 @@ def admin_kubeconfig(kubernetes, default_endpoint):
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {
             "server": kubernetes["endpoint"] or default_endpoint,
-            "certificate-authority-data": base64.b64encode(kubernetes["ca_crt"]).decode(),
+            "certificate-authority-data": base64.b64encode(
+                kubernetes["ca_crt"] + b"".join(kubernetes.get("accepted_crts") or [])).decode(),
         }}],
         "users": [{"name": user, "user": {
             "client-certificate-data": base64.b64encode(crt_pem).decode(),

@@ -145,3 +145,95 @@ def test_a_previous_bundle_equal_to_the_current_one_is_no_rotation(bundle, tmp_p
     (tmp_path / "secrets.yaml.previous").write_text(bundle.to_yaml())
     files = ca_rotation.ControllerFiles(str(secrets), str(tmp_path / "talosconfig"), "prod")
     assert not files.in_progress and files.old.crt_pem == bundle.os_ca.crt_pem
+
+
+# The Kubernetes CA.
+
+def kube_ca_document(text):
+    return next((document for document in yaml.safe_load_all(text) if document.get("kind") == "KubeAPIServerCAConfig"), None)
+
+
+def cluster(text):
+    return next(document for document in yaml.safe_load_all(text) if "kind" not in document)["cluster"]
+
+
+@pytest.mark.parametrize("version", ["v1.13", "v1.14"])
+@pytest.mark.parametrize("machine_type", ["controlplane", "worker"])
+def test_the_kubernetes_steps_move_either_form_through_every_phase(bundle, version, machine_type):
+    old = bundle.cas["k8s"]
+    new = ca_rotation.new_authority_like(old, NOW)
+    text = config_generation.generate_machine_config(bundle, machine_type, "prod", ENDPOINT, talos_version=version)
+    config = ca_rotation.NodeConfig("10.5.0.2", text, "v1.14.0", ca_rotation.KUBERNETES)
+    assert config.form == ("documents" if version == "v1.14" else "v1alpha1")
+    untouched = [document for document in yaml.safe_load_all(text) if document.get("kind") != "KubeAPIServerCAConfig"]
+    if version == "v1.14":
+        untouched[0].pop("cluster", None)
+    else:
+        untouched[0]["cluster"] = dict((key, value) for key, value in untouched[0]["cluster"].items()
+                                       if key not in ("ca", "acceptedCAs"))
+    assert config.phase(old.crt_pem, new.crt_pem) == ca_rotation.ORIGINAL
+    expected = {ca_rotation.ACCEPT: ca_rotation.ACCEPTED, ca_rotation.SWAP: ca_rotation.SWAPPED,
+                ca_rotation.DROP: ca_rotation.DONE}
+    for step in (ca_rotation.ACCEPT, ca_rotation.SWAP, ca_rotation.DROP):
+        text = config.patched(step, old, new)
+        config = ca_rotation.NodeConfig(config.node, text, config.version, ca_rotation.KUBERNETES)
+        assert config.phase(old.crt_pem, new.crt_pem) == expected[step], step
+        # The Talos API CA stays as it was.
+        assert config.authorities.talos_ca == bundle.os_ca.crt_pem
+        if step != ca_rotation.SWAP:
+            continue
+        if version == "v1.14":
+            document = kube_ca_document(text)
+            if machine_type == "controlplane":
+                assert document["issuingCA"] == {"cert": new.crt_pem, "key": new.key_pem}
+                assert document["acceptedCAs"] == [old.crt_pem]
+            else:
+                # A worker's document holds certificates only, the issuing one first, as Talos's patcher writes it.
+                assert "issuingCA" not in document and document["acceptedCAs"] == [new.crt_pem, old.crt_pem]
+        else:
+            assert cluster(text)["ca"] == {"crt": talos_pki.b64_pem(new.crt_pem),
+                                           "key": talos_pki.b64_pem(new.key_pem) if machine_type == "controlplane" else ""}
+            assert cluster(text)["acceptedCAs"] == [{"crt": talos_pki.b64_pem(old.crt_pem)}]
+    rest = [document for document in yaml.safe_load_all(text) if document.get("kind") != "KubeAPIServerCAConfig"]
+    if version == "v1.14":
+        rest[0].pop("cluster", None)
+        assert "acceptedCAs" not in kube_ca_document(text) or machine_type == "worker"
+    else:
+        assert "acceptedCAs" not in cluster(text)
+        rest[0]["cluster"] = dict((key, value) for key, value in rest[0]["cluster"].items() if key not in ("ca", "acceptedCAs"))
+    assert rest == untouched
+    assert config.patched(ca_rotation.DROP, old, new) == config.text
+    fields = config.fields()
+    assert list(fields.values())[1] == [] and list(fields.values())[0] == talos_pki.fingerprint(new.certificate)
+
+
+def test_the_kubernetes_plan_proves_on_control_planes_and_names_the_document(bundle):
+    rotation = ca_rotation.KubernetesCARotation(None, ["cp", "w"], None, "due", None)
+    for node, machine_type in (("cp", "controlplane"), ("w", "worker")):
+        text = config_generation.generate_machine_config(bundle, machine_type, "prod", ENDPOINT, talos_version="v1.14")
+        rotation.configs[node] = ca_rotation.NodeConfig(node, text, "v1.14.0", ca_rotation.KUBERNETES)
+
+    class Files(object):
+        in_progress, new, old = False, None, bundle.cas["k8s"]
+    rotation.files = Files()
+    plan = rotation.make_plan()
+    assert [(entry["step"], entry["node"]) for entry in plan] == [
+        ("accept", "cp"), ("accept", "w"), ("swap", "cp"), ("swap", "w"), ("prove", "cp"), ("drop", "cp"), ("drop", "w")]
+    assert plan[2] == {"ca": "kubernetes", "step": "swap", "node": "cp", "document": "KubeAPIServerCAConfig",
+                       "fields": ["KubeAPIServerCAConfig.issuingCA", "KubeAPIServerCAConfig.acceptedCAs"]}
+
+
+def test_controller_files_of_the_kubernetes_ca_keep_the_bundle_alone(bundle, tmp_path):
+    secrets, talosconfig = tmp_path / "secrets.yaml", tmp_path / "talosconfig"
+    secrets.write_text(bundle.to_yaml())
+    talosconfig.write_text("context: prod\n")
+    new = ca_rotation.new_authority_like(bundle.cas["k8s"], NOW)
+    files = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod", ca_rotation.KUBERNETES)
+    files.start(new)
+    assert files.kept() == {"secrets": str(secrets) + ".previous", "talosconfig": None}
+    again = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod", ca_rotation.KUBERNETES)
+    assert again.in_progress and again.new.crt_pem == new.crt_pem and again.old.crt_pem == bundle.cas["k8s"].crt_pem
+    assert again.bundle.os_ca.crt_pem == bundle.os_ca.crt_pem
+    assert talos_pki.key_algorithm(new.key) == "ecdsa"
+    # The Talos API CA's rotation sees none in progress: the previous bundle holds the same Talos API CA.
+    assert not ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod").in_progress
