@@ -22,6 +22,7 @@ try:
     from grpclib.const import Cardinality
     from grpclib.exceptions import GRPCError, StreamTerminatedError
     from grpclib.protocol import H2Protocol
+    from h2.exceptions import StreamClosedError
 except ImportError:  # reported by TalosModule through missing_required_lib
     HAS_GRPCLIB = False
 else:
@@ -604,7 +605,10 @@ class TalosClient:
                 except Exception as exc:  # the caller's own failure, not the transport's
                     raise _CallbackError(exc)
                 if stop:
-                    await stream.cancel()
+                    try:
+                        await stream.cancel()
+                    except StreamClosedError:  # the server had ended the stream already: nothing to cancel
+                        pass
                     break
             return messages
 

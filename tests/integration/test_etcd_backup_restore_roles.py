@@ -150,7 +150,7 @@ def test_backups_are_copied_to_s3_encrypted_and_a_restore_takes_an_object(emulat
                      etcd_restore_wait_timeout=120)
     missing = run_playbook(role_play(cluster, "etcd_restore", python=s3_store.python, etcd_restore_s3_object="talos/none",
                                      **variables), env=env, expect_rc=2)
-    failed = missing.task("talos_linux.talos.etcd_restore : Fetch s3://etcd-backups/talos/none")
+    failed = missing.task("talos_linux.talos.etcd_restore : Fetch the backup from S3")
     assert failed["status"] == "failed" and "talos/none" in failed["result"]["msg"] and cluster.audit() == []
 
     restore = run_playbook(role_play(cluster, "etcd_restore", python=s3_store.python, etcd_restore_s3_object=key,

@@ -37,10 +37,9 @@ def test_check_mode_then_shutdown_waits_until_the_node_is_gone(emulator, run_pla
 
 
 def test_quorum_guard_refuses_shutdown_of_a_needed_control_plane(emulator, run_playbook):
-    cluster = emulator(controlplanes=3, bootstrapped=True)
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     cp1, cp2, _cp3 = cluster.controlplanes
-    cluster.set_service_state(cp2, "etcd", "Failed", healthy=False)
-    cluster.faults.make_unreachable(cp2)
+    cluster.power_off(cp2)
     refused = run_playbook(shutdown_play(cluster, cp1.address)).task("shutdown")
     assert refused["status"] == "failed"
     assert refused["result"]["msg"].startswith("Refusing to shut down control-plane node %s: etcd would keep 3 voting "

@@ -9,8 +9,6 @@ of the secrets of the bundle the cluster was built from."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import base64
-import io
 import os
 import stat
 import subprocess
@@ -19,35 +17,13 @@ import zipfile
 import pytest
 import yaml
 
+import age_cli
 from module_plays import module_play
+from test_robustness import cluster_secrets
 
-NODE_FILES = ("summary", "dmesg.log", "dependencies.dot", "mounts", "devices", "io", "processes", "service-logs/apid.log",
+NODE_FILES = ("summary", "dmesg.log", "controller-runtime.log", "dns-resolve-cache.log", "dependencies.dot", "mounts",
+              "devices", "io", "processes", "service-logs/apid.log",
               "service-logs/apid.state", "service-logs/kubelet.log", "resources/machinestatuses.runtime.talos.dev.yaml")
-
-
-def _secret_forms(value):
-    """A secret as it could leak: itself, its base64, and each long line of a multi-line one (PEM bodies)."""
-    if isinstance(value, bytes):
-        value = value.decode()
-    forms = {value, base64.b64encode(value.encode()).decode()}
-    forms.update(line.strip() for line in value.splitlines() if len(line.strip()) >= 16 and not line.startswith("-----"))
-    return forms
-
-
-def cluster_secrets(cluster):
-    """Every secret of the secrets bundle the emulated cluster was built from, and its talosconfigs' client keys."""
-    bundle = cluster.secrets
-    values = [bundle.cluster_secret, bundle.bootstrap_token, bundle.bootstrap_token.split(".")[-1], bundle.machine_token,
-              bundle.secretbox_secret, bundle.service_account_key_pem]
-    values += [ca.key_pem for ca in (bundle.os_ca, bundle.etcd_ca, bundle.k8s_ca, bundle.k8s_aggregator_ca)]
-    for role in ("admin", "operator", "reader"):
-        with open(cluster.talosconfig_path(role)) as handle:
-            data = yaml.safe_load(handle)
-        values.append(base64.b64decode(data["contexts"][data["context"]]["key"]))
-    forms = set()
-    for value in values:
-        forms.update(_secret_forms(value))
-    return forms
 
 
 def assert_no_secret_in(archive, secrets):
@@ -109,6 +85,7 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
         summary = archive.read("%s/summary" % cp.address).decode()
         assert "Tag:         %s" % cp.talos_version in summary
         assert cp.boot_id in archive.read("%s/dmesg.log" % cp.address).decode()
+        assert cp.boot_id in archive.read("%s/controller-runtime.log" % cp.address).decode()
         assert "STATE    Running" in archive.read("%s/service-logs/etcd.state" % cp.address).decode()
         graph = archive.read("%s/dependencies.dot" % cp.address).decode()
         assert graph.startswith("digraph {") and '"controller:etcd.SpecController" -> "resource:etcd/Specs.etcd.talos.dev"' in graph
@@ -136,8 +113,16 @@ def test_a_bundle_with_the_kubernetes_api_up_encrypted_with_age(bundle_cluster, 
     result = run.task("bundle")["result"]
     assert result["encrypted"] is True
     assert not [entry for entry in result["missed"] if entry["source"] == "cluster"], result["missed"]
-    plain = pyrage.decrypt(dest.read_bytes(), [identity])
-    with zipfile.ZipFile(io.BytesIO(plain)) as archive:
+    # age itself (filippo.io/age, the format's reference implementation) opens it, as a user would.
+    identity_file = tmp_path / "identity.txt"
+    identity_file.write_text(str(identity) + "\n")
+    plain = tmp_path / "support.zip"
+    opened = subprocess.run([age_cli.binary(), "--decrypt", "-i", str(identity_file), "-o", str(plain), str(dest)],
+                            capture_output=True, text=True, check=False)
+    assert opened.returncode == 0, opened.stderr
+    tested = subprocess.run(["unzip", "-t", str(plain)], capture_output=True, text=True, check=False)
+    assert tested.returncode == 0 and "No errors detected" in tested.stdout, tested.stdout + tested.stderr
+    with zipfile.ZipFile(str(plain)) as archive:
         nodes = yaml.safe_load(archive.read("kubernetesResources/nodes.yaml"))
         pods = yaml.safe_load(archive.read("kubernetesResources/systemPods.yaml"))
         assert nodes["kind"] == "NodeList" and pods["kind"] == "PodList"

@@ -124,8 +124,9 @@ def _secret_forms(value):
 def cluster_secrets(cluster):
     """Every secret of an emulated cluster: the secrets bundle and the client keys of its talosconfigs."""
     bundle = cluster.secrets
-    values = [bundle.cluster_secret, bundle.bootstrap_token, bundle.machine_token, bundle.secretbox_secret,
-              bundle.service_account_key_pem]
+    # The bootstrap token's secret part alone too: "<id>.<secret>", where the ID is no secret.
+    values = [bundle.cluster_secret, bundle.bootstrap_token, bundle.bootstrap_token.split(".")[-1], bundle.machine_token,
+              bundle.secretbox_secret, bundle.service_account_key_pem]
     values += [ca.key_pem for ca in (bundle.os_ca, bundle.etcd_ca, bundle.k8s_ca, bundle.k8s_aggregator_ca)]
     for role in ("admin", "operator", "reader"):
         with open(cluster.talosconfig_path(role)) as handle:

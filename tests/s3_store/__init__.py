@@ -78,8 +78,9 @@ def amazon_aws(python=sys.executable):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isdir(os.path.join(target, "ansible_collections", "amazon", "aws")):
             download = os.path.join(os.path.dirname(target), "wheels")
-            subprocess.run([python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "-d",
-                            download, requirement], check=True)
+            # Only the collection is taken from the wheel: whatever Python the ansible package asks for is no matter.
+            subprocess.run([python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                            "--only-binary", ":all:", "--python-version", "3.12", "-d", download, requirement], check=True)
             wheel = os.path.join(download, "%s-py3-none-any.whl" % requirement.replace("==", "-"))
             with zipfile.ZipFile(wheel) as archive:
                 members = [name for name in archive.namelist() if name.startswith("ansible_collections/amazon/aws/")]

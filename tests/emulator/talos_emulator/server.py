@@ -166,7 +166,16 @@ class NodeServer:
         if listener is None:
             return
         listener.close()
-        for protocol in list(listener.connections):
-            if protocol.transport is not None:
-                protocol.transport.abort()
-        await listener.wait_closed()
+        # From Python 3.12 the server waits for every connection to end, also one still in its TLS handshake when
+        # the node went down (not yet tracked here): those are aborted as they appear, and on 3.13 by asyncio itself.
+        closed = asyncio.ensure_future(listener.wait_closed())
+        while True:
+            for protocol in list(listener.connections):
+                if protocol.transport is not None:
+                    protocol.transport.abort()
+            abort_clients = getattr(listener._server, "abort_clients", None)  # grpclib's asyncio server
+            if abort_clients is not None:
+                abort_clients()
+            done, _pending = await asyncio.wait({closed}, timeout=0.5)
+            if done:
+                return closed.result()

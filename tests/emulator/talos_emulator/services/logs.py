@@ -34,6 +34,23 @@ def service_log(node, service_id):
     return lines
 
 
+# Logs machined writes of its own beside the services' (talosctl logs controller-runtime, dns-resolve-cache).
+_MACHINED_LOGS = ("controller-runtime", "dns-resolve-cache")
+
+
+def machined_log(node, log_id):
+    """The log of machined's controller runtime or DNS cache on this boot: one line a controller or resolver event."""
+    start = node.booted_at or 0
+    if log_id == "controller-runtime":
+        controllers = ("config.MachineTypeController", "etcd.SpecController", "k8s.NodenameController",
+                       "network.AddressStatusController")
+        events = ["controller starting %s" % name for name in controllers]
+        events.append("machine stage %s, boot id %s" % (node.stage, node.boot_id))
+    else:
+        events = ["dns cache listening on 127.0.0.53:53", "resolved %s.%s" % (node.hostname, "cluster.local")]
+    return ["%s %s: %s" % (_rfc3339(start + index / 1000.0), log_id, text) for index, text in enumerate(events)]
+
+
 def container_ids(node):
     """CRI container IDs as talosctl names them: ``<namespace>/<pod>:<container>``."""
     if not node.is_control_plane or not node.powered:
@@ -61,7 +78,9 @@ class LogRPCs:
         node = self.node
         if not request.namespace:
             raise GRPCError(Status.INVALID_ARGUMENT, "namespace can't be empty")
-        if request.namespace == "system" or request.id == "kubelet":
+        if request.namespace == "system" and request.id in _MACHINED_LOGS:
+            lines = machined_log(node, request.id)
+        elif request.namespace == "system" or request.id == "kubelet":
             if request.id not in node.services:
                 raise GRPCError(Status.UNKNOWN, "open /var/log/%s.log: no such file or directory" % request.id)
             lines = service_log(node, request.id)

@@ -474,6 +474,18 @@ def test_data_streams_are_assembled_in_order(cluster):
     assert again == b"".join(frame.bytes for frame in frames)
 
 
+def test_stopping_at_the_last_message_of_a_stream_the_server_ended_is_no_error(cluster):
+    controlplane = node_of(cluster, "controlplane")
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        frames = -(-len(client.read_bytes("machine.MachineService/EtcdSnapshot", node=controlplane.address)) // 1024)
+        for attempt in range(5):
+            seen = []
+            assert client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address,
+                                 on_message=lambda frame: seen.append(frame) or len(seen) == frames) is None
+            assert len(seen) == frames
+        assert client.call("machine.MachineService/Version", node=controlplane.address)[0].version.tag
+
+
 def test_a_callback_failure_is_raised_as_it_is(cluster):
     controlplane = node_of(cluster, "controlplane")
     seen = []
