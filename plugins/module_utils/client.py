@@ -23,14 +23,14 @@ try:
     from grpclib.exceptions import GRPCError, StreamTerminatedError
     from grpclib.protocol import H2Protocol
     from h2.exceptions import StreamClosedError
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     HAS_GRPCLIB = False
 else:
     HAS_GRPCLIB = True
 
 try:
     import yaml
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     yaml = None
 
 try:

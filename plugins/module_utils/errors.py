@@ -20,7 +20,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.node import labe
 
 try:
     from grpclib.const import Status
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     Status = None
 
 
@@ -55,7 +55,26 @@ class TalosError(Exception):
 
 
 class TalosConfigError(TalosError):
-    """The talosconfig file or the connection options are unusable."""
+    """Bad input: an option, the talosconfig file or the connection options are unusable."""
+
+
+class ActionFailed(TalosError):
+    """A step refused or failed, possibly after others ran: ``result`` is the task's result so far.
+
+    ``cause`` (a TalosError) gives the code, node and server message unless
+    ``code`` or ``node`` are given; its result keys win over ``result``'s.
+    """
+
+    def __init__(self, message, result=None, cause=None, code=None, node=None):
+        super(ActionFailed, self).__init__(message, code=code or getattr(cause, "code", None),
+                                           node=node or getattr(cause, "node", None),
+                                           server_message=getattr(cause, "server_message", None))
+        self.result = dict(result or {})
+
+    def to_result(self):
+        result = dict(self.result)
+        result.update(super(ActionFailed, self).to_result())
+        return result
 
 
 class TalosConnectionError(TalosError):

@@ -21,13 +21,15 @@ import os
 import re
 from urllib.parse import urlparse
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile, check_destination, ensure_mode
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
 
 MEMBER_LIST = "machine.MachineService/EtcdMemberList"
@@ -311,23 +313,18 @@ def _quorum_check(voters_after, statuses, member):
 
 # -- the quorum guard ----------------------------------------------------------
 
-class QuorumLossRefused(TalosError):
-    """The quorum guard refused to let a member go; ``findings`` are the guard's result keys.
+class QuorumLossRefused(ActionFailed):
+    """The quorum guard refused to let a member go; ``result`` holds the guard's findings (its result keys).
 
+    Its own class because a wait for the guard asks again after a refusal.
     ``reason`` says why etcd cannot spare the member now (members unhealthy, the
     list unreadable), which may pass; it is None for a refusal no wait changes
     (the last voting member's removal).
     """
 
     def __init__(self, message, findings, reason=None):
-        super(QuorumLossRefused, self).__init__(message)
-        self.findings = findings
+        super(QuorumLossRefused, self).__init__(message, findings)
         self.reason = reason
-
-    def to_result(self):
-        result = dict(self.findings)
-        result.update(super(QuorumLossRefused, self).to_result())
-        return result
 
 
 class QuorumGuard:
@@ -664,20 +661,6 @@ def read_info(client, nodes, warn=None):
     return {"members": list_members(client, answering[0]), "status": entries, "alarms": list_alarms(client, answering[0])}
 
 
-class MaintenanceFailed(TalosError):
-    """A maintenance step failed; ``result`` is the task's result so far (what ran before it)."""
-
-    def __init__(self, message, result, cause=None):
-        super(MaintenanceFailed, self).__init__(message, code=getattr(cause, "code", None), node=getattr(cause, "node", None),
-                                                server_message=getattr(cause, "server_message", None))
-        self.result = result
-
-    def to_result(self):
-        result = dict(self.result)
-        result.update(super(MaintenanceFailed, self).to_result())
-        return result
-
-
 def defragment_order(nodes, statuses):
     """The nodes to defragment in turn: one per member, the leader's last (it would lose leadership while busy)."""
     leader = leader_id(dict((node, status) for node, status in statuses.items()))
@@ -697,7 +680,7 @@ def maintain(client, nodes, defragment=False, min_free_ratio=0.0, disarm_alarms=
     Only members whose free ratio reaches ``min_free_ratio`` are defragmented;
     the alarms are disarmed only when there are some. In check mode the plan
     is made and nothing runs. Returns the task's result; a failed step raises
-    MaintenanceFailed with what ran before it (a defragmentation never starts
+    ActionFailed with what ran before it (a defragmentation never starts
     while another might still run).
     """
     result = {"changed": False, "defragmented": [], "members": [], "alarms": [], "alarms_disarmed": []}
@@ -705,9 +688,9 @@ def maintain(client, nodes, defragment=False, min_free_ratio=0.0, disarm_alarms=
         statuses = node_statuses(client, nodes)
         for node in nodes:
             if isinstance(statuses[node], TalosError):
-                raise MaintenanceFailed("Cannot defragment etcd: %s did not answer EtcdStatus (%s); nothing was "
-                                        "defragmented." % (talos_node.label(node), statuses[node].message.rstrip(".")),
-                                        result, statuses[node])
+                raise ActionFailed("Cannot defragment etcd: %s did not answer EtcdStatus (%s); nothing was "
+                                   "defragmented." % (talos_node.label(node), statuses[node].message.rstrip(".")),
+                                   result, statuses[node])
         order, leader = defragment_order(nodes, statuses)
         for node in order:
             status = statuses[node]
@@ -731,7 +714,7 @@ def maintain(client, nodes, defragment=False, min_free_ratio=0.0, disarm_alarms=
                 try:
                     items = client.call(ALARM_DISARM, node=nodes[0])
                 except TalosError as err:
-                    raise MaintenanceFailed("Disarming the etcd alarms failed: %s" % err.message, result, err)
+                    raise ActionFailed("Disarming the etcd alarms failed: %s" % err.message, result, err)
                 result["alarms_disarmed"] = [alarm_to_dict(alarm) for item in items for alarm in item.member_alarms
                                              if alarm.alarm != machine_pb2.EtcdMemberAlarm.NONE]
     return result
@@ -748,8 +731,8 @@ def _defragment(client, entry, result, progress):
         client.call(DEFRAGMENT, node=node)
     except TalosError as err:
         # The server may still be defragmenting: no other member is started.
-        raise MaintenanceFailed("Defragmenting etcd on %s failed: %s The members after it were not defragmented."
-                                % (talos_node.label(node), err.message), result, err)
+        raise ActionFailed("Defragmenting etcd on %s failed: %s The members after it were not defragmented."
+                           % (talos_node.label(node), err.message), result, err)
     entry["defragmented"] = True
     result["defragmented"].append(node)
     try:

@@ -30,7 +30,7 @@ import os
 from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, etcd_snapshot, lifecycle, node as talos_node, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import write_private
 
 # The etcd service state of a control plane whose data directory is empty: it waits to join a cluster or for
@@ -39,20 +39,6 @@ WAITING_STATE = "Preparing"
 # What the wipe of etcd resets on a control plane (talosctl reset --graceful=false --reboot
 # --system-labels-to-wipe=EPHEMERAL, as Talos's disaster recovery guide does it).
 WIPE_PLAN = lifecycle.reset_plan("system_disk", ["EPHEMERAL"], None, then_reboot=True)
-
-
-class RestoreFailed(TalosError):
-    """A restore refused or stopped; ``result`` is the task's result so far."""
-
-    def __init__(self, message, result, cause=None):
-        super(RestoreFailed, self).__init__(message, code=getattr(cause, "code", None), node=getattr(cause, "node", None),
-                                            server_message=getattr(cause, "server_message", None))
-        self.result = result
-
-    def to_result(self):
-        result = dict(self.result)
-        result.update(super(RestoreFailed, self).to_result())
-        return result
 
 
 def record_path(snapshot):
@@ -111,15 +97,15 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
     record = record or record_path(facts["path"])
     nodes = list(nodes)
     if bootstrap_node is not None and bootstrap_node not in nodes:
-        raise RestoreFailed("bootstrap_node %s is not one of the control planes in nodes (%s)." % (bootstrap_node, ", ".join(nodes)), {})
+        raise TalosConfigError("bootstrap_node %s is not one of the control planes in nodes (%s)." % (bootstrap_node, ", ".join(nodes)))
     surveyed = survey(client, nodes)
     result = {"changed": False, "snapshot": {key: facts[key] for key in ("path", "sha256", "revision", "size")},
               "bootstrap_node": None, "wiped": [], "joined": [], "left_out": [entry["node"] for entry in surveyed if not entry["reachable"]],
               "record": record, "members": [], "plan": []}
     reachable = [entry["node"] for entry in surveyed if entry["reachable"]]
     if not reachable:
-        raise RestoreFailed("Cannot restore etcd: no control plane in nodes answers (%s)."
-                            % "; ".join("%s: %s" % (entry["node"], entry["error"]) for entry in surveyed), result)
+        raise ActionFailed("Cannot restore etcd: no control plane in nodes answers (%s)."
+                           % "; ".join("%s: %s" % (entry["node"], entry["error"]) for entry in surveyed), result)
     for node in result["left_out"]:
         if warn:
             warn("%s does not answer and is left out of the restore; once it is back, wipe its EPHEMERAL volume "
@@ -129,10 +115,10 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
     leaders = [entry for entry in surveyed if entry["leader"]]
     restored = _restored_already(_read_record(record), facts, surveyed)
     if leaders and not restored and not allow_quorum:
-        raise RestoreFailed("Refusing to restore etcd: it still has quorum (%s answer with leader %s), and a restore "
-                            "rolls the whole cluster back to revision %d of the snapshot; set allow_quorum=true to wipe etcd "
-                            "on every control plane and restore anyway." % (
-                                ", ".join(entry["node"] for entry in leaders), leaders[0]["leader"], facts["revision"]), result)
+        raise ActionFailed("Refusing to restore etcd: it still has quorum (%s answer with leader %s), and a restore "
+                           "rolls the whole cluster back to revision %d of the snapshot; set allow_quorum=true to wipe etcd "
+                           "on every control plane and restore anyway." % (
+                               ", ".join(entry["node"] for entry in leaders), leaders[0]["leader"], facts["revision"]), result)
     others = [node for node in reachable if node != bootstrap_node]
     result["plan"] = _plan(restored, [entry["node"] for entry in surveyed if _holds_data(entry)], bootstrap_node, others,
                            facts["revision"])
@@ -215,9 +201,9 @@ def _listed(nodes):
 
 @contextmanager
 def _stopping(result, step, state):
-    """Turn a TalosError of ``step`` into RestoreFailed saying where the restore stopped and the cluster's state."""
+    """Turn a TalosError of ``step`` into ActionFailed saying where the restore stopped and the cluster's state."""
     try:
         yield
     except TalosError as error:
-        raise RestoreFailed("The etcd restore stopped while %s: %s; so far %s - run the restore again to continue."
-                            % (step, error.message.rstrip("."), state), dict(result), error)
+        raise ActionFailed("The etcd restore stopped while %s: %s; so far %s - run the restore again to continue."
+                           % (step, error.message.rstrip("."), state), result, error)

@@ -34,7 +34,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.files import Pri
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
 
 HASH_SIZE = 32

@@ -22,7 +22,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = state_pb2 = None
 
 SUBSETS = ("version", "hostname", "machine", "services", "etcd", "disks", "memory", "network", "mounts", "config")

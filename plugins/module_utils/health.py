@@ -27,7 +27,7 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     cluster_pb2 = state_pb2 = machine_pb2 = None
 
 HEALTH_CHECK = "cluster.ClusterService/HealthCheck"

@@ -38,7 +38,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import kubernetes_components as components
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import NodeImages
 from ansible_collections.talos_linux.talos.plugins.module_utils.kube_api import is_retryable
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_manifests import (
@@ -47,7 +47,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_manif
     manifest_secrets,
     read_manifests,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import (
     ConfigApplier,
     load_config,

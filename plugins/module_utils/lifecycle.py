@@ -7,9 +7,10 @@ Each action takes a client, the node and plain values, passes the etcd quorum
 guard (etcd.QuorumGuard) before the node goes down, sends its request unless in
 check mode, waits when given a ``wait_timeout`` (None: no wait; the wait's
 progress goes to ``progress``) and returns the task's result. What went wrong
-after the request was sent raises ActionFailed, which carries the result so
-far. The waits are in waits.py, what a node reports in node.py, installer
-images and the upgrade API choice in upgrade.py.
+after the request was sent raises errors.ActionFailed, which carries the result
+so far; bad input raises TalosConfigError. The waits are in waits.py, what a
+node reports in node.py, installer images in images.py and the upgrade API
+choice in upgrade.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import errors, etcd, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosUnimplementedError, format_seconds
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError, format_seconds,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import PULL_TIMEOUT
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
     CONTROL_PLANE_SERVICES,
@@ -72,30 +75,13 @@ QUORUM_POLL_SECONDS = 2.0
 FAILURE_CONTEXT_LINES = 5
 
 
-class ActionFailed(TalosError):
-    """An action was refused or did not end as expected; ``result`` is the task's result so far.
-
-    ``cause`` (a TalosError) gives the code, node and server message.
-    """
-
-    def __init__(self, message, result, cause=None):
-        super(ActionFailed, self).__init__(message, code=getattr(cause, "code", None), node=getattr(cause, "node", None),
-                                           server_message=getattr(cause, "server_message", None))
-        self.result = result
-
-    def to_result(self):
-        result = dict(self.result)
-        result.update(super(ActionFailed, self).to_result())
-        return result
-
-
 @contextmanager
 def _failing_as(what, result):
     """Turn a TalosError inside into ActionFailed("``what``: <its message>") with ``result``."""
     try:
         yield
     except TalosError as err:
-        raise ActionFailed("%s: %s" % (what, err.message), dict(result), err)
+        raise ActionFailed("%s: %s" % (what, err.message), result, err)
 
 
 def guard(client, node, action, force_quorum_loss=False, removal=False, quorum_wait_timeout=0, progress=None):
@@ -129,7 +115,7 @@ def guard(client, node, action, force_quorum_loss=False, removal=False, quorum_w
     except waits.WaitTimedOut:
         last = refusals[-1]
         raise etcd.QuorumLossRefused("%s The guard still refused after %s seconds of waiting (quorum_wait_timeout)."
-                                     % (last.message, format_seconds(quorum_wait_timeout)), last.findings, last.reason)
+                                     % (last.message, format_seconds(quorum_wait_timeout)), last.result, last.reason)
 
 
 def _actor_id(items):
@@ -280,7 +266,7 @@ def shutdown(client, node, force=False, force_quorum_loss=False, quorum_wait_tim
 # -- reset ---------------------------------------------------------------------
 
 def reset_plan(wipe_mode, labels, user_disks, then_reboot):
-    """What a reset wipes and how the node ends, from the module options; raises ValueError on bad input.
+    """What a reset wipes and how the node ends, from the module options; raises TalosConfigError on bad input.
 
     Returns ``{"system_disk", "labels", "user_disks", "partitions", "ends"}``:
     ``system_disk`` is True when the whole system disk is wiped, ``labels``
@@ -292,13 +278,13 @@ def reset_plan(wipe_mode, labels, user_disks, then_reboot):
     """
     labels = list(dict.fromkeys(str(name).strip() for name in labels or []))
     if wipe_mode == "system_disk" and user_disks:
-        raise ValueError("user_disks_to_wipe cannot be used with wipe_mode: system_disk, which wipes only the system "
-                         "disk; use wipe_mode: all or user_disks to wipe user disks.")
+        raise TalosConfigError("user_disks_to_wipe cannot be used with wipe_mode: system_disk, which wipes only the system "
+                               "disk; use wipe_mode: all or user_disks to wipe user disks.")
     if wipe_mode == "user_disks" and labels:
-        raise ValueError("system_labels_to_wipe cannot be used with wipe_mode: user_disks, which leaves the system disk "
-                         "alone; use wipe_mode: all or system_disk to wipe system volumes.")
+        raise TalosConfigError("system_labels_to_wipe cannot be used with wipe_mode: user_disks, which leaves the system disk "
+                               "alone; use wipe_mode: all or system_disk to wipe system volumes.")
     if wipe_mode == "user_disks" and not user_disks:
-        raise ValueError("wipe_mode: user_disks needs the devices to wipe in user_disks_to_wipe, for example [/dev/sdb].")
+        raise TalosConfigError("wipe_mode: user_disks needs the devices to wipe in user_disks_to_wipe, for example [/dev/sdb].")
     system_disk = wipe_mode != "user_disks" and not labels
     return _with_ending({
         "system_disk": system_disk,
@@ -362,19 +348,19 @@ def _backing_volume(specs, volume_id):
 
 
 def resolve_labels(plan, volumes, node):
-    """``plan`` with its labels spelled as ``node`` names its volumes (``wipeable_volumes``); raises ValueError
+    """``plan`` with its labels spelled as ``node`` names its volumes (``wipeable_volumes``); raises TalosConfigError
     naming the volumes it has when a label is none of them, or names a directory without the volume it is on."""
     by_name = dict((volume_id.lower(), volume_id) for volume_id in volumes)
     resolved = [by_name.get(name.lower()) for name in plan["partitions"]]
     unknown = [name for name, volume_id in zip(plan["partitions"], resolved) if volume_id is None]
     if unknown:
-        raise ValueError("system_labels_to_wipe names %s, which %s does not have; its volumes are %s."
-                         % (", ".join(unknown), label(node), _describe_volumes(volumes)))
+        raise TalosConfigError("system_labels_to_wipe names %s, which %s does not have; its volumes are %s."
+                               % (", ".join(unknown), label(node), _describe_volumes(volumes)))
     for volume_id in resolved:
         backing = volumes[volume_id]
         if backing is not None and backing not in resolved:
-            raise ValueError("system_labels_to_wipe names %s, which resides on %s of %s and is wiped only together with "
-                             "it; add %s to system_labels_to_wipe." % (volume_id, backing, label(node), backing))
+            raise TalosConfigError("system_labels_to_wipe names %s, which resides on %s of %s and is wiped only together with "
+                                   "it; add %s to system_labels_to_wipe." % (volume_id, backing, label(node), backing))
     return dict(plan, labels=sorted(resolved), partitions=resolved)
 
 
@@ -423,10 +409,7 @@ def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=
 
     volumes = wipeable_volumes(client, node) if plan["partitions"] else None
     if volumes is not None:
-        try:
-            plan = resolve_labels(plan, volumes, node)
-        except ValueError as err:
-            raise ActionFailed(str(err), result)
+        plan = resolve_labels(plan, volumes, node)
         result["wiped"]["labels"] = plan["labels"]
     result.update(guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful,
                         quorum_wait_timeout=quorum_wait_timeout, progress=progress))

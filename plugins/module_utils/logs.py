@@ -18,7 +18,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     common_pb2 = machine_pb2 = None
 
 SYSTEM_NAMESPACE = "system"

@@ -32,7 +32,7 @@ import re
 try:
     import yaml
     HAS_YAML = True
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     HAS_YAML = False
 
 try:

@@ -30,7 +30,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
 
 # Go's os.FileMode bits, which FileInfo.mode carries (upstream api/machine/machine.proto: "the bitmap of UNIX

@@ -21,7 +21,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.waits import See
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     resource_pb2 = state_pb2 = None
 
 DEFINITIONS_TYPE = "ResourceDefinitions.meta.cosi.dev"

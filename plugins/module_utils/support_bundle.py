@@ -30,11 +30,11 @@ import zipfile
 
 try:
     import yaml
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     yaml = None
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.logs import LineCollector
@@ -46,7 +46,7 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.inspect import inspect_pb2
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     common_pb2 = state_pb2 = inspect_pb2 = machine_pb2 = None
 
 # What each node's part holds, in collection order (the names the result and support-bundle.yaml use).
@@ -395,7 +395,7 @@ class SupportBundle:
 
 
 def age_recipients(recipients):
-    """The pyrage recipients of ``recipients`` (age ``age1...`` or SSH public keys); TalosError naming a bad one."""
+    """The pyrage recipients of ``recipients`` (age ``age1...`` or SSH public keys); TalosConfigError naming a bad one."""
     import pyrage
     parsed = []
     for text in recipients:
@@ -405,7 +405,7 @@ def age_recipients(recipients):
                 raise ValueError("not an age (age1...) or SSH public key")
             parsed.append(getattr(pyrage, kind).Recipient.from_str(text.strip()))
         except (ValueError, pyrage.RecipientError) as error:
-            raise TalosError("encryption_recipients holds %r, which is not a recipient age accepts (%s)." % (text, error))
+            raise TalosConfigError("encryption_recipients holds %r, which is not a recipient age accepts (%s)." % (text, error))
     return parsed
 
 

@@ -18,8 +18,10 @@ import ssl
 
 try:
     import yaml
-except ImportError:  # reported by TalosModule through missing_required_lib
+except ImportError:  # reported by task.execute through missing_required_lib
     yaml = None
+
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import private_temp_file
@@ -32,8 +34,21 @@ IN_POD_TALOSCONFIG = "/var/run/secrets/talos.dev/config"
 # cryptography refuse; the bytes inside are standard PKCS#8.
 _TALOS_KEY_LABEL = re.compile(r"-----(BEGIN|END) ED25519 PRIVATE KEY-----")
 
-# The connection options a module accepts (see task.CONNECTION_ARGUMENT_SPEC).
-CONNECTION_OPTIONS = ("talosconfig", "context", "endpoints", "node", "nodes", "ca", "crt", "key", "insecure", "timeout")
+# The connection options (doc fragment talos_linux.talos.connection): TaskSpec adds them to a module's argument
+# spec, the inventory plugin reads the same names, and ConnectionSettings.from_params resolves them.
+CONNECTION_ARGUMENT_SPEC = dict(
+    talosconfig=dict(type="path", fallback=(env_fallback, ["TALOSCONFIG"])),
+    context=dict(type="str"),
+    endpoints=dict(type="list", elements="str"),
+    node=dict(type="str"),
+    nodes=dict(type="list", elements="str"),
+    ca=dict(type="str", no_log=True),
+    crt=dict(type="str", no_log=True),
+    key=dict(type="str", no_log=True),
+    insecure=dict(type="bool", default=False),
+    timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+)
+CONNECTION_OPTIONS = tuple(CONNECTION_ARGUMENT_SPEC)
 
 
 def default_talosconfig_paths(environ=None):

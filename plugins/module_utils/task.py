@@ -24,22 +24,10 @@ import importlib
 import importlib.util
 import traceback
 
-from ansible.module_utils.basic import env_fallback, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, nodes_failed_message, outcomes_by_node
-
-CONNECTION_ARGUMENT_SPEC = dict(
-    talosconfig=dict(type="path", fallback=(env_fallback, ["TALOSCONFIG"])),
-    context=dict(type="str"),
-    endpoints=dict(type="list", elements="str"),
-    node=dict(type="str"),
-    nodes=dict(type="list", elements="str"),
-    ca=dict(type="str", no_log=True),
-    crt=dict(type="str", no_log=True),
-    key=dict(type="str", no_log=True),
-    insecure=dict(type="bool", default=False),
-    timeout=dict(type="int", default=60),
-)
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_ARGUMENT_SPEC, ConnectionSettings
 
 CONNECTION_MUTUALLY_EXCLUSIVE = [("node", "nodes")]
 
@@ -187,7 +175,6 @@ class Task:
     def settings(self):
         """ConnectionSettings from the connection options (raises TalosConfigError)."""
         if self._settings is None:
-            from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
             self._settings = ConnectionSettings.from_params(self.params)
         return self._settings
 

@@ -206,10 +206,7 @@ def run(task):
         raise TaskFailed("installer_version and installer_image pull an installer: they go with state=present only.")
     if installer:
         # The target as talos_upgrade checks it, before anything is pulled.
-        try:
-            image, target = upgrade.resolve_target(params["installer_image"], params["installer_version"])
-        except ValueError as err:
-            raise TaskFailed(str(err))
+        image, target = upgrade.resolve_target(params["installer_image"], params["installer_version"])
     nodes = task.target_nodes
     namespace = params["namespace"] or ("system" if installer else "cri")
     store = images.NodeImages(task.client, namespace, params["max_concurrency"], progress=task.progress)

@@ -328,6 +328,7 @@ deprecated_apis:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import kube_api, kubernetes_manifests
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgrade import (
     IMAGE_OPTIONS,
@@ -335,7 +336,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgra
     requested_repositories,
     requested_versions,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import CLIENT_LIBRARIES, TaskSpec

@@ -196,7 +196,7 @@ actor_id:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -214,11 +214,8 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
-    try:
-        plan = lifecycle.reset_plan(params["wipe_mode"], params["system_labels_to_wipe"], params["user_disks_to_wipe"],
-                                    params["reboot"])
-    except ValueError as err:
-        raise TaskFailed(str(err))
+    plan = lifecycle.reset_plan(params["wipe_mode"], params["system_labels_to_wipe"], params["user_disks_to_wipe"],
+                                params["reboot"])
     node = task.single_node("resets one node per task")
     return lifecycle.reset(task.client, node, plan, params["wipe_mode"], graceful=params["graceful"],
                            force_quorum_loss=params["force_quorum_loss"],

@@ -286,7 +286,7 @@ nodes:
 from ansible_collections.talos_linux.talos.plugins.module_utils import images, lifecycle, upgrade
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import label, normalize_version
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -314,11 +314,8 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
-    try:
-        image, target = upgrade.resolve_target(params["image"], params["version"])
-        api = upgrade.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
-    except ValueError as err:
-        raise TaskFailed(str(err))
+    image, target = upgrade.resolve_target(params["image"], params["version"])
+    api = upgrade.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
 
     def upgrade_node(client, node):
         # The node's own installer unless an option names one; its config's installer reference is read before

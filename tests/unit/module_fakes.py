@@ -2,7 +2,25 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A Task with a fake client, for unit tests of a module's run()."""
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, TaskFailed
+
+
+def spec_params(spec, **options):
+    """The params a module's ``run`` sees for ``options``, validated by the module's own TaskSpec ``spec``.
+
+    Ansible's argument spec validation fills the defaults and converts the
+    types, and the TaskSpec's own bounds are checked, as both doors do: an
+    option the module does not have, or a value it refuses, fails the test
+    instead of reaching ``run``.
+    """
+    validated = ArgumentSpecValidator(spec.argument_spec, **spec.rules).validate(options)
+    assert not validated.error_messages, validated.error_messages
+    params = validated.validated_parameters
+    problem = spec.problem(params)
+    assert problem is None, problem
+    return params
 
 
 class FakeTask(Task):
@@ -26,8 +44,9 @@ class FakeTask(Task):
 def run_module(run, client, defaults, **options):
     """Run a module's ``run`` with a FakeTask: ``(succeeded, result, task)``.
 
-    A TaskFailed's result carries ``msg`` (and ``failed``), as the doors report it;
-    a TalosError propagates; ``warnings`` holds the task's warnings.
+    ``defaults`` are the params before ``options``. A TaskFailed's result
+    carries ``msg`` (and ``failed``), as the doors report it; a TalosError
+    propagates; ``warnings`` holds the task's warnings.
     """
     task = FakeTask(client, defaults, **options)
     try:
@@ -39,3 +58,13 @@ def run_module(run, client, defaults, **options):
     if task.warnings:
         result["warnings"] = list(task.warnings)
     return succeeded, result, task
+
+
+def run_task(module, client, targets=None, check_mode=False, diff=False, **options):
+    """Run ``module``'s ``run`` with ``options`` validated by its real ``SPEC`` (spec_params): ``(succeeded, result, task)``.
+
+    ``targets`` are the task's target nodes (default: the client's); an
+    option given as None is left out, as a task that does not set it.
+    """
+    params = spec_params(module.SPEC, **dict((name, value) for name, value in options.items() if value is not None))
+    return run_module(module.run, client, params, nodes=targets, check_mode=check_mode, diff=diff)

@@ -12,8 +12,9 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import errors
+from ansible_collections.talos_linux.talos.plugins.module_utils import errors, etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    ActionFailed,
     TalosApiError,
     TalosConnectionError,
     TalosNodeError,
@@ -226,6 +227,23 @@ def test_node_error_uses_the_status_code_when_present():
 def test_to_result_has_only_set_fields():
     assert errors.TalosConfigError("bad").to_result() == {}
     assert errors.TalosApiError("x", code="NotFound", node="n").to_result() == {"code": "NotFound", "node": "n"}
+
+
+def test_action_failed_carries_the_result_so_far_and_its_causes_code_and_node():
+    result = {"changed": True, "done": ["10.5.0.2"]}
+    cause = TalosApiError("x", code="Unknown", node="10.5.0.3", server_message="boom")
+    failure = ActionFailed("The step on node 10.5.0.3 failed.", result, cause)
+    # The result as it was when the step failed, whatever the caller does with its dict afterwards.
+    result["changed"] = False
+    assert failure.to_result() == {"changed": True, "done": ["10.5.0.2"], "code": "Unknown", "node": "10.5.0.3",
+                                   "server_message": "boom"}
+    assert failure.message == "The step on node 10.5.0.3 failed."
+    # Without a cause the failure names what it is given, and only that.
+    assert ActionFailed("Refused.", {"changed": False}, node="10.5.0.4").to_result() == {"changed": False, "node": "10.5.0.4"}
+    assert ActionFailed("Refused.").to_result() == {}
+    # The quorum guard's refusal is the same carrier, with the guard's findings as its result.
+    refusal = etcd.QuorumLossRefused("Refusing.", {"etcd_gate_open": False}, reason="members unhealthy")
+    assert isinstance(refusal, ActionFailed) and refusal.to_result() == {"etcd_gate_open": False}
 
 
 def test_a_node_whose_certificate_the_endpoint_does_not_trust_is_a_final_tls_error_not_an_unreachable_one():

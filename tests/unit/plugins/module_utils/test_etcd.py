@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    ActionFailed,
     TalosConnectionError,
     TalosError,
     TalosUnimplementedError,
@@ -283,7 +284,7 @@ def test_the_guard_names_the_member_an_alarm_names_not_every_member_listing_it()
         "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting members and need 2 of them healthy "
         "for quorum, but only 1 member other than cp-1 is healthy (not healthy: cp-2 - memberID:2 alarm:NOSPACE); fix the "
         "unhealthy members first, or set force_quorum_loss: true to go ahead anyway.")
-    assert refused.findings["quorum"]["unhealthy"] == ["cp-2"]
+    assert refused.result["quorum"]["unhealthy"] == ["cp-2"]
     # cp-2 itself may go: cp-1 and cp-3 are healthy although their statuses list its alarm.
     client.answer(HOSTNAME, [machine_pb2.Hostname(hostname="cp-2")])
     assert let_go(client, "10.5.0.2")["etcd_gate_open"] is True
@@ -292,7 +293,7 @@ def test_the_guard_names_the_member_an_alarm_names_not_every_member_listing_it()
 def test_a_removal_uses_the_removal_arithmetic():
     # Removing cp-1 from three leaves two voters that both must be healthy.
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": False})
-    assert refusal(client, removal=True).findings["quorum"]["voters_after"] == 2
+    assert refusal(client, removal=True).result["quorum"]["voters_after"] == 2
     # Removing the unhealthy member itself is safe.
     client.answer(HOSTNAME, [machine_pb2.Hostname(hostname="cp-3")])
     assert let_go(client, "10.5.0.3", removal=True)["etcd_gate_open"] is True
@@ -421,7 +422,7 @@ def test_defragment_only_members_with_enough_free_space_and_nothing_in_check_mod
 def test_defragment_stops_at_a_failure_and_needs_every_status_first():
     fake = etcd_cluster()
     fake.answer(etcd.DEFRAGMENT, fails_with("DeadlineExceeded", "context deadline exceeded"), node=CP2)
-    with pytest.raises(etcd.MaintenanceFailed) as raised:
+    with pytest.raises(ActionFailed) as raised:
         etcd.maintain(fake, [CP2, CP3, CP1], defragment=True)
     assert raised.value.message.startswith("Defragmenting etcd on node %s failed: " % CP2)
     assert raised.value.message.endswith("The members after it were not defragmented.")
@@ -429,7 +430,7 @@ def test_defragment_stops_at_a_failure_and_needs_every_status_first():
     assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP2]
 
     down = etcd_cluster(**{CP3: fails_with("Unavailable", "connection refused")})
-    with pytest.raises(etcd.MaintenanceFailed, match="^Cannot defragment etcd: node 10.5.0.3 did not answer EtcdStatus"):
+    with pytest.raises(ActionFailed, match="^Cannot defragment etcd: node 10.5.0.3 did not answer EtcdStatus"):
         etcd.maintain(down, [CP1, CP2, CP3], defragment=True)
     assert down.calls_to(etcd.DEFRAGMENT) == []
 

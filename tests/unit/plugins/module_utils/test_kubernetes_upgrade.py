@@ -12,10 +12,9 @@ import yaml
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import kubernetes_components as components
 from ansible_collections.talos_linux.talos.plugins.module_utils import kubernetes_upgrade
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kube_api import KubernetesAPIError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgrade import KubernetesUpgrade
-from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
@@ -423,13 +422,12 @@ def test_check_mode_validates_and_writes_nothing():
      r"^kubernetes_endpoint '10.5.0.2:6443' is not the URL of a Kubernetes API server such as https://10.5.0.2:6443\.$"),
 ])
 def test_the_module_checks_what_needs_no_node_before_any_call(options, message):
-    from module_fakes import run_module
+    from module_fakes import run_task
     from ansible_collections.talos_linux.talos.plugins.modules import talos_kubernetes_upgrade
 
-    defaults = dict((name, spec.get("default")) for name, spec in talos_kubernetes_upgrade.SPEC.argument_spec.items())
     client = FakeTalos()
     with pytest.raises(TalosConfigError, match=message):
-        run_module(talos_kubernetes_upgrade.run, client, defaults, **options)
+        run_task(talos_kubernetes_upgrade, client, **options)
     assert client.calls == []
 
 

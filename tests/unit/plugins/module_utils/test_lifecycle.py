@@ -14,7 +14,9 @@ import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    ActionFailed,
     TalosApiError,
+    TalosConfigError,
     TalosConnectionError,
     TalosError,
     TalosTimeoutError,
@@ -76,7 +78,7 @@ def test_a_wait_that_fails_after_the_request_keeps_the_result(monkeypatch):
         raise TalosTimeoutError("Timed out after 5 seconds waiting for node 10.5.0.9 to reboot.", code="DeadlineExceeded")
 
     monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", never_back)
-    with pytest.raises(lifecycle.ActionFailed) as raised:
+    with pytest.raises(ActionFailed) as raised:
         lifecycle.reboot(client, "10.5.0.9", wait_timeout=5)
     assert raised.value.message == ("The reboot of node 10.5.0.9 was requested but the node is not back as expected: "
                                     "Timed out after 5 seconds waiting for node 10.5.0.9 to reboot.")
@@ -93,7 +95,7 @@ def test_force_mode_needs_talos_v1_12():
 
 def test_a_refused_rollback_changed_nothing():
     client = node_client(Rollback=TalosApiError("cannot rollback to \"B\", label does not exist", code="Unknown"))
-    with pytest.raises(lifecycle.ActionFailed) as raised:
+    with pytest.raises(ActionFailed) as raised:
         lifecycle.rollback(client, "10.5.0.9")
     assert raised.value.message.startswith("Node 10.5.0.9 cannot roll back from v1.14.0: cannot rollback")
     assert raised.value.to_result()["changed"] is False and raised.value.code == "Unknown"
@@ -120,7 +122,7 @@ def test_reset_plan(mode, labels, disks, reboot, expected):
     ("user_disks", [], [], "wipe_mode: user_disks needs the devices to wipe"),
 ])
 def test_reset_plan_refusals(mode, labels, disks, message):
-    with pytest.raises(ValueError, match="^" + re.escape(message)):
+    with pytest.raises(TalosConfigError, match="^" + re.escape(message)):
         lifecycle.reset_plan(mode, labels, disks, False)
 
 
@@ -159,12 +161,12 @@ def test_labels_are_resolved_against_the_nodes_volumes():
                                     volumes, "10.5.0.9")
     assert plan["partitions"] == ["STATE", "u-data", "ETCD", "EPHEMERAL"]
     assert plan["labels"] == ["EPHEMERAL", "ETCD", "STATE", "u-data"] and plan["ends"] == "maintenance"
-    with pytest.raises(ValueError) as unknown:
+    with pytest.raises(TalosConfigError) as unknown:
         lifecycle.resolve_labels(lifecycle.reset_plan("all", ["EFI", "STATE"], [], False), volumes, "10.5.0.9")
     assert str(unknown.value) == (
         "system_labels_to_wipe names EFI, which node 10.5.0.9 does not have; its volumes are EPHEMERAL, META, STATE, "
         "u-data (and, together with EPHEMERAL: /var/lib, /var/run, ETCD).")
-    with pytest.raises(ValueError, match="names ETCD, which resides on EPHEMERAL of node 10.5.0.9 and is wiped only together"):
+    with pytest.raises(TalosConfigError, match="names ETCD, which resides on EPHEMERAL of node 10.5.0.9 and is wiped only together"):
         lifecycle.resolve_labels(lifecycle.reset_plan("all", ["ETCD"], [], False), volumes, "10.5.0.9")
 
 
@@ -266,7 +268,7 @@ class Recorder:
         with self.lock:
             self.acting.discard(node)
         if node in self.fail:
-            raise lifecycle.ActionFailed("The reboot of node %s failed." % node, {"changed": True}, TalosApiError("x", code="Unknown"))
+            raise ActionFailed("The reboot of node %s failed." % node, {"changed": True}, TalosApiError("x", code="Unknown"))
         return {"changed": node in self.changed, "node_was": node}
 
 
@@ -288,13 +290,13 @@ def test_one_node_runs_on_the_tasks_client_and_its_failure_is_its_own():
     assert lifecycle.on_nodes(client, ["10.5.0.5"], act, max_concurrency=32) == {
         "changed": True, "node_was": "10.5.0.5", "nodes": {"10.5.0.5": {"changed": True, "node_was": "10.5.0.5"}}}
     assert act.clients == [client] and client.calls == []
-    with pytest.raises(lifecycle.ActionFailed, match="^The reboot of node 10.5.0.5 failed.$"):
+    with pytest.raises(ActionFailed, match="^The reboot of node 10.5.0.5 failed.$"):
         lifecycle.on_nodes(client, ["10.5.0.5"], Recorder(fail=["10.5.0.5"]), max_concurrency=32)
 
 
 def test_a_failed_node_fails_the_task_after_the_others_with_every_result():
     client = typed_nodes(**{"10_5_0_5": "worker", "10_5_0_6": "worker", "10_5_0_7": "worker"})
-    with pytest.raises(lifecycle.ActionFailed) as failed:
+    with pytest.raises(ActionFailed) as failed:
         lifecycle.on_nodes(client, client.nodes, Recorder(fail=["10.5.0.6", "10.5.0.7"]), max_concurrency=2)
     assert failed.value.message == "2 of 3 nodes failed (10.5.0.6, 10.5.0.7): The reboot of node 10.5.0.6 failed."
     result = failed.value.to_result()
@@ -318,7 +320,7 @@ def test_control_planes_go_one_at_a_time_and_workers_beside_them():
 def test_without_wait_a_second_control_plane_is_refused():
     client = typed_nodes(**{"10_5_0_2": "controlplane", "10_5_0_3": "controlplane", "10_5_0_5": "worker"})
     act = Recorder(changed=client.nodes)
-    with pytest.raises(lifecycle.ActionFailed) as failed:
+    with pytest.raises(ActionFailed) as failed:
         lifecycle.on_nodes(client, client.nodes, act, max_concurrency=3, waited=False)
     nodes = failed.value.to_result()["nodes"]
     (refused,) = [node for node, result in nodes.items() if result.get("failed")]

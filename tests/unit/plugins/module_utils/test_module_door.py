@@ -16,8 +16,8 @@ from ansible.module_utils import basic
 from ansible_collections.talos_linux.talos.plugins.module_utils import client as client_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosApiError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module as run_as_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_ARGUMENT_SPEC
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import (
-    CONNECTION_ARGUMENT_SPEC,
     WAIT_ARGUMENT_SPEC,
     Task,
     TaskFailed,

@@ -14,7 +14,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import Ta
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
 from fake_talos import FakeTalos, fails_with
-from module_fakes import run_module
+from module_fakes import run_task
 
 Mode = machine_pb2.ApplyConfigurationRequest.Mode
 
@@ -101,12 +101,10 @@ def waits(monkeypatch):
     return seen
 
 
-DEFAULTS = dict(config=CONFIG, config_file=None, config_patches=None, mode="auto", try_timeout=60,
-                show_secrets=False, insecure=False, wait=True, wait_timeout=30)
-
-
 def run(client, nodes=("10.5.0.3",), **kwargs):
-    return run_module(talos_apply_config.run, client, DEFAULTS, nodes=nodes, **kwargs)
+    options = dict(config=CONFIG, wait_timeout=30)
+    options.update(kwargs)
+    return run_task(talos_apply_config, client, targets=nodes, **options)
 
 
 class TestDecision:

@@ -12,7 +12,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import Ta
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_bootstrap
 from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
-from module_fakes import run_module
+from module_fakes import run_task
 
 SERVICE_LIST = "machine.MachineService/ServiceList"
 MEMBER_LIST = "machine.MachineService/EtcdMemberList"
@@ -54,11 +54,10 @@ def called(client):
     return [name for name in client.names() if name != "Get"]
 
 
-DEFAULTS = dict(recover_from=None, recover_skip_hash_check=False, wait=False, wait_timeout=5)
-
-
 def run(client, **params):
-    return run_module(talos_bootstrap.run, client, DEFAULTS, **params)[:2]
+    options = dict(wait=False, wait_timeout=5)
+    options.update(params)
+    return run_task(talos_bootstrap, client, **options)[:2]
 
 
 def test_bootstraps_with_retries_on_not_ready_answers():

@@ -14,14 +14,13 @@ import yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.modules import talos_client_config
-from module_fakes import run_module
-
-DEFAULTS = dict(dest=None, secrets=None, cluster_name="prod", endpoints=["10.5.0.2"], nodes=[], roles=["os:admin"],
-                ttl="8760h", renew_before="720h")
+from module_fakes import run_task
 
 
 def run(check_mode=False, **params):
-    return run_module(talos_client_config.run, None, DEFAULTS, nodes=[None], check_mode=check_mode, **params)
+    options = dict(cluster_name="prod", endpoints=["10.5.0.2"])
+    options.update(params)
+    return run_task(talos_client_config, None, check_mode=check_mode, **options)
 
 
 @pytest.fixture(scope="module")

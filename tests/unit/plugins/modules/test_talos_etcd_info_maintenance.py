@@ -10,7 +10,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_info, talos_etcd_maintenance
 from fake_talos import FakeTalos
-from module_fakes import run_module
+from module_fakes import run_task
 
 NODE = "10.5.0.2"
 
@@ -27,7 +27,7 @@ def one_control_plane(db_size=2000, in_use=500):
 
 def test_info_reads_and_changes_nothing():
     fake = one_control_plane()
-    ok, result, _task = run_module(talos_etcd_info.run, fake, dict(timeout=60))
+    ok, result, _task = run_task(talos_etcd_info, fake)
     assert ok and result["changed"] is False
     assert result["members"][0]["hostname"] == "cp-1" and result["status"][0]["db_size"] == 2000 and result["alarms"] == []
     assert fake.names() == ["EtcdStatus", "EtcdMemberList", "EtcdAlarmList"]
@@ -35,11 +35,9 @@ def test_info_reads_and_changes_nothing():
 
 def test_maintenance_defragments_and_warns_when_asked_nothing():
     fake = one_control_plane()
-    defaults = dict(defragment=False, defragment_min_free_ratio=0.0, disarm_alarms=False, timeout=60)
-    ok, result, task = run_module(talos_etcd_maintenance.run, fake, defaults, defragment=True)
+    ok, result, task = run_task(talos_etcd_maintenance, fake, defragment=True)
     assert ok and result["changed"] is True and result["defragmented"] == [NODE]
-    ok, result, task = run_module(talos_etcd_maintenance.run, fake, defaults)
+    ok, result, task = run_task(talos_etcd_maintenance, fake)
     assert ok and result["changed"] is False and task.warnings == ["Neither defragment nor disarm_alarms is set: nothing to do."]
-    ok, result, task = run_module(talos_etcd_maintenance.run, fake, defaults, defragment=True, check_mode=True,
-                                  defragment_min_free_ratio=0.8)
+    ok, result, task = run_task(talos_etcd_maintenance, fake, defragment=True, check_mode=True, defragment_min_free_ratio=0.8)
     assert ok and result["changed"] is False and len(fake.calls_to(etcd.DEFRAGMENT)) == 1

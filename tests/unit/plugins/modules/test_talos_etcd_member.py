@@ -13,7 +13,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import Ta
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
 from fake_talos import FakeTalos
-from module_fakes import run_module
+from module_fakes import run_task
 
 HOSTNAME = "machine.MachineService/Hostname"
 
@@ -81,13 +81,11 @@ class Cluster:
         return [m["hostname"] for m in self.members]
 
 
-DEFAULTS = dict(member=None, member_id=None, state="present", method="auto", force_quorum_loss=False, forfeit_leadership=False,
-                snapshot=None, wait=False, wait_timeout=5, timeout=5)
-
-
 def run(cluster, **params):
     try:
-        succeeded, result, module = run_module(talos_etcd_member.run, cluster.client, DEFAULTS, **params)
+        options = dict(wait=False, wait_timeout=5, timeout=5)
+        options.update(params)
+        succeeded, result, module = run_task(talos_etcd_member, cluster.client, **options)
     finally:
         # The health probes ask every member at once, bounded by the timeout option.
         assert all((call.via, call.kwargs["deadline"]) == ("call_many", 5) for call in cluster.client.calls_to(etcd.STATUS))

@@ -16,7 +16,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
 from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
-from module_fakes import run_module
+from module_fakes import run_task
 
 CONFIG_TEXT = "version: v1alpha1\nmachine:\n  type: %s\n  token: abcdef.0123456789abcdef\ncluster:\n  secret: c2VjcmV0\n"
 MACHINE_CONFIGS = "MachineConfigs.config.talos.dev"
@@ -94,11 +94,8 @@ CP = "10.5.0.2"
 WORKER = "10.5.0.3"
 
 
-DEFAULTS = dict(gather_subset=["all"], resources=[], fail_on_node_error=False, insecure=False, max_concurrency=32)
-
-
 def run(client, nodes, **params):
-    return run_module(talos_facts.run, client, DEFAULTS, nodes=nodes, **params)[:2]
+    return run_task(talos_facts, client, targets=nodes, **params)[:2]
 
 
 class TestSubsets:

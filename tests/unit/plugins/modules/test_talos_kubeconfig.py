@@ -16,7 +16,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import Ta
 from ansible_collections.talos_linux.talos.plugins.modules import talos_kubeconfig
 from fake_talos import FakeTalos
 from kubeconfig_samples import archive, certificate, kubeconfig
-from module_fakes import run_module
+from module_fakes import run_task
 
 KUBECONFIG = "machine.MachineService/Kubeconfig"
 
@@ -27,11 +27,8 @@ def node_with(ca="Q0EK"):
                                                 node="10.5.0.2")
 
 
-DEFAULTS = dict(dest=None, server=None, context_name=None, cluster_name=None)
-
-
 def run(client, **params):
-    return run_module(talos_kubeconfig.run, client, DEFAULTS, **params)[:2]
+    return run_task(talos_kubeconfig, client, **params)[:2]
 
 
 def test_writes_0600_then_is_idempotent(tmp_path):

@@ -11,16 +11,13 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import Ta
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle, random_secret
 from ansible_collections.talos_linux.talos.plugins.modules import talos_machine_config
 
-from module_fakes import run_module
-
-DEFAULTS = dict(secrets=None, machine_type="controlplane", cluster_name="c", cluster_endpoint="https://10.5.0.2:6443",
-                talos_version="v1.14.1", kubernetes_version=None, install_disk="/dev/sda", install_image=None,
-                install_home=None, additional_sans=[], config_patches=[], with_docs=False, with_examples=False,
-                dest=None)
+from module_fakes import run_task
 
 
 def run(check_mode=False, **params):
-    return run_module(talos_machine_config.run, None, DEFAULTS, nodes=[None], check_mode=check_mode, **params)
+    options = dict(machine_type="controlplane", cluster_name="c", cluster_endpoint="https://10.5.0.2:6443")
+    options.update(params)
+    return run_task(talos_machine_config, None, check_mode=check_mode, **options)
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,11 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import Ta
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.modules import talos_machine_secrets
 
-from module_fakes import run_module
-
-DEFAULTS = dict(path=None, talos_version="v1.14", state="present", from_controlplane_config=None, mode="0600")
+from module_fakes import run_task
 
 
 def run(check_mode=False, **params):
-    return run_module(talos_machine_secrets.run, None, DEFAULTS, nodes=[None], check_mode=check_mode, **params)
+    return run_task(talos_machine_secrets, None, check_mode=check_mode, **params)
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import node as t
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
-from fake_talos import FakeTalos
-from module_fakes import run_module
+from fake_talos import FakeTalos, fails_with
+from module_fakes import run_task
 
 SERVICE_LIST = "machine.MachineService/ServiceList"
 # Each control call and the state it leaves the service in.
@@ -40,11 +40,10 @@ def node_with(services, nodes=("10.5.0.3",)):
     return client
 
 
-DEFAULTS = dict(name=None, state=None, wait=False, wait_timeout=5)
-
-
 def run(client, **params):
-    return run_module(talos_service.run, client, DEFAULTS, **params)[:2]
+    options = dict(wait=False, wait_timeout=5)
+    options.update(params)
+    return run_task(talos_service, client, **options)[:2]
 
 
 @pytest.mark.parametrize("name, state", [
@@ -156,7 +155,9 @@ def test_wait_timeout_names_the_state_last_seen():
         services[request.id] = "Starting"
         return [machine_pb2.ServiceStart(resp="Service %r started" % request.id)]
     client.answer("machine.MachineService/ServiceStart", start_stuck_in_starting)
+    # Without Events the wait polls at its interval: the shortest wait_timeout allowed ends it after a few polls.
+    client.answer("machine.MachineService/Events", fails_with("Unimplemented", "unknown method Events"))
     with pytest.raises(TalosTimeoutError) as raised:
-        run(client, name="ext-foo", state="started", wait=True, wait_timeout=0)
-    assert raised.value.message == ("Timed out after 0 seconds waiting for service ext-foo on node 10.5.0.3 to be started; "
+        run(client, name="ext-foo", state="started", wait=True, wait_timeout=1)
+    assert raised.value.message == ("Timed out after 1 seconds waiting for service ext-foo on node 10.5.0.3 to be started; "
                                     "last observed: state Starting, health unknown.")

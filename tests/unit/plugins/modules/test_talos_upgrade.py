@@ -8,11 +8,11 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, upgrade
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
 from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
-from module_fakes import run_module
+from module_fakes import run_task
 
 
 # Versions and image references
@@ -43,7 +43,7 @@ def test_resolve_target_from_image_uses_its_tag():
     (dict(version="latest"), "not a Talos version"),
 ])
 def test_resolve_target_rejects_unusable_targets(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(TalosConfigError, match=words):
         upgrade.resolve_target(**kwargs)
 
 
@@ -66,7 +66,7 @@ def test_choose_api(api, stage, preserve, chosen):
 
 
 def test_choose_api_refuses_legacy_options_on_lifecycle():
-    with pytest.raises(ValueError, match="stage apply only to the legacy upgrade API"):
+    with pytest.raises(TalosConfigError, match="stage apply only to the legacy upgrade API"):
         upgrade.choose_api("lifecycle", stage=True)
 
 
@@ -102,7 +102,7 @@ def _upgrade(client, fall_back=True):
 
 
 def _failed_step(node_upgrade, api, wait_timeout=None):
-    with pytest.raises(lifecycle.ActionFailed) as caught:
+    with pytest.raises(ActionFailed) as caught:
         node_upgrade.run(api, wait_timeout)
     return caught.value.result["step"], caught.value.message
 
@@ -163,7 +163,7 @@ def test_failed_reboot_says_the_new_version_waits_on_disk():
         lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
         lifecycle.REBOOT: fails_with("FailedPrecondition", "x"),
     })
-    with pytest.raises(lifecycle.ActionFailed) as caught:
+    with pytest.raises(ActionFailed) as caught:
         _upgrade(client).run("lifecycle")
     assert caught.value.to_result()["step"] == "reboot" and caught.value.to_result()["code"] == "FailedPrecondition"
     assert "Talos v1.14.0 is installed but the node still runs v1.13.0 until its next reboot" in caught.value.message
@@ -238,14 +238,14 @@ def worker(tag, installers=None, extensions=()):
     })
 
 
-DEFAULTS = dict(image=None, version=None, image_repository=None, image_factory_url=None, api="auto",
-                reboot_mode="default", preserve=False, stage=False, force_quorum_loss=False, quorum_wait_timeout=0,
-                pull_timeout=1200, max_concurrency=32, wait=True, wait_timeout=60)
+def run(client, **options):
+    options.setdefault("wait_timeout", 60)
+    return run_task(talos_upgrade, client, **options)
 
 
 def test_check_mode_predicts_the_legacy_api_of_an_old_node():
     client = worker("v1.12.6")
-    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, diff=True, version="1.14.0")
+    ok, result, _task = run(client, check_mode=True, diff=True, version="1.14.0")
     assert ok and result["changed"] is True and result["api_used"] == "legacy"
     # Talos v1.14 installers come only from the Image Factory: the empty schematic for a node without one.
     assert result["image"] == FACTORY_IMAGE and result["target_version"] == "v1.14.0"
@@ -261,7 +261,7 @@ def test_check_mode_predicts_the_legacy_api_of_an_old_node():
 
 def test_a_node_on_the_target_is_left_alone():
     client = worker("v1.14.0")
-    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
+    ok, result, _task = run(client, image=IMAGE)
     assert ok and result["changed"] is False and result["etcd_gate_open"] is None
     assert result["image_reason"] == "the image option names it"
     assert result["installer_reference"]["changed"] is False
@@ -271,7 +271,7 @@ def test_a_node_on_the_target_is_left_alone():
 def test_a_config_with_two_installer_homes_is_refused_before_anything_changes():
     client = worker("v1.13.0", installers=[("machine", "a:v1.13.0"), ("unattended", "b:v1.13.0")])
     with pytest.raises(TalosConfigError, match=r"sets the installer image in both .machine.install.image \(a:v1.13.0\)"):
-        run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
+        run(client, image=IMAGE)
     assert asked(client) == [GET]
 
 
@@ -280,18 +280,18 @@ def test_a_node_with_a_schematic_keeps_it_and_a_repository_wins():
     extensions = [{"name": "qemu-guest-agent"},
                   {"name": "schematic", "version": schematic, "author": "Image Factory (https://factory.example.internal)"}]
     client = worker("v1.13.0", extensions=extensions)
-    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, version="v1.14.0")
+    ok, result, _task = run(client, check_mode=True, version="v1.14.0")
     assert ok and result["image"] == "factory.example.internal/metal-installer/%s:v1.14.0" % schematic
     assert "(qemu-guest-agent) are kept" in result["image_reason"]
-    ok, result, _task = run_module(talos_upgrade.run, worker("v1.13.0"), DEFAULTS, check_mode=True, version="v1.14.0",
-                                   image_repository="registry.local/installer")
+    ok, result, _task = run(worker("v1.13.0"), check_mode=True, version="v1.14.0",
+                            image_repository="registry.local/installer")
     assert ok and result["image"] == "registry.local/installer:v1.14.0"
 
 
 def test_bad_options_fail_before_any_call():
     client = worker("v1.13.0")
-    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, version="v1.14.0", api="lifecycle", stage=True)
-    assert not ok and result["msg"].startswith("stage apply only to the legacy upgrade API")
+    with pytest.raises(TalosConfigError, match="^stage apply only to the legacy upgrade API"):
+        run(client, version="v1.14.0", api="lifecycle", stage=True)
     assert asked(client) == []
 
 
@@ -301,7 +301,7 @@ def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
     # 10.5.0.8 runs the target and its config names its installer already.
     client.answer(lifecycle.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
     client.answer(GET, cosi_state(_config(("machine", IMAGE))), node="10.5.0.8")
-    ok, result, _task = run_module(talos_upgrade.run, client, DEFAULTS, check_mode=True, image=IMAGE)
+    ok, result, _task = run(client, check_mode=True, image=IMAGE)
     assert ok and result["changed"] is True and sorted(result["nodes"]) == ["10.5.0.8", "10.5.0.9"]
     assert "previous_version" not in result
     on_target, to_upgrade = result["nodes"]["10.5.0.8"], result["nodes"]["10.5.0.9"]
@@ -313,8 +313,8 @@ def test_a_node_that_fails_among_several_is_named_with_the_others_results():
     client = worker("v1.14.0")
     client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
     client.answer(lifecycle.VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
-    with pytest.raises(lifecycle.ActionFailed) as failed:
-        run_module(talos_upgrade.run, client, DEFAULTS, image=IMAGE)
+    with pytest.raises(ActionFailed) as failed:
+        run(client, image=IMAGE)
     assert failed.value.message.startswith("1 of 2 nodes failed (10.5.0.8): ")
     result = failed.value.to_result()
     assert result["changed"] is False and result["nodes"]["10.5.0.9"]["current_version"] == "v1.14.0"
