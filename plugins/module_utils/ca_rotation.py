@@ -53,7 +53,7 @@ import os
 from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, go_yaml, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import ConfigAuthorities, load_certificates, report
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, TalosTLSError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError, TalosTLSError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text, write_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.kube_api import KubeAPI, KubernetesAPIError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig, user_certificates
@@ -102,14 +102,6 @@ KINDS = {"talos": TALOS, "kubernetes": KUBERNETES}
 SESSION_VALIDITY = datetime.timedelta(hours=2)
 
 
-class RotationFailed(TalosError):
-    """A step failed; ``done`` lists the steps made before, as ``{"step", "node"}``."""
-
-    def __init__(self, message, done, cause):
-        super(RotationFailed, self).__init__(message, code=cause.code, node=cause.node)
-        self.done = done
-
-
 def previous_path(path):
     return path + PREVIOUS_SUFFIX
 
@@ -131,10 +123,38 @@ def new_authority_like(old, now):
     return CertificateAuthority(talos_pki.certificate_pem(certificate), talos_pki.private_key_pem(key), certificate, key)
 
 
-def rotation_due(authority, issued_after, renew_before, now, kind=None):
+def given_authority(crt_pem, key_pem, old, parameter, now):
+    """The CA a user gives to rotate to (``parameter``: the option holding it), checked against ``old``, the bundle's
+    CA it replaces: a CA whose key is its own, of the old one's key type, valid now and for more than a day."""
+    try:
+        authority = CertificateAuthority.from_pem(crt_pem, key_pem, parameter)
+    except talos_pki.PKIError as error:
+        raise TalosConfigError("%s." % error)
+    certificate = authority.certificate
+    if not talos_pki.is_ca(certificate):
+        raise TalosConfigError("%s.crt is not a CA certificate (its BasicConstraints do not say CA:TRUE), so the nodes "
+                               "could not verify the certificates it issues." % parameter)
+    algorithm, expected = talos_pki.key_algorithm(authority.key), talos_pki.key_algorithm(old.key)
+    if algorithm != expected:
+        raise TalosConfigError("%s holds an %s key, but the CA it replaces has an %s key: give an %s CA, as the nodes' "
+                               "certificates keep their key type." % (parameter, algorithm, expected, expected))
+    if certificate.not_valid_before_utc > now + datetime.timedelta(minutes=5):
+        raise TalosConfigError("%s.crt is valid only from %s: give a CA valid now." % (
+            parameter, certificate.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    if certificate.not_valid_after_utc <= now + datetime.timedelta(days=1):
+        raise TalosConfigError("%s.crt expires on %s: give a CA valid for longer than a day." % (
+            parameter, certificate.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    return authority
+
+
+def rotation_due(authority, issued_after, renew_before, now, kind=None, given=None):
     """Why ``authority`` (a certificate of ``kind``, TALOS by default) must be replaced, as a phrase, or None when it
-    may stay."""
+    may stay. With ``given``, the CA to rotate to, only a bundle CA other than the given one is replaced."""
     name = "Kubernetes" if kind is KUBERNETES else "Talos"
+    if given is not None:
+        if talos_pki.fingerprint(authority) == talos_pki.fingerprint(given.certificate):
+            return None
+        return "a new %s CA was given" % name
     if issued_after is not None and authority.not_valid_before_utc < issued_after:
         return "the %s CA was issued on %s, before issued_after" % (
             name, authority.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -526,14 +546,19 @@ class TalosCARotation(_Rotation):
     def _failure(self, step, node, error):
         if step == DROP:
             state = "the new talosconfig works on every node"
-        else:
+        elif step == ACCEPT:
             state = ("the old talosconfig still works on every node, and certificates of the new CA on every node the "
                      "accept step has reached")
+        else:
+            # A swapped node's apid serves a certificate of the new CA: a client must trust it to verify the node.
+            state = ("the talosconfig %s trusts both CAs and works on every node; the nodes the swap step has reached "
+                     "serve certificates of the new CA, which a talosconfig trusting the old CA alone cannot verify"
+                     % self.files.talosconfig_path)
         kept = self.files.kept()
         message = ("The Talos CA rotation stopped at the %s step on %s (%s); %s. Rerun the task to continue; the previous "
                    "secrets bundle and talosconfig are kept at %s and %s." % (
                        step, talos_node.label(node), error.message.rstrip("."), state, kept["secrets"], kept["talosconfig"]))
-        return RotationFailed(message, list(self.done), error)
+        return ActionFailed(message, {"done": list(self.done)}, error)
 
     def _talosconfig_is_final(self):
         current = self.settings.replace()  # the talosconfig read again, as the task's options resolve it
@@ -685,7 +710,7 @@ class KubernetesCARotation(_Rotation):
         message = ("The Kubernetes CA rotation stopped at the %s step on %s (%s); %s. Rerun the task to continue; the "
                    "previous secrets bundle is kept at %s." % (step, talos_node.label(node), error.message.rstrip("."),
                                                                state, self.files.kept()["secrets"]))
-        return RotationFailed(message, list(self.done), error)
+        return ActionFailed(message, {"done": list(self.done)}, error)
 
     def run(self, new_authority):
         """Run the plan; ``new_authority()`` makes the new CA when no rotation is in progress. Returns whether the

@@ -219,6 +219,14 @@ def signed_by(certificate, ca_certificate):
     return True
 
 
+def is_ca(certificate):
+    """True when ``certificate`` may issue certificates (BasicConstraints CA, as Go's verifier requires of a CA)."""
+    try:
+        return certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        return False
+
+
 def organizations(certificate):
     """The Subject Organization values of a certificate (Talos roles for a client certificate)."""
     return [attribute.value for attribute in certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]

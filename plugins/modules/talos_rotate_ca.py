@@ -70,6 +70,39 @@ options:
     description: Rotate each CA of O(rotate) that expires within this Go duration (V(8760h) is one year).
     type: str
     default: 8760h
+  new_talos_ca:
+    description:
+      - The CA to rotate the Talos API CA to, instead of one the task generates - for example one your PKI issued.
+        It must be a CA certificate (C(CA:TRUE)) with its private key, of the key type of the CA it replaces (Talos
+        generates Ed25519), valid now and for more than a day.
+      - A rotation starts when the bundle's Talos API CA is not this one (O(issued_after) and O(renew_before) are not
+        consulted); once the rotation has run, the bundle holds it and the task changes nothing. A rotation in
+        progress to another CA is refused.
+      - Needs V(talos) in O(rotate).
+    type: dict
+    suboptions:
+      crt:
+        description: The CA certificate, PEM.
+        type: str
+        required: true
+      key:
+        description: Its private key, PEM. Never shown in a result, message or diff.
+        type: str
+        required: true
+  new_kubernetes_ca:
+    description:
+      - The CA to rotate the Kubernetes CA to, instead of one the task generates, as O(new_talos_ca) for the Talos API
+        CA (Talos generates an ECDSA Kubernetes CA). Needs V(kubernetes) in O(rotate).
+    type: dict
+    suboptions:
+      crt:
+        description: The CA certificate, PEM.
+        type: str
+        required: true
+      key:
+        description: Its private key, PEM. Never shown in a result, message or diff.
+        type: str
+        required: true
   ttl:
     description: Validity of the talosconfig's new client certificate, a Go duration.
     type: str
@@ -141,6 +174,15 @@ EXAMPLES = r"""
     dest: "{{ inventory_dir }}/kubeconfig"
   run_once: true
 
+- name: Rotate the Talos API CA to one your PKI issued (an Ed25519 CA)
+  talos_linux.talos.talos_rotate_ca:
+    nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
+    secrets: "{{ inventory_dir }}/secrets.yaml"
+    new_talos_ca:
+      crt: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.crt') }}"
+      key: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.key') }}"
+  run_once: true
+
 - name: Rotate it when it has less than a year left (on a schedule)
   talos_linux.talos.talos_rotate_ca:
     nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
@@ -205,6 +247,7 @@ from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, kube_api, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec, missing_libraries
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
@@ -215,6 +258,10 @@ SPEC = TaskSpec(
         rotate=dict(type="list", elements="str", default=["talos"], choices=["talos", "kubernetes"]),
         issued_after=dict(type="str"),
         renew_before=dict(type="str", default="8760h"),
+        new_talos_ca=dict(type="dict", options=dict(crt=dict(type="str", required=True),
+                                                    key=dict(type="str", required=True, no_log=True))),
+        new_kubernetes_ca=dict(type="dict", options=dict(crt=dict(type="str", required=True),
+                                                         key=dict(type="str", required=True, no_log=True))),
         ttl=dict(type="str", default=client_config.DEFAULT_TTL),
     ),
     wait="timeout",
@@ -223,6 +270,7 @@ SPEC = TaskSpec(
 )
 _RESULT_KEYS = {"talos": "talos_ca", "kubernetes": "kubernetes_ca"}
 _PHASE_KEYS = {"talos": "phase", "kubernetes": "kubernetes_phase"}
+_GIVEN_KEYS = {"talos": "new_talos_ca", "kubernetes": "new_kubernetes_ca"}
 _IN_PROGRESS = {"talos": "a rotation in progress is continued",
                 "kubernetes": "a Kubernetes CA rotation in progress is continued"}
 
@@ -280,6 +328,10 @@ def run(task):
         missing = missing_libraries((kube_api.LIBRARY,))
         if missing:
             raise TaskFailed(missing_required_lib(missing[0][0]), exception=missing[0][1])
+    for name, option in _GIVEN_KEYS.items():
+        if params[option] and name not in kinds:
+            raise TaskFailed("%s is given but rotate does not hold %s: add %s to rotate, or drop %s." % (
+                option, name, name, option))
     now, issued_after, renew_before, ttl = _options(task)
     bundle_path = os.path.abspath(params["secrets"])
     for name, kind in ca_rotation.KINDS.items():
@@ -288,12 +340,18 @@ def run(task):
             raise TaskFailed("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
                              "rotate: [%s]." % (kind.title, bundle_path, name))
 
+    # Every given CA is checked before the first node changes.
+    givens = dict((name, _given(task, name, ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context,
+                                                                        ca_rotation.KINDS[name]), now))
+                  for name in kinds)
+
     result = {"rotation": None, "nodes": dict((node, {}) for node in nodes), "plan": [], "done": [], "changed": False}
     diffs = []
     for name in kinds:
-        rotation, files = _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl)
+        given = givens[name]
+        rotation, files = _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, given)
         try:
-            _run_one(task, result, diffs, name, rotation, files, now)
+            _run_one(task, result, diffs, name, rotation, files, given, now)
         finally:
             rotation.close()
     if diffs:
@@ -301,14 +359,17 @@ def run(task):
     return result
 
 
-def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl):
-    """The rotation of CA ``name`` and its ControllerFiles, read from the files as they are now (after the Talos part)."""
+def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, given):
+    """The rotation of CA ``name`` (to ``given``, or a CA it generates) and its ControllerFiles, read from the files as
+    they are now (after the Talos part)."""
     params = task.params
     settings = task.settings
     kind = ca_rotation.KINDS[name]
     files = ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind)
     task.hide(files.bundle.secret_values() | (files.previous.secret_values() if files.previous else set()))
-    due = None if files.in_progress else ca_rotation.rotation_due(files.old.certificate, issued_after, renew_before, now, kind)
+    due = None
+    if not files.in_progress:
+        due = ca_rotation.rotation_due(files.old.certificate, issued_after, renew_before, now, kind, given)
 
     def waiter():
         return Waiter(params["wait_timeout"], interval=1.0, progress=task.progress)
@@ -323,7 +384,23 @@ def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, t
     return rotation, files
 
 
-def _run_one(task, result, diffs, name, rotation, files, now):
+def _given(task, name, files, now):
+    """The CA the user gives for ``name`` (None: the task generates one), checked; refused while a rotation to another
+    CA is in progress."""
+    option = _GIVEN_KEYS[name]
+    value = task.params[option]
+    if not value:
+        return None
+    task.hide([value["key"], talos_pki.b64_pem(value["key"])])
+    given = ca_rotation.given_authority(value["crt"], value["key"], files.old, option, now)
+    if files.in_progress and talos_pki.fingerprint(files.new.certificate) != talos_pki.fingerprint(given.certificate):
+        raise TaskFailed("A rotation of the %s to another CA than %s is in progress (%s.previous holds the old one): "
+                         "finish it first by running the task without %s." % (
+                             files.kind.title, option, files.bundle_path, option))
+    return given
+
+
+def _run_one(task, result, diffs, name, rotation, files, given, now):
     """Read, plan and (unless in check mode) run the rotation of CA ``name``, adding to ``result`` and ``diffs``."""
     settings = task.settings
     key = _RESULT_KEYS[name]
@@ -334,7 +411,9 @@ def _run_one(task, result, diffs, name, rotation, files, now):
     reason = _IN_PROGRESS[name] if files.in_progress else rotation.due
     if reason:
         result["rotation"] = "; ".join(filter(None, [result["rotation"], reason]))
-    result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(files.new, now)}
+    # In check mode a given CA is the new one before the bundle holds it.
+    upcoming = files.new if files.new is not None or rotation.due is None else given
+    result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(upcoming, now)}
     for node, phase in rotation.phases().items():
         result["nodes"][node].update(machine_type="controlplane" if rotation.configs[node].control_plane else "worker",
                                      **{_PHASE_KEYS[name]: phase})
@@ -345,10 +424,12 @@ def _run_one(task, result, diffs, name, rotation, files, now):
     if not pending or task.check_mode:
         result["changed"] = result["changed"] or pending
         if pending and task.diff:
-            diffs.append(_diff(files, rotation, fields, files.new))
+            diffs.append(_diff(files, rotation, fields, upcoming))
         return
 
     def new_authority():
+        if given is not None:
+            return given
         authority = ca_rotation.new_authority_like(files.old, talos_pki.now_utc())
         task.hide([authority.key_pem, talos_pki.b64_pem(authority.key_pem)])
         return authority
@@ -359,10 +440,10 @@ def _run_one(task, result, diffs, name, rotation, files, now):
             files_changed = rotation.run(new_authority, roles)
         else:
             files_changed = rotation.run(new_authority)
-    except ca_rotation.RotationFailed as failure:
+    except ActionFailed as failure:
         result[key]["new"] = ca_rotation.facts_of(files.new, now)
         details = dict(result)
-        details.update(done=result["done"] + [dict(entry, ca=name) for entry in failure.done], changed=True,
+        details.update(done=result["done"] + [dict(entry, ca=name) for entry in failure.result["done"]], changed=True,
                        files=_files(files))
         raise TaskFailed(failure.message, **details)
     result[key]["new"] = ca_rotation.facts_of(files.new, now)

@@ -3,6 +3,7 @@
 """The Kubernetes side of the emulator against a real API server (tests/kube_apiserver): what nodes render from
 their configs (both layouts), the kubelet shim's Nodes, mirror pods, bootstrap manifests and rollouts."""
 
+import base64
 import os
 import time
 
@@ -15,6 +16,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, kube_api
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, machine_pb2
@@ -277,6 +279,29 @@ def test_kubelet_image_change_restarts_the_kubelet(kube, name, monkeypatch):
     assert restarting.status.node_info.kubelet_version == K8S_VERSION
     upgraded = _wait_for(lambda: kube.node_object(name), lambda found: kube.ready(found) == "True")
     assert upgraded.status.node_info.kubelet_version == NEXT
+
+
+def test_a_kubernetes_ca_change_restarts_the_kubelet_and_other_changes_do_not(kube, monkeypatch):
+    # Talos's KubeletServiceController restarts the kubelet when its secrets (the Kubernetes CAs it trusts) change.
+    monkeypatch.setattr(kubernetes, "RESTART_SECONDS", 1.0)
+    node = kube.node("worker-1")
+    service = node.services["kubelet"]
+
+    def change(edit):
+        documents = list(yaml.safe_load_all(node.config_bytes))
+        edit(documents[0])
+        before = len(service.events)
+        kube.apply("worker-1", yaml.safe_dump_all(documents, sort_keys=False))
+        return [(message, state) for message, state, _stamp in service.events[before:]]
+
+    assert change(lambda config: config["machine"].setdefault("sysctls", {}).update({"vm.max_map_count": "262144"})) == []
+    assert kube.ready(kube.node_object("worker-1")) == "True"
+    accepted = SecretsBundle.generate("v1.14").cas["k8s"].crt_pem
+    restarted = change(lambda config: config["cluster"].setdefault("acceptedCAs", []).append(
+        {"crt": base64.b64encode(accepted.encode()).decode()}))
+    assert restarted == [("Service finished successfully", "Finished"), ("Service started as goroutine", "Running")]
+    _wait_for(lambda: kube.node_object("worker-1"), lambda found: kube.ready(found) == "False")
+    _wait_for(lambda: kube.node_object("worker-1"), lambda found: kube.ready(found) == "True")
 
 
 def test_missing_kubelet_image_fails_pulls_and_keeps_the_old_kubelet(kube):

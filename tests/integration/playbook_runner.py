@@ -5,8 +5,11 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import yaml
 
@@ -50,12 +53,13 @@ class PlaybookRun(object):
 
 
 def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, check=False, diff=False, limit=None, env=None,
-                    verbosity=0, timeout=600, deprecations=()):
+                    verbosity=0, timeout=600, deprecations=(), on_start=None):
     """Run ``playbook`` (a path, YAML text, or a list of plays) with files under ``workdir`` named after ``name``.
 
     ``inventory`` is a path (for example the emulator's inventory.yml) or None for localhost. ``deprecations`` are
     the texts of the collection's own deprecation warnings the run must print (a test of a deprecated option); any
-    other deprecation warning fails it.
+    other deprecation warning fails it. ``on_start(process)`` is called with the ``subprocess.Popen`` of
+    ansible-playbook once it runs (a test may stop the run with ``kill_run``).
     """
     if isinstance(playbook, (list, dict)):
         playbook = yaml.safe_dump(playbook if isinstance(playbook, list) else [playbook], sort_keys=False)
@@ -101,7 +105,15 @@ def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, ch
         "ANSIBLE_REMOTE_TEMP": os.path.join(str(workdir), "ansible-remote"),
     })
     run_env.update(env or {})
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=timeout, check=False)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env) as process:
+        if on_start is not None:
+            on_start(process)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_run(process)
+            raise
+    proc = subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)
     deprecated = deprecation_warnings(proc.stdout + "\n" + proc.stderr)
     for expected in deprecations:
         assert any(expected in warning for warning in deprecated), "no deprecation warning says %r" % expected
@@ -112,3 +124,38 @@ def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, ch
         with open(results_path) as handle:
             results = json.load(handle)
     return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, results)
+
+
+def kill_run(process):
+    """Kill ansible-playbook ``process`` and every process it started at once, as a power loss would. Ansible's
+    workers start sessions of their own, so the process group alone does not reach them: the tree is read from /proc
+    first, stopped, then killed."""
+    tree, parents = [process.pid], {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % entry) as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    for pid in tree:
+        tree.extend(child for child, parent in parents.items() if parent == pid)
+    for sent in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in tree:
+            try:
+                os.kill(pid, sent)
+            except ProcessLookupError:
+                pass
+
+
+def when(predicate, action, timeout=300):
+    """Run ``action`` once ``predicate`` holds, polled from a thread while a playbook runs; returns the thread."""
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                action()
+                return
+            time.sleep(0.005)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread

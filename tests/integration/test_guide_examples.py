@@ -50,6 +50,7 @@ def _recap_changes(run):
     return dict((line.split()[0], int(line.split("changed=")[1].split()[0])) for line in lines)
 
 
+@pytest.mark.once
 @pytest.mark.skipif(os.environ.get("TALOS_TEST_DOOR") == "module",
                     reason="the guides run through the default door; the doors' equivalence is test_doors.py's, and "
                            "the module door would double this test's time (CI budget)")

@@ -132,7 +132,8 @@ class KubeCluster:
         return found
 
 
-@pytest.fixture(scope="module", params=sorted(FORMS))
+# The stacks' runs (tests/run-all) take the v1alpha1 form only: the documents form is the same code on another input.
+@pytest.fixture(scope="module", params=[pytest.param("documents", marks=pytest.mark.once), "v1alpha1"])
 def kube_cluster(request, tmp_path_factory):
     form = dict(FORMS[request.param], name=request.param)
     workdir = tmp_path_factory.mktemp("kubernetes-%s" % request.param)
@@ -313,6 +314,7 @@ def _next_patch(version, steps=1):
     return "%s.%s.%d" % (major, minor, int(patch) + steps)
 
 
+@pytest.mark.once
 def test_an_upgrade_stopped_by_a_pod_that_never_comes_up_names_it_and_a_rerun_finishes(kube_cluster):
     """kube-scheduler's new image is missing and not pre-pulled: the first scheduler never becomes Ready. The
     failure names the component, the node and the step and lists what was done; once the image is there, a rerun
@@ -342,6 +344,7 @@ def test_an_upgrade_stopped_by_a_pod_that_never_comes_up_names_it_and_a_rerun_fi
                if condition["type"] == "Ready")
 
 
+@pytest.mark.once
 def test_the_upgrade_role_upgrades_kubernetes_alone_and_a_rerun_changes_nothing(kube_cluster):
     """upgrade_kubernetes_version without upgrade_version: the Talos steps are skipped, the Kubernetes step runs
     through the first control plane with the inventory's node lists (a patch release here), the inventory naming
@@ -376,6 +379,7 @@ def test_the_upgrade_role_upgrades_kubernetes_alone_and_a_rerun_changes_nothing(
     assert again.rc == 0 and again.changed_count == 0, again.stdout[-4000:]
 
 
+@pytest.mark.once
 def test_kube_proxy_disabled_is_left_alone(kube_cluster):
     """kube-proxy disabled as each config form says it (.cluster.proxy.disabled; a KubeProxyConfig document's
     enabled: false, as Cilium clusters set it): Talos renders no kube-proxy manifest, and the upgrade neither patches
@@ -412,6 +416,7 @@ def _set_kube_proxy(setup, enabled, version=None):
             setup.cluster.call(node.apply_active_config, yaml.safe_dump_all(documents).encode())
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("kube_cluster", ["documents"], indirect=True)
 def test_the_manifest_sync_recreates_waits_and_prunes_what_talos_no_longer_renders(kube_cluster):
     """The manifest sync at the version the cluster runs, as talosctl and the Terraform provider sync by default.

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 from playbook_runner import deprecation_warnings
 
@@ -124,6 +125,7 @@ def test_ad_hoc_facts_take_the_inventory_variable_talosconfig_and_say_where_they
     assert "neither %s/.talos/config nor /var/run/secrets/talos.dev/config exists" % (tmp_path / "home") in message
 
 
+@pytest.mark.once
 def test_the_demo_leaves_its_cluster_running_behind_a_stop_command(tmp_path):
     state_dir = tmp_path / "demo"
     # The demo makes its own venv (requirements.txt and ansible-core) from the package index on first use; here

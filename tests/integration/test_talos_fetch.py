@@ -14,6 +14,8 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 from module_plays import module_play
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -109,6 +111,7 @@ def _peak_kib(cluster, tmp_path, name, src):
     return int(done.stdout.split()[-1])
 
 
+@pytest.mark.once
 def test_a_200_mb_file_streams_to_disk(emulator, tmp_path):
     cluster = emulator(controlplanes=1, bootstrapped=True, reboot_seconds=0.1)
     node = cluster.nodes[0]

@@ -7,8 +7,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
+import time
 
 from module_plays import module_play
+from playbook_runner import when
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
 
@@ -104,20 +106,27 @@ def test_wait_for_a_condition(emulator, run_playbook):
     assert run.task("still there")["status"] == "failed"
 
 
-def test_a_wait_rides_out_an_endpoint_that_refuses_until_it_is_back(emulator, run_playbook):
+def test_a_wait_rides_out_an_endpoint_that_refuses_until_it_is_back(emulator, run_playbook, tmp_path):
     # The type is resolved inside the wait: an endpoint still booting does not fail the task at once.
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, reboot_seconds=0.1)
     cp, worker = cluster.controlplanes[0], cluster.workers[0]
     cluster.faults.make_unreachable(cp)
-    back = threading.Timer(3, cluster.faults.make_reachable, args=(cp,))
-    back.start()
+    # The outage ends 3 s after the play reaches the wait, however long ansible-playbook took to start.
+    started = tmp_path / "waiting"
+
+    def back_after_3_seconds():
+        time.sleep(3)
+        cluster.faults.make_reachable(cp)
+
+    back = when(started.exists, back_after_3_seconds, timeout=120)
     play = module_play(cluster, "talos_resource_info", {
         "type": "MachineStatus", "id": "machine", "wait": True, "wait_timeout": 60,
         "wait_condition": {"field": "stage", "value": "running"}}, worker.address, "through the outage")
+    play["tasks"].insert(0, {"name": "reach the wait", "ansible.builtin.file": {"path": str(started), "state": "touch"}})
     try:
         run = run_playbook(play)
     finally:
         back.join()
     waited = run.task("through the outage")["result"]
-    assert waited["resources"][0]["spec"]["stage"] == "running" and waited["elapsed"] >= 2
+    assert waited["resources"][0]["spec"]["stage"] == "running" and waited["elapsed"] >= 1
     assert waited["type"] == "MachineStatuses.runtime.talos.dev"

@@ -14,13 +14,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import datetime
 import shutil
-import threading
+import signal
 import time
 
 import pytest
 import yaml
-from playbook_runner import run_playbook_in
+from playbook_runner import kill_run, run_playbook_in, when
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
 from talos_emulator import EmulatedCluster
@@ -42,20 +43,25 @@ class Setup(object):
     def addresses(self):
         return [node.address for node in self.cluster.nodes]
 
-    def play(self, module, args, talosconfig=None, check=False, diff=False, verbosity=0, expect_rc=0, **keywords):
+    def play(self, module, args, talosconfig=None, check=False, diff=False, verbosity=0, expect_rc=0, on_start=None,
+             **keywords):
         self.runs += 1
         task = dict({"name": "task", "talos_linux.talos." + module: args}, **keywords)
         play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
                  "module_defaults": {"group/talos_linux.talos.talos": {
                      "talosconfig": str(talosconfig or self.talosconfig), "timeout": 10}},
                  "tasks": [task]}]
-        run = run_playbook_in(self.workdir, "run-%d" % self.runs, play, check=check, diff=diff, verbosity=verbosity)
+        run = run_playbook_in(self.workdir, "run-%d" % self.runs, play, check=check, diff=diff, verbosity=verbosity,
+                              on_start=on_start)
         assert run.rc == expect_rc, "ansible-playbook exited %d, expected %d\n%s\n%s" % (
             run.rc, expect_rc, run.stdout[-6000:], run.stderr[-3000:])
-        return run, run.task("task")
+        # A run killed mid-task records no result.
+        return run, (run.task("task") if run.tasks("task") else None)
 
-    def rotate(self, issued_after, **options):
+    def rotate(self, issued_after, new_talos_ca=None, **options):
         args = dict(nodes=self.addresses, secrets=str(self.secrets), issued_after=issued_after, wait_timeout=5)
+        if new_talos_ca is not None:
+            args["new_talos_ca"] = new_talos_ca
         return self.play("talos_rotate_ca", args, **options)
 
     def bundle(self):
@@ -86,7 +92,8 @@ class Setup(object):
         return found
 
 
-@pytest.fixture(scope="module", params=sorted(FORMS))
+# The stacks' runs (tests/run-all) take the v1alpha1 form only: the documents form is the same code on another input.
+@pytest.fixture(scope="module", params=[pytest.param("documents", marks=pytest.mark.once), "v1alpha1"])
 def rotation_cluster(request, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("rotate-%s" % request.param)
     cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
@@ -123,20 +130,6 @@ def rotation_cluster(request, tmp_path_factory):
 
 def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _when(predicate, action):
-    """Run ``action`` once ``predicate`` holds (polled from a thread while a playbook runs)."""
-    def watch():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if predicate():
-                action()
-                return
-            time.sleep(0.005)
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
 
 
 def _assert_rotated(setup, old_ca, old_talosconfig):
@@ -232,7 +225,7 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
 
     # The second worker loses power right after it accepted the new CA.
     old_bundle = setup.bundle()
-    watcher = _when(lambda: "acceptedCAs" in setup.machine(other), lambda: cluster.power_off(other))
+    watcher = when(lambda: "acceptedCAs" in setup.machine(other), lambda: cluster.power_off(other))
     run, failed = setup.rotate(_now(), expect_rc=2, verbosity=3)
     watcher.join(5)
     assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
@@ -250,8 +243,8 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
     cluster.power_on(other)
     # The first worker loses power right after it swapped to the new CA.
     new_ca = setup.talos_ca()
-    watcher = _when(lambda: base64.b64decode(setup.machine(worker)["ca"]["crt"]).decode() == new_ca,
-                    lambda: cluster.power_off(worker))
+    watcher = when(lambda: base64.b64decode(setup.machine(worker)["ca"]["crt"]).decode() == new_ca,
+                   lambda: cluster.power_off(worker))
     _run, failed = setup.rotate(_now(), expect_rc=2)
     watcher.join(5)
     assert failed["result"]["msg"].startswith("The Talos CA rotation stopped at the swap step on node %s" % worker.address)
@@ -264,6 +257,111 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
     assert finished["status"] == "changed", finished["result"].get("msg")
     assert setup.talos_ca() == new_ca
     _assert_rotated(setup, old_ca, str(old_talosconfig))
+
+
+def _new_ca(algorithm):
+    """A CA as a user's PKI would hand it over: certificate and key in PEM."""
+    certificate, key = talos_pki.generate_ca(algorithm, "talos", talos_pki.now_utc(), datetime.timedelta(days=3650))
+    return {"crt": talos_pki.certificate_pem(certificate), "key": talos_pki.private_key_pem(key)}
+
+
+# The Talos API CA lives in the v1alpha1 document in both forms: one form is enough for these two.
+@pytest.mark.once
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_run_killed_right_after_its_swap_step_is_finished_by_a_rerun(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    old_ca = setup.talos_ca()
+    old_talosconfig = setup.workdir / "talosconfig-before-kill"
+    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    time.sleep(1)  # issued_after below falls after the second in which the current CA was made
+
+    def swapped_everywhere():
+        if not setup.secrets.with_name("secrets.yaml.previous").exists() or setup.talos_ca() == old_ca:
+            return False
+        new = setup.talos_ca()
+        return all(base64.b64decode(setup.machine(node)["ca"]["crt"]).decode() == new for node in cluster.nodes)
+
+    def kill():
+        # Every node answers slowly from here on, so the kill lands before the run gets any further.
+        for node in cluster.nodes:
+            cluster.faults.set_latency(node, 2)
+        kill_run(processes[0])
+
+    processes = []
+    watcher = when(swapped_everywhere, kill)
+    run, killed = setup.rotate(_now(), on_start=processes.append, expect_rc=-signal.SIGKILL)
+    watcher.join(5)
+    for node in cluster.nodes:
+        cluster.faults.set_latency(node, 0)
+    assert killed is None, killed
+    new_ca = setup.talos_ca()
+    # Every node issues from the new CA and still accepts the old one: the run stopped between swap and drop.
+    for node in cluster.nodes:
+        machine = setup.machine(node)
+        assert base64.b64decode(machine["ca"]["crt"]).decode() == new_ca, node.name
+        assert [base64.b64decode(entry["crt"]).decode() for entry in machine["acceptedCAs"]] == [old_ca], node.name
+    assert setup.talosconfig.with_name("talosconfig.previous").exists()
+    # The talosconfig on disk trusts both CAs and reaches every node; so does the old client certificate once its
+    # talosconfig trusts the new CA too: the nodes serve certificates of the new CA and still accept the old one's.
+    old_certificate = setup.workdir / "talosconfig-old-certificate-both-cas"
+    document = yaml.safe_load(old_talosconfig.read_text())
+    for context in document["contexts"].values():
+        context["ca"] = base64.b64encode((old_ca + new_ca).encode()).decode()
+    old_certificate.write_text(yaml.safe_dump(document))
+    for talosconfig in (str(setup.talosconfig), str(old_certificate)):
+        _run, info = setup.play("talos_certificate_info", {"nodes": setup.addresses}, talosconfig=talosconfig)
+        assert info["status"] == "ok", info["result"]
+        assert {entry["apid"]["trusted"] for entry in info["result"]["nodes"].values()} == {True}
+    _run, unverified = setup.play("talos_certificate_info", {"nodes": setup.addresses}, talosconfig=str(old_talosconfig),
+                                  expect_rc=2)
+    assert "Certificate verification of endpoint" in unverified["result"]["msg"], unverified["result"]["msg"]
+
+    _run, finished = setup.rotate(_now())
+    assert finished["status"] == "changed", finished["result"].get("msg")
+    result = finished["result"]
+    assert result["rotation"] == "a rotation in progress is continued"
+    assert set(entry["phase"] for entry in result["nodes"].values()) == {"swapped"}
+    assert [entry["step"] for entry in result["done"]] == ["prove"] * 5 + ["drop"] * 5
+    assert setup.talos_ca() == new_ca
+    _assert_rotated(setup, old_ca, str(old_talosconfig))
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_rotation_to_a_given_ca(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    old_ca, old_bundle = setup.talos_ca(), setup.bundle()
+    old_talosconfig = setup.workdir / "talosconfig-before-given"
+    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    configs, audited = [node.config_bytes for node in cluster.nodes], len(cluster.audit())
+
+    # A CA of another key type than the bundle's is refused before anything changes.
+    _run, refused = setup.rotate(None, new_talos_ca=_new_ca("ecdsa"), expect_rc=2)
+    assert refused["result"]["msg"] == ("new_talos_ca holds an ecdsa key, but the CA it replaces has an ed25519 key: "
+                                        "give an ed25519 CA, as the nodes' certificates keep their key type.")
+    assert [node.config_bytes for node in cluster.nodes] == configs and len(cluster.audit()) == audited
+    assert setup.bundle() == old_bundle and not setup.secrets.with_name("secrets.yaml.previous").exists()
+
+    given = _new_ca("ed25519")
+    fingerprint = talos_pki.fingerprint(talos_pki.load_certificate(given["crt"], "given"))
+    _run, check = setup.rotate(None, new_talos_ca=given, check=True, diff=True)
+    assert check["status"] == "changed" and check["result"]["rotation"] == "a new Talos CA was given"
+    assert check["result"]["talos_ca"]["new"]["fingerprint_sha256"] == fingerprint
+    assert fingerprint in check["result"]["diff"]["after"]
+    assert [node.config_bytes for node in cluster.nodes] == configs and setup.bundle() == old_bundle
+
+    run, rotated = setup.rotate(None, new_talos_ca=given, verbosity=3)
+    assert rotated["status"] == "changed", rotated["result"].get("msg")
+    assert rotated["result"]["talos_ca"]["new"]["fingerprint_sha256"] == fingerprint
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()) | {given["key"]})
+    assert setup.talos_ca() == given["crt"]
+    assert base64.b64decode(setup.bundle()["certs"]["os"]["key"]).decode() == given["key"]
+    _assert_rotated(setup, old_ca, str(old_talosconfig))
+
+    _run, again = setup.rotate(None, new_talos_ca=given)
+    assert again["status"] == "ok" and again["result"]["plan"] == [] and again["result"]["rotation"] is None
 
 
 def test_a_node_older_than_talos_1_7_is_refused_before_anything_changes(emulator, run_playbook, tmp_path):

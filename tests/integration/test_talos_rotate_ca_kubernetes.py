@@ -18,20 +18,23 @@ __metaclass__ = type
 
 import base64
 import shutil
-import threading
 import time
 
 import pytest
 import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
-from playbook_runner import run_playbook_in
+from playbook_runner import run_playbook_in, when
 
 import kube_apiserver
 from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
 from talos_emulator import EmulatedCluster, configgen
 from talos_emulator.pki import to_standard_pem
 from test_robustness import assert_no_secret
+
+# The Kubernetes CA rotation proves the rotation's logic: it runs on the default stack only (tests/run-all); the
+# stacks' runs take the Kubernetes client through talos_kubernetes_upgrade and the Talos API CA rotation.
+pytestmark = pytest.mark.once
 
 FORMS = {"v1alpha1": ("v1.13.5", "1.35.4"), "documents": ("v1.14.0", "1.36.3")}
 
@@ -222,6 +225,10 @@ def _assert_rotated(setup, old_ca, old_kubeconfig):
     return new_kubeconfig
 
 
+def _kubelet_stops(node):
+    return sum(1 for _message, state, _stamp in node.services["kubelet"].events if state == "Finished")
+
+
 def test_check_mode_plans_and_the_rotation_revokes_the_old_admin_kubeconfig(rotation_cluster):
     setup = rotation_cluster
     cluster = setup.cluster
@@ -251,6 +258,7 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_admin_kubeconfig(rota
     assert setup.ca("k8s") == old_ca and not setup.secrets.with_name("secrets.yaml.previous").exists()
 
     restarts = setup.server.restarts
+    kubelet_stops = dict((node.name, _kubelet_stops(node)) for node in cluster.nodes)
     run, rotated = setup.rotate(["kubernetes"], _now(), diff=True, verbosity=3)
     assert rotated["status"] == "changed", rotated["result"].get("msg")
     result = rotated["result"]
@@ -266,24 +274,13 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_admin_kubeconfig(rota
     # The Talos API CA and the talosconfig stay; the API server restarted with the new CAs.
     assert setup.ca("os") == talos_ca and setup.talosconfig.read_text() == talosconfig
     assert setup.server.restarts > restarts
+    # Each of the three changes of its Kubernetes CAs restarted every kubelet, as Talos does.
+    assert dict((node.name, _kubelet_stops(node) - kubelet_stops[node.name]) for node in cluster.nodes) == dict(
+        (node.name, 3) for node in cluster.nodes)
     _assert_rotated(setup, old_ca, old_kubeconfig)
 
     _run, again = setup.rotate(["kubernetes"], new["not_before"])
     assert again["status"] == "ok" and again["result"]["plan"] == [] and again["result"]["rotation"] is None
-
-
-def _when(predicate, action):
-    """Run ``action`` once ``predicate`` holds (polled from a thread while a playbook runs)."""
-    def watch():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if predicate():
-                action()
-                return
-            time.sleep(0.005)
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_a_worker_off_after_its_swap_leaves_both_credentials_working_and_a_rerun_finishes(rotation_cluster):
@@ -295,7 +292,7 @@ def test_a_worker_off_after_its_swap_leaves_both_credentials_working_and_a_rerun
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     old_bundle = setup.bundle()
-    watcher = _when(lambda: setup.node_cas(worker)[0] != old_ca, lambda: cluster.power_off(worker))
+    watcher = when(lambda: setup.node_cas(worker)[0] != old_ca, lambda: cluster.power_off(worker))
     # The run waits for the API to show every Node Ready: the worker's stays NotReady until the wait gives up.
     run, failed = setup.rotate(["kubernetes"], _now(), wait_timeout=15, expect_rc=2, verbosity=3)
     watcher.join(5)

@@ -6,6 +6,8 @@ nodes that changed, and waiting in the modules rather than retrying tasks."""
 import os
 import threading
 
+import pytest
+
 UPGRADE = "machine.LifecycleService/Upgrade"
 
 PLAYBOOK = """
@@ -68,6 +70,7 @@ def _recap_changes(run):
     return dict((line.split()[0], int(line.split("changed=")[1].split()[0])) for line in _recap(run))
 
 
+@pytest.mark.once
 def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, run_playbook):
     cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2, etcd="real")
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
@@ -154,6 +157,7 @@ REBOOT_PLAYBOOK = """
 """
 
 
+@pytest.mark.once
 def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulator, run_playbook):
     cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2, etcd="real")
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
@@ -205,6 +209,7 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     assert len(cluster.audit(method="Reboot")) == 10
 
 
+@pytest.mark.once
 def test_unhealthy_cluster_stops_the_upgrade_after_the_node(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")

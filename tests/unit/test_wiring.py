@@ -4,11 +4,13 @@
 
 A module without its action plugin silently runs through AnsiballZ (and loses the inventory's
 ``talosconfig``); one missing from ``meta/runtime.yml`` ignores ``module_defaults: group/...``.
+A unit test that copies a module's defaults by hand keeps passing after the module's options change.
 """
 
 import ast
 import importlib
 import os
+import re
 
 import pytest
 import yaml
@@ -56,3 +58,63 @@ def test_modules_that_reach_a_node_belong_to_the_group(module):
     fragments = documentation(module).get("extends_documentation_fragment", [])
     if "talos_linux.talos.connection" in fragments:
         assert GROUP_FRAGMENT in fragments
+
+
+def test_unit_tests_build_module_params_through_the_modules_spec():
+    """Unit tests run a module's run() through module_fakes.run_task, which validates the options against its real SPEC."""
+    unit = os.path.join(ROOT, "tests", "unit")
+    by_hand = []
+    for folder, _dirs, files in os.walk(unit):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py"):
+                continue
+            with open(path) as source:
+                tree = ast.parse(source.read())
+            where = os.path.relpath(path, ROOT)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "module_fakes":
+                    by_hand.extend("%s:%d imports %s" % (where, node.lineno, alias.name) for alias in node.names
+                                   if alias.name in ("run_module", "FakeTask"))
+                elif (isinstance(node, ast.Assign) and folder == os.path.join(unit, "plugins", "modules")
+                      and any(getattr(target, "id", None) == "DEFAULTS" for target in node.targets)):
+                    by_hand.append("%s:%d copies DEFAULTS" % (where, node.lineno))
+    assert by_hand == [], "use module_fakes.run_task(module, client, **options): " + "; ".join(by_hand)
+
+
+def _is_once(decorators):
+    return any(isinstance(decorator, ast.Attribute) and decorator.attr == "once" for decorator in decorators)
+
+
+def _strings(node):
+    return [item.value for item in ast.walk(node) if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+
+
+def test_every_module_runs_through_both_doors_on_every_stack():
+    """The stacks' runs skip the playbook tests marked ``once`` (tests/run-all): every module must still run in a test
+    they take, named in it (``talos_linux.talos.<module>``, or ``talos_<module>`` for module_plays) or through a role
+    it runs."""
+    integration = os.path.join(ROOT, "tests", "integration")
+    texts = []
+    for name in sorted(os.listdir(integration)):
+        if not (name.startswith("test_") and name.endswith(".py")):
+            continue
+        with open(os.path.join(integration, name)) as source:
+            tree = ast.parse(source.read())
+        if any(isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "pytestmark" for target in node.targets)
+               and "once" in ast.dump(node.value) for node in tree.body):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and _is_once(node.decorator_list):
+                continue
+            texts.extend(_strings(node))
+    text = "\n".join(texts)
+    roles = os.path.join(ROOT, "roles")
+    for role in sorted(os.listdir(roles)):
+        if "talos_linux.talos.%s" % role in text or "role: %s" % role in text:
+            for folder, _dirs, files in os.walk(os.path.join(roles, role, "tasks")):
+                for name in files:
+                    with open(os.path.join(folder, name)) as tasks:
+                        text += "\n" + tasks.read()
+    missing = [module for module in MODULES if not re.search(r"\b(talos_linux\.talos\.)?%s\b" % module, text)]
+    assert missing == [], "no playbook test the stacks run takes %s" % ", ".join(missing)

@@ -15,7 +15,11 @@ planes), and ``StaticPodStatuses`` (control planes whose etcd runs).
 
 ``NodeKubernetes`` is the node's container runtime for these: when an applied
 config changes what a container runs, the container restarts and is ready
-``RESTART_SECONDS`` later (also after every boot); an image the registry does
+``RESTART_SECONDS`` later (also after every boot). The kubelet also restarts
+when its secrets change (the Kubernetes CAs it trusts, the API endpoint), as
+Talos's KubeletServiceController stops and starts the kubelet service on every
+change of KubeletSpec or the Kubelet secret: the node's ``kubelet`` service
+shows the restart in its events. An image the registry does
 not have (``faults.mark_image_unavailable``) and the node does not hold keeps
 it from starting until the registry has it. The kubelet shim
 (``kubelets.py``) shows the result in a real API server.
@@ -193,6 +197,13 @@ def kubelet_spec(node):
     }
 
 
+def kubelet_secrets(node):
+    """What Talos's Kubelet secret holds that the kubelet runs with: the Kubernetes CAs it trusts (the issuing one
+    and the accepted ones), the API endpoint and the bootstrap token."""
+    config = settings(node.config_bytes)
+    return (config["ca_crt"], tuple(config["accepted_crts"]), config["endpoint"], config["bootstrap_token"])
+
+
 def static_pod_config(node, component):
     """The spec of the component's ``*Configs.kubernetes.talos.dev`` resource."""
     config = settings(node.config_bytes)
@@ -253,6 +264,7 @@ class _Container:
     def __init__(self, namespace):
         self.namespace = namespace
         self.spec = None
+        self.secrets = None
         self.image = None
         # When the container with the wanted spec started (None: not yet, its image is not pulled).
         self.started = None
@@ -260,10 +272,14 @@ class _Container:
         # The image of the last container that became ready.
         self.ready_image = None
 
-    def want(self, node, spec, now):
-        if spec != self.spec:
-            self.spec, self.image, self.started = spec, spec["image"], None
+    def want(self, node, spec, now, secrets=None):
+        """Run ``spec`` with ``secrets``; returns whether a running container restarted for it."""
+        if (spec, secrets) != (self.spec, self.secrets):
+            restarted = self.started is not None
+            self.spec, self.secrets, self.image, self.started = spec, secrets, spec["image"], None
             self.evaluate(node, now)
+            return restarted
+        return False
 
     def evaluate(self, node, now):
         if self.started is None:
@@ -288,28 +304,32 @@ class NodeKubernetes:
         self._containers = {}
 
     def _wanted(self):
-        """name -> (containerd namespace, spec) of what the node's config asks it to run."""
+        """name -> (containerd namespace, spec, secrets) of what the node's config asks it to run."""
         node = self.node
         if node.maintenance:
             return {}
-        wanted = {"kubelet": (_SYSTEM, kubelet_spec(node))}
+        wanted = {"kubelet": (_SYSTEM, kubelet_spec(node), kubelet_secrets(node))}
         if node.is_control_plane:
             for component in COMPONENTS:
                 spec = static_pod_config(node, component)
                 if spec.get("enabled", True):
-                    wanted[component] = (_CRI, spec)
+                    wanted[component] = (_CRI, spec, None)
         return wanted
 
-    def _container(self, name, namespace, spec, now):
+    def _container(self, name, namespace, spec, secrets, now):
         container = self._containers.setdefault(name, _Container(namespace))
-        container.want(self.node, spec, now)
-        return container
+        return container, container.want(self.node, spec, now, secrets)
 
     def config_applied(self):
         """A config became active (apply, TRY, boot): what it changes restarts now."""
         now = time.time()
-        for name, (namespace, spec) in self._wanted().items():
-            self._container(name, namespace, spec, now)
+        node = self.node
+        for name, (namespace, spec, secrets) in self._wanted().items():
+            _container, restarted = self._container(name, namespace, spec, secrets, now)
+            service = node.services.get("kubelet") if name == "kubelet" else None
+            if restarted and service is not None and service.running and node.stage == "running":
+                node.set_service("kubelet", "Finished", "Service finished successfully")
+                node.set_service("kubelet", "Running", "Service started as goroutine")
 
     def state(self, name):
         """``{image, started, ready, pull_error, ready_image}`` of a container the config asks for, or None."""
@@ -317,7 +337,7 @@ class NodeKubernetes:
         if wanted is None:
             return None
         now = time.time()
-        return self._container(name, wanted[0], wanted[1], now).evaluate(self.node, now)
+        return self._container(name, wanted[0], wanted[1], wanted[2], now)[0].evaluate(self.node, now)
 
     def static_pods(self):
         """``[(component, state)]`` of the static pods running: on a control plane whose etcd runs."""

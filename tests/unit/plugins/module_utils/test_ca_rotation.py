@@ -98,6 +98,53 @@ def test_rotation_is_due_when_the_ca_is_older_than_issued_after_or_expires_soon(
     assert "within renew_before" in ca_rotation.rotation_due(certificate, None, year, late)
 
 
+def _given(algorithm, not_before=NOW, validity=datetime.timedelta(days=3650), ca=True):
+    if ca:
+        certificate, key = talos_pki.generate_ca(algorithm, "talos", not_before, validity)
+    else:
+        issuer = CertificateAuthority.generate(algorithm, "talos", NOW)
+        certificate, key = talos_pki.issue_client_certificate(issuer.certificate, issuer.key, ["os:admin"], not_before, validity)
+    return talos_pki.certificate_pem(certificate), talos_pki.private_key_pem(key)
+
+
+def test_a_given_ca_must_be_a_ca_of_its_own_key_the_old_key_type_and_valid(bundle):
+    old = bundle.os_ca
+    crt, key = _given("ed25519")
+    given = ca_rotation.given_authority(crt, key, old, "new_talos_ca", NOW)
+    assert given.crt_pem == crt and given.key_pem == key
+    # Kubernetes: Talos's Kubernetes CA is ECDSA.
+    k8s_crt, k8s_key = _given("ecdsa")
+    assert ca_rotation.given_authority(k8s_crt, k8s_key, bundle.cas["k8s"], "new_kubernetes_ca", NOW).crt_pem == k8s_crt
+    refusals = [
+        ((crt, _given("ed25519")[1]), "new_talos_ca.key is not the private key of new_talos_ca.crt."),
+        ((crt, "not a key"), "new_talos_ca.key is not a PEM private key."),
+        (("not a certificate", key), "new_talos_ca.crt is not a PEM certificate."),
+        (_given("ed25519", ca=False), "new_talos_ca.crt is not a CA certificate (its BasicConstraints do not say "
+                                      "CA:TRUE), so the nodes could not verify the certificates it issues."),
+        ((k8s_crt, k8s_key), "new_talos_ca holds an ecdsa key, but the CA it replaces has an ed25519 key: give an ed25519 "
+                             "CA, as the nodes' certificates keep their key type."),
+        (_given("ed25519", not_before=NOW + datetime.timedelta(days=2)),
+         "new_talos_ca.crt is valid only from 2026-06-03T12:00:00Z: give a CA valid now."),
+        (_given("ed25519", not_before=NOW - datetime.timedelta(days=10), validity=datetime.timedelta(days=10, hours=12)),
+         "new_talos_ca.crt expires on 2026-06-02T00:00:00Z: give a CA valid for longer than a day."),
+    ]
+    for (bad_crt, bad_key), message in refusals:
+        with pytest.raises(TalosConfigError) as raised:
+            ca_rotation.given_authority(bad_crt, bad_key, old, "new_talos_ca", NOW)
+        assert str(raised.value) == message
+        assert key not in str(raised.value) and (bad_key or "x") not in str(raised.value)
+
+
+def test_a_given_ca_makes_the_rotation_due_until_the_bundle_holds_it(bundle):
+    crt, key = _given("ed25519")
+    given = ca_rotation.given_authority(crt, key, bundle.os_ca, "new_talos_ca", NOW)
+    far = client_config.parse_duration("1h", "renew_before")
+    # Not consulted: issued_after and renew_before say nothing is due.
+    assert ca_rotation.rotation_due(bundle.os_ca.certificate, None, far, NOW, ca_rotation.TALOS, given) == (
+        "a new Talos CA was given")
+    assert ca_rotation.rotation_due(given.certificate, NOW, far, NOW, ca_rotation.TALOS, given) is None
+
+
 def test_parse_time_takes_dates_and_times():
     assert ca_rotation.parse_time("2026-11-27", "issued_after") == datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
     assert ca_rotation.parse_time("2026-11-27T09:00:00+01:00", "x") == datetime.datetime(
