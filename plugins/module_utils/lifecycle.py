@@ -52,6 +52,8 @@ ROLLBACK = "machine.MachineService/Rollback"
 LEGACY_UPGRADE = "machine.MachineService/Upgrade"
 IMAGE_PULL = "machine.ImageService/Pull"
 LIFECYCLE_UPGRADE = "machine.LifecycleService/Upgrade"
+# How long the installer may run when the task does not wait for the node (wait_timeout bounds it otherwise).
+INSTALL_TIMEOUT = 1200
 
 # The volumes a node reports (namespace, type): a Reset may name a volume only by the ID of its VolumeStatus
 # (since Talos v1.9; the boot partitions EFI, BIOS and BOOT have none).
@@ -601,13 +603,18 @@ class NodeUpgrade:
         self.progress = progress
 
     def run(self, api, wait_timeout=None):
-        """Upgrade with ``api`` (``lifecycle`` may turn into ``legacy``), then wait unless ``wait_timeout`` is None."""
+        """Upgrade with ``api`` (``lifecycle`` may turn into ``legacy``), then wait unless ``wait_timeout`` is None.
+
+        The installer has ``wait_timeout`` (INSTALL_TIMEOUT without a wait) to
+        finish: a real one pulls and writes for minutes, far beyond the
+        connection's timeout.
+        """
         boot_id = waits.read_boot_id(self.client, self.node) if wait_timeout is not None else None
         if api == "lifecycle" and not self._pull():
             api = "legacy"
         self.result["api_used"] = api
         if api == "lifecycle":
-            self._install()
+            self._install(wait_timeout if wait_timeout is not None else INSTALL_TIMEOUT)
             self._reboot()
         else:
             self._legacy_upgrade()
@@ -644,7 +651,7 @@ class NodeUpgrade:
         self._note("pulled %s" % (names[-1] if names else self.image))
         return True
 
-    def _install(self):
+    def _install(self, deadline):
         request = lifecycle_pb2.LifecycleServiceUpgradeRequest(
             containerd=self._containerd(), source=lifecycle_pb2.InstallArtifactsSource(image_name=self.image))
         exit_codes = []
@@ -658,7 +665,8 @@ class NodeUpgrade:
                 self._note("installer exited with code %d" % frame.progress.exit_code)
 
         try:
-            self.client.stream(LIFECYCLE_UPGRADE, request, node=self.node, on_message=record)
+            self._note("installing %s (up to %d seconds)" % (self.image, deadline))
+            self.client.stream(LIFECYCLE_UPGRADE, request, node=self.node, on_message=record, deadline=deadline)
         except TalosError as err:
             self._fail("install", "Installing %s on %s failed: %s The node still runs %s and was not rebooted."
                        % (self.image, self.label, err.message, self.previous), err)

@@ -21,6 +21,8 @@ def role_play(cluster, workdir):
             "cluster_name": "generated",
             "cluster_endpoint": "https://%s:6443" % cluster.controlplanes[0].address,
             "cluster_talos_version": "v1.14.0",
+            # Not the v1.14 default (the UnattendedInstallConfig document): the role passes it on.
+            "cluster_install_home": "machine",
             "cluster_talosconfig_endpoints": [node.endpoint for node in cluster.controlplanes],
             "cluster_host_patches": [{"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": None,
                                       "hostname": "{{ inventory_hostname }}-gen"}],
@@ -56,6 +58,10 @@ def test_role_generates_everything_then_provisions(emulator, run_playbook, tmp_p
         assert not node.maintenance and node.hostname == node.name + "-gen"
     assert first.changed_count > 0
     contents = dict((name, (workdir / name).read_bytes()) for name in ("controlplane.yaml", "worker.yaml", "secrets.yaml", "talosconfig"))
+    for name in ("controlplane.yaml", "worker.yaml"):
+        documents = list(yaml.safe_load_all(contents[name]))
+        assert "UnattendedInstallConfig" not in [document.get("kind") for document in documents], name
+        assert documents[0]["machine"]["install"]["image"].endswith(":v1.14.0"), name
 
     second = run_playbook(play, inventory=str(inventory))
     assert second.changed_count == 0, [r["task"] for r in second.results if r["status"] == "changed"]

@@ -3,11 +3,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The node_remove role against the emulator: a control plane leaves etcd and is wiped,
 a worker is wiped, check mode sends nothing, the quorum guard stops a removal, and a
-powered-off control plane has its member removed through another one."""
+powered-off control plane has its member removed through another one, or, when it was the only endpoint, the failure
+names the variable to set."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import yaml
 from test_robustness import assert_no_secret, cluster_secrets
 
 
@@ -101,4 +103,30 @@ def test_a_powered_off_first_endpoint_is_removed_through_the_next_one(emulator, 
     run = run_playbook(remove_play(cluster, cp1, node_remove_via=cp2.address))
     assert [(e["method"], e["node"]) for e in cluster.audit()] == [("machine.MachineService/EtcdRemoveMemberByID", cp2.name)]
     assert "etcd: member controlplane-1 was removed through %s." % cp2.address in _report(run)
+    assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-2", "controlplane-3"]
+
+
+def test_when_the_dead_node_is_the_only_endpoint_the_failure_names_what_to_set(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
+    cp1, cp2, cp3 = cluster.controlplanes
+    talosconfig = yaml.safe_load(open(cluster.talosconfig_path()).read())
+    for context in talosconfig["contexts"].values():
+        context["endpoints"] = [cp1.endpoint]
+    only_cp1 = tmp_path / "talosconfig-cp1"
+    only_cp1.write_text(yaml.safe_dump(talosconfig))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(cluster.inventory()))
+    cluster.power_off(cp1)
+
+    failed = run_playbook(remove_play(cluster, cp1, node_remove_talosconfig=str(only_cp1)), inventory=str(inventory),
+                          expect_rc=2)
+    (said,) = [r for r in failed.results if "Say which endpoints to use" in r["task"]]
+    assert said["result"]["msg"].endswith(
+        "No endpoint answered: set node_remove_endpoints to control planes whose API answers (the inventory's other "
+        "control planes: %s, %s)." % (cp2.address, cp3.address)), said["result"]["msg"]
+    assert len(cluster.etcd.members) == 3
+
+    run = run_playbook(remove_play(cluster, cp1, node_remove_talosconfig=str(only_cp1),
+                                   node_remove_endpoints=[cp2.endpoint, cp3.endpoint]), inventory=str(inventory))
+    assert "etcd: member controlplane-1 was removed through %s, %s." % (cp2.endpoint, cp3.endpoint) in _report(run)
     assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-2", "controlplane-3"]

@@ -117,7 +117,23 @@ def test_lifecycle_pulls_installs_and_reboots():
     assert result["current_version"] == "v1.13.0"
     assert asked(client) == [lifecycle.IMAGE_PULL, lifecycle.LIFECYCLE_UPGRADE, lifecycle.REBOOT]
     assert result["api_used"] == "lifecycle" and result["rebooted"]
-    assert result["progress"] == ["pulled " + IMAGE, "writing boot assets", "installer exited with code 0", "reboot requested"]
+    assert result["progress"] == ["pulled " + IMAGE, "installing %s (up to 1200 seconds)" % IMAGE, "writing boot assets",
+                                  "installer exited with code 0", "reboot requested"]
+    # The installer runs far longer than a call: it has its own deadline, not the connection's timeout.
+    assert [call.kwargs["deadline"] for call in client.calls_to(lifecycle.LIFECYCLE_UPGRADE)] == [lifecycle.INSTALL_TIMEOUT]
+
+
+def test_the_installer_has_the_wait_timeout_to_finish(monkeypatch):
+    client = FakeTalos(answers={
+        lifecycle.IMAGE_PULL: PULLED,
+        lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
+        lifecycle.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
+        lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
+    })
+    monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: None)
+    monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", lambda client, node, boot_id, waiter: None)
+    _upgrade(client).run("lifecycle", wait_timeout=900)
+    assert [call.kwargs["deadline"] for call in client.calls_to(lifecycle.LIFECYCLE_UPGRADE)] == [900]
 
 
 def test_unimplemented_lifecycle_falls_back_to_legacy_in_auto():
