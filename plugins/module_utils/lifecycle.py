@@ -133,19 +133,21 @@ def _waiter(wait_timeout, progress, interval=None):
 
 # -- several nodes in one task -------------------------------------------------
 
-def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
+def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None, takes_node_down=True):
     """Run ``act(client, node)`` - one node's action from its guard to its wait, returning its result - on ``nodes``.
 
     One node runs on ``client``, and its failure propagates as it is. Several
     run concurrently, at most ``max_concurrency`` at once, each in a thread
     with a client of its own (a TalosClient runs one asyncio loop: it cannot
-    serve two threads). Their control planes go one at a time (ControlPlaneTurns:
-    ``waited`` and ``progress`` are its).
+    serve two threads). When the action ``takes_node_down``, their control
+    planes go one at a time (ControlPlaneTurns: ``waited`` and ``progress``
+    are its).
 
     Returns ``{"changed": whether a node changed, "nodes": {node: its result}}``,
-    with one node's result keys at the top as well. When nodes fail, the others
-    still finish; then ActionFailed names the failed nodes and carries every
-    result, a failed node's with ``failed`` and ``msg``.
+    with one node's result keys at the top as well; with several nodes their
+    diffs make one, keyed by node. When nodes fail, the others still finish;
+    then ActionFailed names the failed nodes and carries every result, a failed
+    node's with ``failed`` and ``msg``.
     """
     if len(nodes) == 1:
         result = act(client, nodes[0])
@@ -155,7 +157,7 @@ def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
     def one(node):
         node_client = client.with_settings()
         try:
-            return turns.take(node_client, node, act)
+            return turns.take(node_client, node, act) if takes_node_down else act(node_client, node)
         except TalosError as error:
             return error
         finally:
@@ -165,6 +167,9 @@ def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
         outcomes = dict(zip(nodes, pool.map(one, nodes)))
     results, failed = errors.outcomes_by_node(outcomes, nodes)  # several nodes: each is named
     combined = dict(changed=any(result.get("changed") for result in results.values()), nodes=results)
+    diffs = [(node, result["diff"]) for node, result in results.items() if result.get("diff")]
+    if diffs:
+        combined["diff"] = dict((side, dict((node, diff[side]) for node, diff in diffs)) for side in ("before", "after"))
     if failed:
         raise ActionFailed(errors.nodes_failed_message(failed, len(nodes), outcomes[failed[0]]), combined)
     return combined
@@ -190,7 +195,10 @@ class ControlPlaneTurns:
 
     def take(self, client, node, act):
         """``act(client, node)``, in turn when ``node`` may be a control plane (a worker goes at once)."""
-        machine_type = etcd.machine_type(client, node)
+        try:
+            machine_type = etcd.machine_type(client, node)
+        except TalosError:
+            machine_type = None  # taken in turn: the action says why the node cannot be read
         if is_configured_type(machine_type) and not is_control_plane_type(machine_type):
             return act(client, node)
         if not self._lock.acquire(blocking=False):

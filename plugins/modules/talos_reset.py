@@ -8,10 +8,10 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_reset
-short_description: Wipe one Talos Linux node and power it off or reboot it
+short_description: Wipe Talos Linux nodes and power them off or reboot them
 version_added: 0.1.0
 description:
-  - Resets one node with C(MachineService.Reset), as C(talosctl reset) does - wipes its system disk (or the chosen
+  - Resets a node, or several O(nodes), with C(MachineService.Reset), as C(talosctl reset) does - wipes its system disk (or the chosen
     system volumes) and user disks - then powers it off or, with O(reboot=true), reboots it.
   - A graceful reset (the default) cordons and drains the node and, on a control plane, makes it leave etcd first,
     as Talos does.
@@ -20,6 +20,9 @@ description:
   - Refused before the reset is sent, with a message saying why - a graceful reset of the last etcd member (Talos
     cannot make it leave), a reset whose departure would cost etcd its quorum (unless O(force_quorum_loss=true)), and
     a volume label the node does not have (the message lists the ones it has).
+  - With several O(nodes), each node is reset on its own (guard, reset, wait), at most O(max_concurrency) at a time; control
+    planes go one at a time, each once the one before is done (without O(wait), the task refuses to take a second
+    control plane down). Each node's outcome is in RV(nodes); a failed node fails the task once the others are done.
   - A node already in maintenance mode has no configuration to reset. When the reset would wipe the C(STATE) volume
     (where the configuration lives), the task reports no change and calls nothing; otherwise it fails, since Talos
     refuses Reset in maintenance mode.
@@ -90,6 +93,10 @@ options:
       - Does not allow a graceful reset of the last etcd member, which Talos cannot perform.
     type: bool
     default: false
+  max_concurrency:
+    description: How many nodes are reset at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 notes:
   - With O(wait=true) and O(reboot=true) the wait ends when the node answers in maintenance mode (over an insecure
     connection straight to the node, port of the endpoint) or runs again with a new boot; without O(reboot) it ends
@@ -192,6 +199,14 @@ actor_id:
   returned: always
   type: str
   sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
+nodes:
+  description:
+    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
+      has C(failed) and C(msg) (and the keys its failure knows).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.5: {changed: true, controlplane: false, state: powered off}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
@@ -206,9 +221,11 @@ SPEC = TaskSpec(
         system_labels_to_wipe=dict(type="list", elements="str", default=[]),
         user_disks_to_wipe=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
     quorum_wait=True,
+    ranges=dict(max_concurrency=(1, None)),
 )
 
 
@@ -216,13 +233,17 @@ def run(task):
     params = task.params
     plan = lifecycle.reset_plan(params["wipe_mode"], params["system_labels_to_wipe"], params["user_disks_to_wipe"],
                                 params["reboot"])
-    node = task.single_node("resets one node per task")
-    return lifecycle.reset(task.client, node, plan, params["wipe_mode"], graceful=params["graceful"],
-                           force_quorum_loss=params["force_quorum_loss"],
-                           quorum_wait_timeout=params["quorum_wait_timeout"],
-                           probe_seconds=min(lifecycle.MAINTENANCE_PROBE_SECONDS, params["timeout"]),
-                           wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                           check_mode=task.check_mode, progress=task.progress)
+
+    def reset_node(client, node):
+        return lifecycle.reset(client, node, plan, params["wipe_mode"], graceful=params["graceful"],
+                               force_quorum_loss=params["force_quorum_loss"],
+                               quorum_wait_timeout=params["quorum_wait_timeout"],
+                               probe_seconds=min(lifecycle.MAINTENANCE_PROBE_SECONDS, params["timeout"]),
+                               wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                               check_mode=task.check_mode, progress=task.progress)
+
+    return lifecycle.on_nodes(task.client, task.target_nodes, reset_node, params["max_concurrency"],
+                              waited=params["wait"] or task.check_mode, progress=task.progress)
 
 
 def main():

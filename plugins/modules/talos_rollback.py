@@ -8,10 +8,10 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_rollback
-short_description: Roll one Talos Linux node back to its previous installation
+short_description: Roll Talos Linux nodes back to their previous installation
 version_added: 0.1.0
 description:
-  - Makes the node boot its previous Talos installation (the one an upgrade replaced) with
+  - Makes a node, or several O(nodes), boot its previous Talos installation (the one an upgrade replaced) with
     C(MachineService.Rollback), as C(talosctl rollback) does; the node reboots at once.
   - By default waits until the node runs again with a new boot, then checks that its version changed and returns
     from which version to which; a node that comes back on the same version fails the task.
@@ -19,6 +19,9 @@ description:
     own reason and is not rebooted.
   - On a control-plane node the module first checks etcd and refuses when etcd would lose its quorum while the node
     reboots. O(force_quorum_loss=true) rolls back anyway.
+  - With several O(nodes), each node is rolled back on its own (guard, rollback, wait), at most O(max_concurrency) at a time; control
+    planes go one at a time, each once the one before is back (without O(wait), the task refuses to take a second
+    control plane down). Each node's outcome is in RV(nodes); a failed node fails the task once the others are done.
   - Needs the C(os:admin) role. The task always reports a change.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
@@ -46,6 +49,10 @@ options:
       - Roll a control plane back even when etcd loses its quorum while it reboots.
     type: bool
     default: false
+  max_concurrency:
+    description: How many nodes are rolled back at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 seealso:
   - module: talos_linux.talos.talos_upgrade
   - name: Node lifecycle
@@ -103,6 +110,14 @@ quorum:
   returned: always
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
+nodes:
+  description:
+    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
+      has C(failed) and C(msg) (and the keys its failure knows).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.5: {changed: true, previous_version: v1.14.1, current_version: v1.14.0}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
@@ -112,19 +127,25 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 SPEC = TaskSpec(
     argument_spec=dict(
         force_quorum_loss=dict(type="bool", default=False),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
     quorum_wait=True,
+    ranges=dict(max_concurrency=(1, None)),
 )
 
 
 def run(task):
     params = task.params
-    node = task.single_node("rolls back one node per task")
-    return lifecycle.rollback(task.client, node, force_quorum_loss=params["force_quorum_loss"],
-                              quorum_wait_timeout=params["quorum_wait_timeout"],
-                              wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                              check_mode=task.check_mode, diff=task.diff, progress=task.progress)
+
+    def rollback_node(client, node):
+        return lifecycle.rollback(client, node, force_quorum_loss=params["force_quorum_loss"],
+                                  quorum_wait_timeout=params["quorum_wait_timeout"],
+                                  wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                  check_mode=task.check_mode, diff=task.diff, progress=task.progress)
+
+    return lifecycle.on_nodes(task.client, task.target_nodes, rollback_node, params["max_concurrency"],
+                              waited=params["wait"] or task.check_mode, progress=task.progress)
 
 
 def main():

@@ -18,7 +18,9 @@ description:
     (not stopped), and system extension services (C(ext-<name>)) can be started, stopped and restarted. Every other
     service (C(etcd), C(apid), C(trustd), C(containerd), C(cri), ...) is managed by Talos itself; the module refuses
     it before making any call.
-  - Manages one node per task, the one named by O(node) (or the only node of the talosconfig context).
+  - Manages the service on the node named by O(node) (or the only node of the talosconfig context), or on several
+    O(nodes) concurrently, at most O(max_concurrency) at a time; each node's outcome is in RV(nodes), and a failed
+    node fails the task once the others are done.
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
@@ -35,6 +37,10 @@ options:
     type: str
     required: true
     choices: [started, stopped, restarted]
+  max_concurrency:
+    description: On how many nodes the service is controlled at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
@@ -133,9 +139,18 @@ response:
   returned: when a request was sent
   type: str
   sample: Service "kubelet" restarted
+nodes:
+  description:
+    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
+      has C(failed) and C(msg) (and the keys its failure knows).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.5: {changed: true, name: kubelet, state: Running, response: Service "kubelet" restarted}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter, wait_for_service
@@ -149,8 +164,10 @@ SPEC = TaskSpec(
     argument_spec=dict(
         name=dict(type="str", required=True),
         state=dict(type="str", required=True, choices=["started", "stopped", "restarted"]),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
+    ranges=dict(max_concurrency=(1, None)),
 )
 
 RECENT_EVENTS = 10
@@ -190,13 +207,22 @@ def run(task):
     if reason:
         raise TaskFailed(reason, name=name)
 
-    client = task.client
-    node = task.single_node("manages one node per task")
+    def control(client, node):
+        return _control(task, client, node, name, state)
+
+    # A service's start, stop or restart leaves the node up: no control plane waits for another.
+    return lifecycle.on_nodes(task.client, task.target_nodes, control, task.params["max_concurrency"],
+                              takes_node_down=False)
+
+
+def _control(task, client, node, name, state):
+    """``name`` brought to ``state`` on ``node``: the node's result."""
     services = talos_node.list_services(client, node)
     if name not in services:
-        raise TaskFailed("Service %s is not defined on %s (its services are: %s): extension services appear only when "
-                         "their system extension is installed." % (name, talos_node.label(node), ", ".join(sorted(services))),
-                         name=name, node=node)
+        raise ActionFailed("Service %s is not defined on %s (its services are: %s): extension services appear only when "
+                           "their system extension is installed." % (name, talos_node.label(node),
+                                                                     ", ".join(sorted(services))),
+                           {"name": name}, node=node)
     info = services[name]
     before = service_to_dict(info)
 

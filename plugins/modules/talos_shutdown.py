@@ -8,14 +8,18 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: talos_shutdown
-short_description: Power off one Talos Linux node
+short_description: Power off Talos Linux nodes
 version_added: 0.1.0
 description:
-  - Shuts one node down with C(MachineService.Shutdown), as C(talosctl shutdown) does, and by default waits until
-    the node stops answering the API.
+  - Shuts a node, or several O(nodes), down with C(MachineService.Shutdown), as C(talosctl shutdown) does, and by
+    default waits until each node stops answering the API.
   - On a control-plane node the module first checks etcd and refuses when etcd would lose its quorum without the
     node - when fewer of the other voting members are healthy than quorum needs, which includes a one-member
     cluster. O(force_quorum_loss=true) shuts it down anyway.
+  - With several O(nodes), each node is shut down on its own (guard, shutdown, wait), at most O(max_concurrency) at a
+    time; control planes go one at a time, each judged by the quorum guard with the ones before it gone (without
+    O(wait), the task refuses to take a second control plane down; in check mode each is judged with the others up).
+    Each node's outcome is in RV(nodes); a failed node fails the task once the others are done.
   - The node stays off until it is powered on out of band (its BMC, hypervisor or power button); the Talos API
     cannot start it again.
   - The task always reports a change.
@@ -47,6 +51,10 @@ options:
       - Shut a control plane down even when etcd loses its quorum without it.
     type: bool
     default: false
+  max_concurrency:
+    description: How many nodes are shut down at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 seealso:
   - module: talos_linux.talos.talos_reboot
   - module: talos_linux.talos.talos_reset
@@ -96,6 +104,14 @@ elapsed:
   returned: always
   type: float
   sample: 12.5
+nodes:
+  description:
+    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
+      has C(failed) and C(msg) (and the keys its failure knows).
+  returned: always
+  type: dict
+  sample:
+    10.5.0.5: {changed: true, controlplane: false, etcd_gate_open: true, elapsed: 12.5}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
@@ -106,19 +122,25 @@ SPEC = TaskSpec(
     argument_spec=dict(
         force=dict(type="bool", default=False),
         force_quorum_loss=dict(type="bool", default=False),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
     quorum_wait=True,
+    ranges=dict(max_concurrency=(1, None)),
 )
 
 
 def run(task):
     params = task.params
-    node = task.single_node("shuts down one node per task")
-    return lifecycle.shutdown(task.client, node, force=params["force"], force_quorum_loss=params["force_quorum_loss"],
-                              quorum_wait_timeout=params["quorum_wait_timeout"],
-                              wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                              check_mode=task.check_mode, progress=task.progress)
+
+    def shutdown_node(client, node):
+        return lifecycle.shutdown(client, node, force=params["force"], force_quorum_loss=params["force_quorum_loss"],
+                                  quorum_wait_timeout=params["quorum_wait_timeout"],
+                                  wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                  check_mode=task.check_mode, progress=task.progress)
+
+    return lifecycle.on_nodes(task.client, task.target_nodes, shutdown_node, params["max_concurrency"],
+                              waited=params["wait"] or task.check_mode, progress=task.progress)
 
 
 def main():

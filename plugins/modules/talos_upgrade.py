@@ -16,7 +16,7 @@ description:
   - On Talos v1.13 and newer the installer image is pulled with C(ImageService.Pull) into the system
     containerd namespace, installed with C(LifecycleService.Upgrade) (whose output is returned in RV(progress)),
     and the node is rebooted. The installer has O(wait_timeout) seconds to finish (1200 without O(wait)), not the
-    connection's O(timeout): it writes the new boot assets for minutes on a real node. Older nodes answer C(Unimplemented) to that API; the module then uses the legacy
+    connection's O(timeout), since it writes the new boot assets for minutes on a real node. Older nodes answer C(Unimplemented) to that API; the module then uses the legacy
     C(MachineService.Upgrade), which installs and reboots on the node's own.
   - A node that already runs the target version is not upgraded; only an installer reference in its machine config
     that names another version is updated (see the notes).

@@ -145,3 +145,25 @@ def test_wait_that_times_out_says_so(emulator, run_playbook):
         "The reset of node %s was requested but did not complete as expected: Timed out after 3 seconds waiting for "
         "node %s to come back from the reset, in maintenance mode or with a new boot" % (worker.address, worker.address))
     assert len(cluster.audit(method="Reset")) == 1
+
+
+def test_several_nodes_in_one_task_then_nothing_to_do(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=2, bootstrapped=True, reboot_seconds=0.2)
+    workers = [worker.address for worker in cluster.workers]
+    play = {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+        "name": "reset", "talos_linux.talos.talos_reset": {
+            "talosconfig": cluster.talosconfig_path(), "nodes": workers, "reboot": True,
+            "system_labels_to_wipe": ["STATE", "EPHEMERAL"], "wait_timeout": 20}}]}
+
+    result = run_playbook(play).task("reset")
+    assert result["status"] == "changed", result["result"]
+    assert sorted(result["result"]["nodes"]) == sorted(workers)
+    assert {entry["state"] for entry in result["result"]["nodes"].values()} == {"maintenance"}
+    assert all(worker.maintenance and worker.reboots == 1 for worker in cluster.workers)
+    assert sorted(entry["node"] for entry in cluster.audit(method="Reset")) == sorted(w.name for w in cluster.workers)
+
+    # Both answer in maintenance mode now: nothing to do on either, and nothing is sent.
+    again = run_playbook(play).task("reset")
+    assert again["status"] == "ok", again["result"]
+    assert {entry["state"] for entry in again["result"]["nodes"].values()} == {"maintenance"}
+    assert len(cluster.audit(method="Reset")) == 2

@@ -96,3 +96,18 @@ def test_operator_may_restart_reader_gets_the_roles_needed(emulator, run_playboo
     assert ("it needs role os:admin or os:operator and the client certificate carries role os:reader"
             in run.task("service")["result"]["msg"])
     assert len(cluster.audit()) == 1
+
+
+def test_kubelet_restart_on_several_nodes_in_one_task(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=2)
+    nodes = [node.address for node in cluster.nodes]
+    play = {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+        "name": "service", "talos_linux.talos.talos_service": {
+            "talosconfig": cluster.talosconfig_path(), "nodes": nodes, "name": "kubelet", "state": "restarted",
+            "wait_timeout": 20}}]}
+    result = run_playbook(play, diff=True).task("service")
+    assert result["status"] == "changed", result["result"]
+    assert sorted(result["result"]["nodes"]) == sorted(nodes)
+    assert {entry["state"] for entry in result["result"]["nodes"].values()} == {"Running"}
+    assert sorted(result["result"]["diff"]["after"]) == sorted(nodes)
+    assert sorted(entry["node"] for entry in cluster.audit(method="ServiceRestart")) == sorted(n.name for n in cluster.nodes)

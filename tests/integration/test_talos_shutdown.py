@@ -56,3 +56,28 @@ def test_wait_that_times_out_says_so(emulator, run_playbook):
     assert ("The shutdown of node %s was requested but the node still answers: Timed out after 2 seconds waiting for "
             "node %s to stop answering" % (worker.address, worker.address)) in result["result"]["msg"]
     assert worker.powered
+
+
+def test_several_nodes_in_one_task_each_behind_the_quorum_guard(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=1, bootstrapped=True, etcd="real")
+    cp1, cp2, cp3 = cluster.controlplanes
+    worker = cluster.workers[0]
+
+    def play(nodes):
+        return {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+            "name": "shutdown", "ignore_errors": True, "talos_linux.talos.talos_shutdown": {
+                "talosconfig": cluster.talosconfig_path(), "nodes": nodes, "wait_timeout": 20, "timeout": 5}}]}
+
+    done = run_playbook(play([cp3.address, worker.address])).task("shutdown")
+    assert done["status"] == "changed", done["result"]
+    assert sorted(done["result"]["nodes"]) == sorted([cp3.address, worker.address])
+    assert not cp3.powered and not worker.powered
+
+    # With the third member gone, neither of the last two may go: each is refused on its own, nothing is sent.
+    refused = run_playbook(play([cp1.address, cp2.address])).task("shutdown")
+    assert refused["status"] == "failed"
+    per_node = refused["result"]["nodes"]
+    assert all(per_node[node.address]["failed"] and per_node[node.address]["msg"].startswith(
+        "Refusing to shut down control-plane node %s" % node.address) for node in (cp1, cp2)), per_node
+    assert cp1.powered and cp2.powered
+    assert sorted(entry["node"] for entry in cluster.audit(method="Shutdown")) == sorted([cp3.name, worker.name])

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosTimeoutError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
 from fake_talos import FakeTalos, fails_with
@@ -111,16 +111,22 @@ def test_check_mode_predicts_without_calling():
 
 def test_unknown_service_names_the_services_the_node_has():
     client = node_with({"kubelet": "Running", "ext-foo": "Running"})
-    ok, result = run(client, name="ext-bar", state="started")
-    assert not ok
-    assert result["msg"].startswith("Service ext-bar is not defined on node 10.5.0.3 (its services are: ext-foo, kubelet)")
+    with pytest.raises(ActionFailed) as failed:
+        run(client, name="ext-bar", state="started")
+    assert failed.value.message.startswith("Service ext-bar is not defined on node 10.5.0.3 (its services are: ext-foo, "
+                                           "kubelet)")
+    assert failed.value.to_result() == {"name": "ext-bar", "node": "10.5.0.3"}
     assert client.names() == ["ServiceList"]
 
 
-def test_several_nodes_are_refused():
+def test_several_nodes_each_get_the_service_and_their_own_result():
     client = node_with({"kubelet": "Running"}, nodes=["10.5.0.3", "10.5.0.4"])
-    ok, result = run(client, name="kubelet", state="started")
-    assert not ok and "one node per task but 2 nodes are targeted" in result["msg"]
+    ok, result = run(client, name="kubelet", state="restarted")
+    assert ok and result["changed"] and sorted(result["nodes"]) == ["10.5.0.3", "10.5.0.4"]
+    assert all(entry["response"] == "Service 'kubelet' done" for entry in result["nodes"].values())
+    assert sorted(call.node for call in client.calls_to("machine.MachineService/ServiceRestart")) == ["10.5.0.3", "10.5.0.4"]
+    assert result["diff"] == {"before": {"10.5.0.3": {"state": "Running"}, "10.5.0.4": {"state": "Running"}},
+                              "after": {"10.5.0.3": {"state": "Running"}, "10.5.0.4": {"state": "Running"}}}
 
 
 def _info(state, healthy=None, event_seconds=()):
