@@ -51,9 +51,10 @@ def test_fetch_a_directory_again_and_in_check_mode(emulator, run_playbook, tmp_p
     assert not os.listdir(str(tmp_path / "dev"))
     both = first.task("pod logs of both")["result"]["nodes"]
     assert set(both) == {cp.address, worker.address}
-    pod_logs = [entry["path"] for entry in both[cp.address]["files"] if entry["path"].endswith("0.log")]
+    # A pod's log is <container>/0.log (the containers/ links are named after the container ID, which may end in 0).
+    pod_logs = [entry["path"] for entry in both[cp.address]["files"] if entry["path"].endswith("/0.log")]
     assert pod_logs and all(path.startswith(str(tmp_path / "logs" / cp.address / "pods")) for path in pod_logs)
-    assert not [entry for entry in both[worker.address]["files"] if entry["path"].endswith("0.log")]
+    assert not [entry for entry in both[worker.address]["files"] if entry["path"].endswith("/0.log")]
 
     again = run_playbook(play)
     assert [again.task(name)["status"] for name in ("etc", "one file", "devices", "pod logs of both")] == ["ok"] * 4

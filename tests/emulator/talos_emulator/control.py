@@ -204,8 +204,9 @@ class EmulatedCluster:
         return self.run(self.etcd.leader_node())
 
     def wait_etcd_running(self, timeout=120):
-        """Wait until the etcd service runs on every configured control plane that is on."""
-        self.wait_until(lambda: all(node.etcd_running for node in self.controlplanes if node.powered and node.is_control_plane), timeout)
+        """Wait until etcd runs and answers on every configured control plane that is on."""
+        self.wait_until(lambda: all(self.etcd.serves(node) for node in self.controlplanes
+                                    if node.powered and node.is_control_plane), timeout)
 
     def add_extension_service(self, node, service_id):
         self.call(self.node(node).add_extension_service, service_id)

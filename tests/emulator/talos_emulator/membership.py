@@ -78,6 +78,10 @@ class EtcdCluster:
     def bootstrapped(self):
         return bool(self.members)
 
+    def serves(self, node):
+        """Whether ``node``'s etcd answers its clients (the model: whenever its service runs)."""
+        return node.etcd_running
+
     def member_of(self, node):
         for member in self.members:
             if member.node is node:

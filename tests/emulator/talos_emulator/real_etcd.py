@@ -170,6 +170,11 @@ class RealEtcdCluster(EtcdCluster):
 
     # What machined asks of etcd.
 
+    def serves(self, node):
+        """Whether ``node``'s member process answers its clients (its service may run before it does)."""
+        process = self.processes.get(node)
+        return node.etcd_running and process is not None and process.serving
+
     def _local(self, node):
         process = self.processes.get(node)
         if process is None or not process.serving:
