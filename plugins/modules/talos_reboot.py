@@ -158,8 +158,8 @@ services:
   sample: {etcd: "Running, healthy", kubelet: "Running, healthy"}
 nodes:
   description:
-    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
-      has C(failed) and C(msg) (and the keys its failure knows).
+    - The result of each node rebooted, by node, with the keys above; the shape of every module acting on several nodes
+      (docs/architecture.md, "Several nodes in one task").
   returned: always
   type: dict
   sample:

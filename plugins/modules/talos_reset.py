@@ -201,8 +201,8 @@ actor_id:
   sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
 nodes:
   description:
-    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
-      has C(failed) and C(msg) (and the keys its failure knows).
+    - The result of each node reset, by node, with the keys above; the shape of every module acting on several nodes
+      (docs/architecture.md, "Several nodes in one task").
   returned: always
   type: dict
   sample:

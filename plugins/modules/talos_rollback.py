@@ -112,8 +112,8 @@ quorum:
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 nodes:
   description:
-    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
-      has C(failed) and C(msg) (and the keys its failure knows).
+    - The result of each node rolled back, by node, with the keys above; the shape of every module acting on several nodes
+      (docs/architecture.md, "Several nodes in one task").
   returned: always
   type: dict
   sample:

@@ -70,31 +70,24 @@ options:
     description: Rotate each CA of O(rotate) that expires within this Go duration (V(8760h) is one year).
     type: str
     default: 8760h
-  new_talos_ca:
+  new_cas:
     description:
-      - The CA to rotate the Talos API CA to, instead of one the task generates - for example one your PKI issued.
-        It must be a CA certificate (C(CA:TRUE)) with its private key, of the key type of the CA it replaces (Talos
-        generates Ed25519), valid now and for more than a day.
-      - A rotation starts when the bundle's Talos API CA is not this one (O(issued_after) and O(renew_before) are not
-        consulted); once the rotation has run, the bundle holds it and the task changes nothing. A rotation in
-        progress to another CA is refused.
-      - Needs V(talos) in O(rotate).
-    type: dict
+      - CAs to rotate to instead of ones the task generates - for example ones your PKI issued - at most one per CA
+        of O(rotate).
+      - Each must be a CA certificate (C(CA:TRUE)) with its private key, of the key type of the CA it replaces (Talos
+        generates an Ed25519 Talos API CA and an ECDSA Kubernetes CA), valid now and for more than a day.
+      - The rotation of a CA given here starts when the bundle's is not the one given (O(issued_after) and
+        O(renew_before) are not consulted for it); once it has run, the bundle holds it and the task changes nothing.
+        A rotation in progress to another CA is refused.
+    type: list
+    elements: dict
+    default: []
     suboptions:
-      crt:
-        description: The CA certificate, PEM.
+      ca:
+        description: The CA it replaces, V(talos) or V(kubernetes); it must be in O(rotate).
         type: str
         required: true
-      key:
-        description: Its private key, PEM. Never shown in a result, message or diff.
-        type: str
-        required: true
-  new_kubernetes_ca:
-    description:
-      - The CA to rotate the Kubernetes CA to, instead of one the task generates, as O(new_talos_ca) for the Talos API
-        CA (Talos generates an ECDSA Kubernetes CA). Needs V(kubernetes) in O(rotate).
-    type: dict
-    suboptions:
+        choices: [talos, kubernetes]
       crt:
         description: The CA certificate, PEM.
         type: str
@@ -178,9 +171,10 @@ EXAMPLES = r"""
   talos_linux.talos.talos_rotate_ca:
     nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
     secrets: "{{ inventory_dir }}/secrets.yaml"
-    new_talos_ca:
-      crt: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.crt') }}"
-      key: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.key') }}"
+    new_cas:
+      - ca: talos
+        crt: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.crt') }}"
+        key: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.key') }}"
   run_once: true
 
 - name: Rotate it when it has less than a year left (on a schedule)
@@ -258,10 +252,10 @@ SPEC = TaskSpec(
         rotate=dict(type="list", elements="str", default=["talos"], choices=["talos", "kubernetes"]),
         issued_after=dict(type="str"),
         renew_before=dict(type="str", default="8760h"),
-        new_talos_ca=dict(type="dict", options=dict(crt=dict(type="str", required=True),
-                                                    key=dict(type="str", required=True, no_log=True))),
-        new_kubernetes_ca=dict(type="dict", options=dict(crt=dict(type="str", required=True),
-                                                         key=dict(type="str", required=True, no_log=True))),
+        new_cas=dict(type="list", elements="dict", default=[], options=dict(
+            ca=dict(type="str", required=True, choices=["talos", "kubernetes"]),
+            crt=dict(type="str", required=True),
+            key=dict(type="str", required=True, no_log=True))),
         ttl=dict(type="str", default=client_config.DEFAULT_TTL),
     ),
     wait="timeout",
@@ -270,7 +264,6 @@ SPEC = TaskSpec(
 )
 _RESULT_KEYS = {"talos": "talos_ca", "kubernetes": "kubernetes_ca"}
 _PHASE_KEYS = {"talos": "phase", "kubernetes": "kubernetes_phase"}
-_GIVEN_KEYS = {"talos": "new_talos_ca", "kubernetes": "new_kubernetes_ca"}
 _IN_PROGRESS = {"talos": "a rotation in progress is continued",
                 "kubernetes": "a Kubernetes CA rotation in progress is continued"}
 
@@ -328,10 +321,14 @@ def run(task):
         missing = missing_libraries((kube_api.LIBRARY,))
         if missing:
             raise TaskFailed(missing_required_lib(missing[0][0]), exception=missing[0][1])
-    for name, option in _GIVEN_KEYS.items():
-        if params[option] and name not in kinds:
-            raise TaskFailed("%s is given but rotate does not hold %s: add %s to rotate, or drop %s." % (
-                option, name, name, option))
+    entries = {}
+    for entry in params["new_cas"]:
+        if entry["ca"] not in kinds:
+            raise TaskFailed("new_cas has a %s CA but rotate does not hold %s: add %s to rotate, or drop that entry."
+                             % (entry["ca"], entry["ca"], entry["ca"]))
+        if entry["ca"] in entries:
+            raise TaskFailed("new_cas has two %s CAs: give one." % entry["ca"])
+        entries[entry["ca"]] = entry
     now, issued_after, renew_before, ttl = _options(task)
     bundle_path = os.path.abspath(params["secrets"])
     for name, kind in ca_rotation.KINDS.items():
@@ -341,9 +338,8 @@ def run(task):
                              "rotate: [%s]." % (kind.title, bundle_path, name))
 
     # Every given CA is checked before the first node changes.
-    givens = dict((name, _given(task, name, ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context,
-                                                                        ca_rotation.KINDS[name]), now))
-                  for name in kinds)
+    givens = dict((name, _given(task, name, entries.get(name), ca_rotation.ControllerFiles(
+        bundle_path, settings.config_path, settings.context, ca_rotation.KINDS[name]), now)) for name in kinds)
 
     result = {"rotation": None, "nodes": dict((node, {}) for node in nodes), "plan": [], "done": [], "changed": False}
     diffs = []
@@ -384,19 +380,18 @@ def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, t
     return rotation, files
 
 
-def _given(task, name, files, now):
-    """The CA the user gives for ``name`` (None: the task generates one), checked; refused while a rotation to another
-    CA is in progress."""
-    option = _GIVEN_KEYS[name]
-    value = task.params[option]
-    if not value:
+def _given(task, name, entry, files, now):
+    """The CA of ``entry`` (the new_cas entry for CA ``name``; None: the task generates one), checked; refused while a
+    rotation to another CA is in progress."""
+    if entry is None:
         return None
-    task.hide([value["key"], talos_pki.b64_pem(value["key"])])
-    given = ca_rotation.given_authority(value["crt"], value["key"], files.old, option, now)
+    task.hide([entry["key"], talos_pki.b64_pem(entry["key"])])
+    label = "new_cas[ca=%s]" % name
+    given = ca_rotation.given_authority(entry["crt"], entry["key"], files.old, label, now)
     if files.in_progress and talos_pki.fingerprint(files.new.certificate) != talos_pki.fingerprint(given.certificate):
         raise TaskFailed("A rotation of the %s to another CA than %s is in progress (%s.previous holds the old one): "
-                         "finish it first by running the task without %s." % (
-                             files.kind.title, option, files.bundle_path, option))
+                         "finish it first by running the task without that entry." % (
+                             files.kind.title, label, files.bundle_path))
     return given
 
 

@@ -106,8 +106,8 @@ elapsed:
   sample: 12.5
 nodes:
   description:
-    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed node's
-      has C(failed) and C(msg) (and the keys its failure knows).
+    - The result of each node shut down, by node, with the keys above; the shape of every module acting on several nodes
+      (docs/architecture.md, "Several nodes in one task").
   returned: always
   type: dict
   sample:

@@ -61,7 +61,7 @@ class Setup(object):
     def rotate(self, issued_after, new_talos_ca=None, **options):
         args = dict(nodes=self.addresses, secrets=str(self.secrets), issued_after=issued_after, wait_timeout=5)
         if new_talos_ca is not None:
-            args["new_talos_ca"] = new_talos_ca
+            args["new_cas"] = [dict(new_talos_ca, ca="talos")]
         return self.play("talos_rotate_ca", args, **options)
 
     def bundle(self):
@@ -339,7 +339,7 @@ def test_a_rotation_to_a_given_ca(rotation_cluster):
 
     # A CA of another key type than the bundle's is refused before anything changes.
     _run, refused = setup.rotate(None, new_talos_ca=_new_ca("ecdsa"), expect_rc=2)
-    assert refused["result"]["msg"] == ("new_talos_ca holds an ecdsa key, but the CA it replaces has an ed25519 key: "
+    assert refused["result"]["msg"] == ("new_cas[ca=talos] holds an ecdsa key, but the CA it replaces has an ed25519 key: "
                                         "give an ed25519 CA, as the nodes' certificates keep their key type.")
     assert [node.config_bytes for node in cluster.nodes] == configs and len(cluster.audit()) == audited
     assert setup.bundle() == old_bundle and not setup.secrets.with_name("secrets.yaml.previous").exists()

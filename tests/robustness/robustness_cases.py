@@ -256,12 +256,12 @@ MODULE_CASES = [
     case("rotate-ca-etcd-is-not-rotated", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "rotate": ["etcd"]},
          r"value of rotate must be one or more of: talos, kubernetes"),
     case("rotate-ca-given-ca-of-a-ca-not-rotated", "talos_rotate_ca",
-         {"secrets": "{secrets_bundle}", "new_kubernetes_ca": {"crt": "not a certificate", "key": "not a key"}},
-         r"^new_kubernetes_ca is given but rotate does not hold kubernetes: add kubernetes to rotate, or drop "
-         r"new_kubernetes_ca\.$"),
+         {"secrets": "{secrets_bundle}", "new_cas": [{"ca": "kubernetes", "crt": "not a certificate", "key": "not a key"}]},
+         r"^new_cas has a kubernetes CA but rotate does not hold kubernetes: add kubernetes to rotate, or drop that "
+         r"entry\.$"),
     case("rotate-ca-given-ca-not-a-certificate", "talos_rotate_ca",
-         {"secrets": "{secrets_bundle}", "new_talos_ca": {"crt": "not a certificate", "key": "not a key"}},
-         r"^new_talos_ca\.crt is not a PEM certificate\.$"),
+         {"secrets": "{secrets_bundle}", "new_cas": [{"ca": "talos", "crt": "not a certificate", "key": "not a key"}]},
+         r"^new_cas\[ca=talos\]\.crt is not a PEM certificate\.$"),
     case("rotate-ca-kubernetes-a-member-left-out", "talos_rotate_ca",
          {"secrets": "{secrets_bundle}", "rotate": ["kubernetes"], "renew_before": "876000h"},
          r"^Cluster members worker-1, worker-2 are not in nodes: ", group="node", check_mode=True),
