@@ -15,8 +15,9 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.image_factory import EMPTY_SCHEMATIC_ID, FACTORY_URL, registry_host
+from ansible_collections.talos_linux.talos.plugins.module_utils.installer import FACTORY_INSTALLER_SINCE, LEGACY_INSTALLER_REPOSITORY, UNATTENDED_INSTALL_SINCE
 
 SUPPORTED_CONTRACTS = ((1, 9), (1, 10), (1, 11), (1, 12), (1, 13), (1, 14))
 # The newest Talos release the generator knows; its tag is the default installer image tag.
@@ -32,9 +33,9 @@ DEFAULT_KUBERNETES_VERSIONS = {
     (1, 14): "1.37.0",
 }
 
-INSTALLER_IMAGE = images.LEGACY_INSTALLER_REPOSITORY
+INSTALLER_IMAGE = LEGACY_INSTALLER_REPOSITORY
 # Talos v1.14 publishes no installer under ghcr.io: talosctl points at the Image Factory (empty schematic).
-FACTORY_INSTALLER_IMAGE = "%s/metal-installer/%s" % (images.registry_host(images.FACTORY_URL), images.EMPTY_SCHEMATIC_ID)
+FACTORY_INSTALLER_IMAGE = "%s/metal-installer/%s" % (registry_host(FACTORY_URL), EMPTY_SCHEMATIC_ID)
 
 # Where a config puts the installer image and its disk (talos_machine_config install_home): the v1alpha1
 # .machine.install section, or the UnattendedInstallConfig document; Talos refuses a config with both.
@@ -77,13 +78,13 @@ def release_tag(talos_version):
 def default_installer_image(talos_version):
     """The installer image talosctl of that release puts into ``machine.install.image``."""
     contract = parse_contract(talos_version)
-    repository = FACTORY_INSTALLER_IMAGE if contract >= images.FACTORY_INSTALLER_SINCE else INSTALLER_IMAGE
+    repository = FACTORY_INSTALLER_IMAGE if contract >= FACTORY_INSTALLER_SINCE else INSTALLER_IMAGE
     return "%s:%s" % (repository, release_tag(talos_version))
 
 
 def install_home(value, contract, parameter="install_home"):
     """Where a config of ``contract`` puts the installer: ``value``, else where talosctl of that release puts it."""
-    unattended_known = contract >= images.UNATTENDED_INSTALL_SINCE
+    unattended_known = contract >= UNATTENDED_INSTALL_SINCE
     if not value:
         return "unattended" if unattended_known else "machine"
     if value not in INSTALL_HOMES:
@@ -92,7 +93,7 @@ def install_home(value, contract, parameter="install_home"):
         raise TalosConfigError(
             "%s unattended needs talos_version v%d.%d or later: Talos %s has no UnattendedInstallConfig document, so its "
             "installer and install disk go in .machine.install (%s machine)."
-            % ((parameter,) + images.UNATTENDED_INSTALL_SINCE + (contract_name(contract), parameter)))
+            % ((parameter,) + UNATTENDED_INSTALL_SINCE + (contract_name(contract), parameter)))
     return value
 
 

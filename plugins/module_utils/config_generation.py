@@ -20,7 +20,7 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_comments, go_yaml, images, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_comments, go_yaml, installer, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import (
     default_installer_image, install_home as resolve_install_home, kubernetes_version as resolve_kubernetes_version,
     parse_contract, validate_cluster_endpoint,
@@ -197,7 +197,7 @@ def multi_documents(gen):
     # The document needs a disk selector: without an install disk talosctl writes none.
     if gen.install_home == "unattended" and gen.install_disk:
         documents.append(_document(
-            images.UNATTENDED_INSTALL_KIND,
+            installer.UNATTENDED_INSTALL_KIND,
             installer={"image": gen.install_image} if gen.install_image else {},
             provisioning={"diskSelector": {"match": "disk.dev_path == %s" % json.dumps(gen.install_disk)}, "wipe": False},
         ))
@@ -285,7 +285,7 @@ def render(gen, config_patches=None, with_docs=False, with_examples=False):
     documents = generate_documents(gen)
     if config_patches:
         documents = apply_patches(documents, config_patches)
-        if images.both_install_homes(documents):
+        if installer.both_install_homes(documents):
             raise TalosConfigError(
                 "config_patches give the machine config both a .machine.install section and an UnattendedInstallConfig "
                 "document, which Talos refuses together: patch only the home install_home chooses (%s here), or set "

@@ -9,8 +9,8 @@ check mode, waits when given a ``wait_timeout`` (None: no wait; the wait's
 progress goes to ``progress``) and returns the task's result. What went wrong
 after the request was sent raises errors.ActionFailed, which carries the result
 so far; bad input raises TalosConfigError. The waits are in waits.py, what a
-node reports in node.py, installer images in images.py and the upgrade API
-choice in upgrade.py.
+node reports in node.py, the installer, target version and upgrade API choice
+in installer.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,6 +25,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError, format_seconds,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import PULL_TIMEOUT
+from ansible_collections.talos_linux.talos.plugins.module_utils.installer import has_lifecycle_api
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
     CONTROL_PLANE_SERVICES,
     VERSION,
@@ -37,7 +38,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
     short_label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
-from ansible_collections.talos_linux.talos.plugins.module_utils.upgrade import has_lifecycle_api
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
@@ -558,7 +558,7 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
             check_mode=False, diff=False, progress=None):
     """Upgrade ``node`` to Talos ``target`` with installer ``image``, unless it runs ``target`` already.
 
-    ``api`` is the first upgrade API to try (upgrade.choose_api); with
+    ``api`` is the first upgrade API to try (installer.choose_api); with
     ``fall_back`` a node without the lifecycle API is upgraded with the legacy
     one. ``preserve`` and ``stage`` are the legacy API's; ``force_quorum_loss``
     also skips the legacy API's own etcd check on the node. ``pull_timeout``

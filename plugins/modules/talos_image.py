@@ -157,8 +157,9 @@ image_reason:
   type: str
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, upgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils import images
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.installer import choose_node_installer, resolve_target
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
@@ -187,9 +188,8 @@ def _installers(task, nodes, image, target):
     chosen, reasons, failures = {}, {}, {}
     for node in nodes:
         try:
-            build = None if image or params["image_repository"] else images.read_node_build(task.client, node)
-            choice = images.choose_installer(build, target, image=image, image_repository=params["image_repository"],
-                                             factory_url=params["image_factory_url"])
+            choice = choose_node_installer(task.client, node, target, image=image, image_repository=params["image_repository"],
+                                           factory_url=params["image_factory_url"])
         except TalosError as error:
             failures[node] = error
             continue
@@ -206,7 +206,7 @@ def run(task):
         raise TaskFailed("installer_version and installer_image pull an installer: they go with state=present only.")
     if installer:
         # The target as talos_upgrade checks it, before anything is pulled.
-        image, target = upgrade.resolve_target(params["installer_image"], params["installer_version"])
+        image, target = resolve_target(params["installer_image"], params["installer_version"])
     nodes = task.target_nodes
     namespace = params["namespace"] or ("system" if installer else "cri")
     store = images.NodeImages(task.client, namespace, params["max_concurrency"], progress=task.progress)

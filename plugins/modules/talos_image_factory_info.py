@@ -166,23 +166,24 @@ urls:
       iso: https://factory.talos.dev/image/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba/v1.14.0/metal-amd64-secureboot.iso
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images
-from ansible_collections.talos_linux.talos.plugins.module_utils.images import ImageFactoryError
+from ansible_collections.talos_linux.talos.plugins.module_utils import image_factory
+from ansible_collections.talos_linux.talos.plugins.module_utils.image_factory import ImageFactoryError
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        images.FACTORY_ARGUMENT_SPEC,
+        image_factory.FACTORY_ARGUMENT_SPEC,
         talos_version=dict(type="str"),
         schematic_id=dict(type="str"),
         platform=dict(type="str", default="metal"),
-        architecture=dict(type="str", default="amd64", choices=list(images.ARCHITECTURES)),
+        architecture=dict(type="str", default="amd64", choices=list(image_factory.ARCHITECTURES)),
         pxe_url=dict(type="str"),
     ),
     connection=False,
     libraries=(("PyYAML", "yaml"),),
-    ranges=images.FACTORY_RANGES,
+    ranges=image_factory.FACTORY_RANGES,
 )
 
 
@@ -190,10 +191,10 @@ def run(task):
     import yaml
 
     params = task.params
-    factory = images.factory_from_params(params)
+    factory = image_factory.factory_from_params(params)
     version, schematic_id = params["talos_version"], params["schematic_id"]
     if version:
-        version = images.version_tag(version)
+        version = version_tag(version)
     result = dict(changed=False, factory_url=factory.url, versions=factory.versions())
     if version:
         result.update(extensions=factory.extensions(version), overlays=factory.overlays(version))
@@ -204,13 +205,13 @@ def run(task):
                                     "talos_image_factory_schematic first." % (factory.url, schematic_id), status=404)
         content = yaml.safe_load(text) or {}
         result["schematic"] = dict(id=schematic_id, yaml=text, content=content,
-                                   extensions=images.schematic_extensions(content))
+                                   extensions=image_factory.schematic_extensions(content))
     if version and schematic_id:
         platform = params["platform"]
         result.update(
-            installer=images.factory_installer(factory.registry, platform, schematic_id, version),
-            secureboot_installer=images.factory_installer(factory.registry, platform, schematic_id, version, secure_boot=True),
-            urls=images.boot_assets(factory.url, schematic_id, version, platform, params["architecture"], params["pxe_url"]),
+            installer=image_factory.factory_installer(factory.registry, platform, schematic_id, version),
+            secureboot_installer=image_factory.factory_installer(factory.registry, platform, schematic_id, version, secure_boot=True),
+            urls=image_factory.boot_assets(factory.url, schematic_id, version, platform, params["architecture"], params["pxe_url"]),
         )
     return result
 

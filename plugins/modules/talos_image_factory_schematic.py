@@ -173,8 +173,9 @@ factory_url:
   sample: https://factory.talos.dev
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images
+from ansible_collections.talos_linux.talos.plugins.module_utils import image_factory
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -183,7 +184,7 @@ _FIELD_OPTIONS = ("extensions", "extra_kernel_args", "meta", "overlay", "secureb
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        images.FACTORY_ARGUMENT_SPEC,
+        image_factory.FACTORY_ARGUMENT_SPEC,
         schematic=dict(type="raw"),
         extensions=dict(type="list", elements="str", default=[]),
         extra_kernel_args=dict(type="list", elements="str", default=[]),
@@ -207,7 +208,7 @@ SPEC = TaskSpec(
     ),
     connection=False,
     libraries=(("PyYAML", "yaml"),),
-    ranges=dict(images.FACTORY_RANGES, key=(0, 255), disk_image_sector_size=(1, None)),
+    ranges=dict(image_factory.FACTORY_RANGES, key=(0, 255), disk_image_sector_size=(1, None)),
     may_be_empty=("value",),
 )
 
@@ -215,7 +216,7 @@ SPEC = TaskSpec(
 def _requested(params):
     """The schematic the options describe, in the factory's field names."""
     if params["schematic"] is None:
-        return images.schematic_from_options(
+        return image_factory.schematic_from_options(
             extensions=params["extensions"], extra_kernel_args=params["extra_kernel_args"], meta=params["meta"],
             overlay=params["overlay"], secureboot=params["secureboot"], bootloader=params["bootloader"],
             embedded_machine_configuration=params["embedded_machine_configuration"],
@@ -236,14 +237,14 @@ def _requested(params):
 
 def run(task):
     params = task.params
-    canonical = images.canonical_schematic(_requested(params))
-    version = images.version_tag(params["talos_version"]) if params["talos_version"] else None
-    factory = images.factory_from_params(params)
-    extensions = images.schematic_extensions(canonical)
+    canonical = image_factory.canonical_schematic(_requested(params))
+    version = version_tag(params["talos_version"]) if params["talos_version"] else None
+    factory = image_factory.factory_from_params(params)
+    extensions = image_factory.schematic_extensions(canonical)
     if version and extensions:
         factory.check_extensions(extensions, version)
-    text = images.schematic_text(canonical)
-    schematic_id = images.schematic_id(canonical)
+    text = image_factory.schematic_text(canonical)
+    schematic_id = image_factory.schematic_id(canonical)
     result = dict(changed=False, id=schematic_id, schematic=text, extensions=extensions, factory_url=factory.url)
 
     held = factory.schematic(schematic_id)

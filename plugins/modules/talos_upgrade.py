@@ -16,8 +16,9 @@ description:
   - On Talos v1.13 and newer the installer image is pulled with C(ImageService.Pull) into the system
     containerd namespace, installed with C(LifecycleService.Upgrade) (whose output is returned in RV(progress)),
     and the node is rebooted. The installer has O(wait_timeout) seconds to finish (1200 without O(wait)), not the
-    connection's O(timeout), since it writes the new boot assets for minutes on a real node. Older nodes answer C(Unimplemented) to that API; the module then uses the legacy
-    C(MachineService.Upgrade), which installs and reboots on the node's own.
+    connection's O(timeout), since it writes the new boot assets for minutes on a real node. Older nodes answer
+    C(Unimplemented) to that API; the module then uses the legacy C(MachineService.Upgrade), which installs and
+    reboots on the node's own.
   - A node that already runs the target version is not upgraded; only an installer reference in its machine config
     that names another version is updated (see the notes).
   - On a control-plane node the module first runs the etcd quorum guard and refuses to start when etcd would lose
@@ -284,9 +285,8 @@ nodes:
     10.5.0.6: {changed: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, lifecycle, upgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import label, normalize_version
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
@@ -315,16 +315,15 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
-    image, target = upgrade.resolve_target(params["image"], params["version"])
-    api = upgrade.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
+    image, target = installer.resolve_target(params["image"], params["version"])
+    api = installer.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
 
     def upgrade_node(client, node):
         # The node's own installer unless an option names one; its config's installer reference is read before
         # anything changes, so that a config with two of them is refused first.
-        build = None if image or params["image_repository"] else images.read_node_build(client, node)
-        choice = images.choose_installer(build, target, image=image, image_repository=params["image_repository"],
-                                         factory_url=params["image_factory_url"])
-        reference = images.read_installer_reference(client, node)
+        choice = installer.choose_node_installer(client, node, target, image=image, image_repository=params["image_repository"],
+                                                 factory_url=params["image_factory_url"])
+        reference = installer.read_installer_reference(client, node)
         result = lifecycle.upgrade(client, node, choice.image, target, api, fall_back=params["api"] == "auto",
                                    reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
                                    force_quorum_loss=params["force_quorum_loss"],
@@ -332,35 +331,12 @@ def run(task):
                                    wait_timeout=params["wait_timeout"] if params["wait"] else None,
                                    check_mode=task.check_mode, diff=task.diff, progress=task.progress)
         result["image_reason"] = choice.reason
-        result["installer_reference"] = _point_installer(task, client, node, reference, choice.image, result)
+        result["installer_reference"] = installer.update_installer_reference(
+            client, node, reference, choice.image, result, check_mode=task.check_mode, diff=task.diff, warn=task.warn)
         return result
 
     return lifecycle.on_nodes(task.client, task.target_nodes, upgrade_node, params["max_concurrency"],
                               waited=params["wait"] or task.check_mode, progress=task.progress)
-
-
-def _point_installer(task, client, node, reference, image, result):
-    """Name ``image`` in the node's config once the node runs the target, so that a reinstall does not go back.
-
-    A reference that already names the target version is left as it is.
-    """
-    target = result["target_version"]
-    outcome = dict(home=reference.home, before=reference.image, after=reference.image, changed=False)
-    if reference.home is None or normalize_version(images.image_tag(reference.image)) == target:
-        return outcome
-    if result["current_version"] != target and not (task.check_mode and result["changed"]):
-        if result["changed"]:
-            task.warn("%s still names installer %s in %s: without wait the module cannot tell when the node runs %s; "
-                      "run the task again once it does." % (label(node, start=True), reference.image, reference.home, target))
-        return outcome
-    if task.diff:
-        diff = result.setdefault("diff", dict(before={}, after={}))
-        diff["before"]["installer"], diff["after"]["installer"] = reference.image, image
-    if not task.check_mode:
-        images.point_installer_at(client, node, reference, image)
-    outcome.update(after=image, changed=True)
-    result["changed"] = True
-    return outcome
 
 
 def main():

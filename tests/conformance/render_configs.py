@@ -32,7 +32,7 @@ for _path in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.path.join(REPO, "
 from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import (  # noqa: E402
     SUPPORTED_CONTRACTS, contract_name, default_installer_image, kubernetes_version,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, images  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, installer  # noqa: E402
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle  # noqa: E402
 
 CLUSTER_NAME = "conformance"
@@ -63,7 +63,7 @@ def plan():
     for contract in SUPPORTED_CONTRACTS:
         version = contract_name(contract)
         # The other installer home than the contract's default, where there is one.
-        other_home = ("-machine-install",) if contract >= images.UNATTENDED_INSTALL_SINCE else ()
+        other_home = ("-machine-install",) if contract >= installer.UNATTENDED_INSTALL_SINCE else ()
         for machine_type in config_generation.MACHINE_TYPES:
             for variant in ("", "-patched", "-documented") + other_home:
                 chosen = patches(contract) if variant == "-patched" else []

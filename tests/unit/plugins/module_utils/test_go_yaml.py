@@ -13,7 +13,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, images
+from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, image_factory
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "go_yaml_scalars.json")) as _vectors:
     VECTORS = json.load(_vectors)
@@ -27,8 +27,8 @@ def test_each_string_is_written_as_go_writes_it(vector):
 
 def test_a_schematic_with_non_ascii_text_is_hashed_as_go_writes_it():
     # The Image Factory's ID is the SHA-256 of this text: a quoted or escaped ü would be another schematic.
-    canonical = images.canonical_schematic({"customization": {"meta": [{"key": 10, "value": "Grüße 日本語"}],
-                                                              "extraKernelArgs": ["console=ttyS0", "ü=é"]}})
-    text = images.schematic_text(canonical)
+    canonical = image_factory.canonical_schematic({"customization": {"meta": [{"key": 10, "value": "Grüße 日本語"}],
+                                                                     "extraKernelArgs": ["console=ttyS0", "ü=é"]}})
+    text = image_factory.schematic_text(canonical)
     assert "value: Grüße 日本語\n" in text and "- ü=é\n" in text
     assert yaml.safe_load(text)["customization"]["meta"][0]["value"] == "Grüße 日本語"

@@ -7,8 +7,9 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, upgrade
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import parse_version
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
 from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
@@ -25,15 +26,15 @@ from module_fakes import run_task
     ("ghcr.io/siderolabs/installer@sha256:" + "0" * 64, None),
 ])
 def test_image_tag(image, tag):
-    assert upgrade.image_tag(image) == tag
+    assert images.image_tag(image) == tag
 
 
 def test_resolve_target_from_version_adds_v_and_leaves_the_installer_to_the_node():
-    assert upgrade.resolve_target(version="1.14.0") == (None, "v1.14.0")
+    assert installer.resolve_target(version="1.14.0") == (None, "v1.14.0")
 
 
 def test_resolve_target_from_image_uses_its_tag():
-    assert upgrade.resolve_target(image="factory.talos.dev/installer/abc:v1.14.0-rc.1") == (
+    assert installer.resolve_target(image="factory.talos.dev/installer/abc:v1.14.0-rc.1") == (
         "factory.talos.dev/installer/abc:v1.14.0-rc.1", "v1.14.0-rc.1")
 
 
@@ -44,14 +45,14 @@ def test_resolve_target_from_image_uses_its_tag():
 ])
 def test_resolve_target_rejects_unusable_targets(kwargs, words):
     with pytest.raises(TalosConfigError, match=words):
-        upgrade.resolve_target(**kwargs)
+        installer.resolve_target(**kwargs)
 
 
 def test_parse_version_orders_prereleases_before_releases():
     tags = ["v1.14.0", "v1.13.0", "v1.13.0-rc.1", "v1.13.0-alpha.2", "v1.13.0-alpha.10", "v1.9.5"]
-    ordered = sorted(tags, key=upgrade.parse_version)
+    ordered = sorted(tags, key=parse_version)
     assert ordered == ["v1.9.5", "v1.13.0-alpha.2", "v1.13.0-alpha.10", "v1.13.0-rc.1", "v1.13.0", "v1.14.0"]
-    assert upgrade.parse_version("not-a-version") is None
+    assert parse_version("not-a-version") is None
 
 
 @pytest.mark.parametrize("api, stage, preserve, chosen", [
@@ -62,19 +63,19 @@ def test_parse_version_orders_prereleases_before_releases():
     ("lifecycle", False, False, "lifecycle"),
 ])
 def test_choose_api(api, stage, preserve, chosen):
-    assert upgrade.choose_api(api, stage=stage, preserve=preserve) == chosen
+    assert installer.choose_api(api, stage=stage, preserve=preserve) == chosen
 
 
 def test_choose_api_refuses_legacy_options_on_lifecycle():
     with pytest.raises(TalosConfigError, match="stage apply only to the legacy upgrade API"):
-        upgrade.choose_api("lifecycle", stage=True)
+        installer.choose_api("lifecycle", stage=True)
 
 
 @pytest.mark.parametrize("tag, expected", [
     ("v1.12.6", False), ("v1.13.0-alpha.2", True), ("v1.13.0", True), ("v1.14.0", True), ("custom", None),
 ])
 def test_has_lifecycle_api(tag, expected):
-    assert upgrade.has_lifecycle_api(tag) is expected
+    assert installer.has_lifecycle_api(tag) is expected
 
 
 # The step flow, against a fake client
