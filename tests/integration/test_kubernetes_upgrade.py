@@ -24,11 +24,8 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
+import kubernetes_cluster
 from playbook_runner import run_playbook_in
-
-import kube_apiserver
-from talos_emulator import EmulatedCluster
-from talos_emulator.pki import to_standard_pem
 
 FORMS = {
     "v1alpha1": dict(talos_version="v1.13.5", from_version="1.35.4", to_version="1.36.3", unsupported="1.37.0"),
@@ -137,42 +134,9 @@ class KubeCluster:
 def kube_cluster(request, tmp_path_factory):
     form = dict(FORMS[request.param], name=request.param)
     workdir = tmp_path_factory.mktemp("kubernetes-%s" % request.param)
-    cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
-                                    talos_version=form["talos_version"], reboot_seconds=0.1, etcd="real")
-    server = None
-    try:
-        port = kube_apiserver.free_port()
-        inventory = workdir / "inventory.yml"
-        inventory.write_text(yaml.safe_dump(cluster.inventory()))
-        secrets_path = workdir / "generated" / "secrets.yaml"
-        provision = run_playbook_in(workdir, "provision", [{
-            "hosts": "controlplane:workers", "gather_facts": False,
-            "roles": [{"role": "talos_linux.talos.cluster", "vars": {
-                "cluster_name": "k8s-%s" % request.param,
-                "cluster_endpoint": "https://127.0.0.1:%d" % port,
-                "cluster_talos_version": form["talos_version"],
-                "cluster_kubernetes_version": form["from_version"],
-                "cluster_secrets_path": str(secrets_path),
-                "cluster_generated_dir": str(workdir / "generated"),
-                "cluster_kubeconfig_path": str(workdir / "generated" / "kubeconfig"),
-            }}]}], inventory=str(inventory))
-        assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
-        secrets = yaml.safe_load(secrets_path.read_text())
-        # The API server stores its objects in the control planes' etcd members, as on Talos.
-        etcd_ca = secrets["certs"]["etcd"]
-        server = kube_apiserver.KubeAPIServer.start(
-            str(workdir / "apiserver"), base64.b64decode(secrets["certs"]["k8s"]["crt"]),
-            base64.b64decode(secrets["certs"]["k8s"]["key"]), base64.b64decode(secrets["certs"]["k8sserviceaccount"]["key"]),
-            port=port, etcd=(cluster.etcd.client_urls(), base64.b64decode(etcd_ca["crt"]), to_standard_pem(base64.b64decode(etcd_ca["key"]))))
-        cluster.run_kubelets()
-        setup = KubeCluster(form, cluster, server, workdir, str(inventory), secrets)
-        cluster.wait_until(lambda: len(setup.kube("/api/v1/nodes")["items"]) == 5, timeout=60)
-        yield setup
-    finally:
-        # The API server first: with its etcd gone it would wait for it until killed.
-        if server is not None:
-            server.stop()
-        cluster.stop()
+    with kubernetes_cluster.provisioned(workdir, "k8s-%s" % request.param, form["talos_version"],
+                                        form["from_version"]) as (cluster, server, inventory, secrets):
+        yield KubeCluster(form, cluster, server, workdir, str(inventory), secrets)
 
 
 def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster):

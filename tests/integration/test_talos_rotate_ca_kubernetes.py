@@ -24,12 +24,11 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
+import kubernetes_cluster
 from playbook_runner import run_playbook_in, when
 
-import kube_apiserver
 from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
-from talos_emulator import EmulatedCluster, configgen
-from talos_emulator.pki import to_standard_pem
+from talos_emulator import configgen
 from test_robustness import assert_no_secret
 
 # The Kubernetes CA rotation proves the rotation's logic: it runs on the default stack only (tests/run-all); the
@@ -155,42 +154,10 @@ def with_ca(kubeconfig_path, *ca_pems):
 def rotation_cluster(request, tmp_path_factory):
     talos_version, kubernetes_version = FORMS[request.param]
     workdir = tmp_path_factory.mktemp("rotate-k8s-%s" % request.param)
-    cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
-                                    talos_version=talos_version, reboot_seconds=0.1, etcd="real")
-    server = None
-    try:
-        port = kube_apiserver.free_port()
-        inventory = workdir / "inventory.yml"
-        inventory.write_text(yaml.safe_dump(cluster.inventory()))
-        secrets_path = workdir / "generated" / "secrets.yaml"
-        provision = run_playbook_in(workdir, "provision", [{
-            "hosts": "controlplane:workers", "gather_facts": False,
-            "roles": [{"role": "talos_linux.talos.cluster", "vars": {
-                "cluster_name": "rotate-k8s-%s" % request.param,
-                "cluster_endpoint": "https://127.0.0.1:%d" % port,
-                "cluster_talos_version": talos_version,
-                "cluster_kubernetes_version": kubernetes_version,
-                "cluster_secrets_path": str(secrets_path),
-                "cluster_generated_dir": str(workdir / "generated"),
-                "cluster_kubeconfig_path": str(workdir / "generated" / "kubeconfig"),
-            }}]}], inventory=str(inventory))
-        assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
-        secrets = yaml.safe_load(secrets_path.read_text())
-        etcd_ca = secrets["certs"]["etcd"]
-        server = kube_apiserver.KubeAPIServer.start(
-            str(workdir / "apiserver"), base64.b64decode(secrets["certs"]["k8s"]["crt"]),
-            base64.b64decode(secrets["certs"]["k8s"]["key"]), base64.b64decode(secrets["certs"]["k8sserviceaccount"]["key"]),
-            port=port, etcd=(cluster.etcd.client_urls(), base64.b64decode(etcd_ca["crt"]),
-                             to_standard_pem(base64.b64decode(etcd_ca["key"]))))
+    with kubernetes_cluster.provisioned(workdir, "rotate-k8s-%s" % request.param, talos_version,
+                                        kubernetes_version) as (cluster, server, _inventory, _secrets):
         server.follow_cas(lambda: control_plane_cas(cluster))
-        cluster.run_kubelets()
-        cluster.wait_until(lambda: len(server.get("/api/v1/nodes")["items"]) == 5, timeout=60)
         yield Setup(request.param, cluster, server, workdir)
-    finally:
-        # The API server first: with its etcd gone it would wait for it until killed.
-        if server is not None:
-            server.stop()
-        cluster.stop()
 
 
 def _now():
