@@ -179,7 +179,7 @@ def _record_key(record):
 def _read_database(handle, size):
     """What etcdutl's ``snapshot status`` reports of the database in the first ``size`` bytes."""
     database = _BoltFile(handle, size)
-    found = {"revision": 0, "total_keys": 0, "raft_index": None, "raft_term": None, "storage_version": None}
+    found = {"revision": 0, "total_keys": 0, "raft_index": None, "raft_term": None, "storage_version": ""}
     buckets = set()
     live_keys = set()
     for name, header, is_bucket in database.items():

@@ -148,7 +148,9 @@ raft_term:
   returned: unless in check mode
   type: int
 storage_version:
-  description: The etcd storage version of the database (V(3.6.0), ...), as C(etcdutl snapshot status) shows it.
+  description:
+    - The etcd storage version of the database (V(3.6.0), ...), as C(etcdutl snapshot status) shows it.
+    - Empty when etcd had not recorded it yet; a new cluster records it a few seconds after it forms.
   returned: unless in check mode
   type: str
 taken_at:

@@ -131,6 +131,9 @@ def test_snapshot_streams_the_bbolt_database_and_its_sha256(cluster, api):
 
 def test_the_snapshot_check_reads_what_etcdutl_reads_and_refuses_what_restore_refuses(cluster, api, tmp_path):
     cp2 = cluster.controlplanes[1]
+    # etcd records its storage version a few seconds after the cluster forms; until then the snapshot holds none.
+    client = api(cluster)
+    cluster.wait_until(lambda: _status(client, cp2).storage_version, 30, interval=0.5)
     revision = _kv(cluster, cp2, "put", key="/registry/test/checked", value="x")["revision"]
     snapshot = b"".join(frame.bytes for frame in api(cluster).call(M + "EtcdSnapshot", node=cp2.address))
     path = tmp_path / "etcd.snapshot"
