@@ -98,6 +98,7 @@ FACTORY_ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=30),
 )
 FACTORY_RANGES = dict(timeout=(1, None))
+FACTORY_OPTIONS = (FACTORY_ARGUMENT_SPEC, FACTORY_RANGES)  # TaskSpec(shared_options=...)
 
 
 def factory_from_params(params):

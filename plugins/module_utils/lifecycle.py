@@ -169,10 +169,18 @@ def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None, ta
     combined = dict(changed=any(result.get("changed") for result in results.values()), nodes=results)
     diffs = [(node, result["diff"]) for node, result in results.items() if result.get("diff")]
     if diffs:
-        combined["diff"] = dict((side, dict((node, diff[side]) for node, diff in diffs)) for side in ("before", "after"))
+        combined["diff"] = _combined_diff(diffs)
     if failed:
         raise ActionFailed(errors.nodes_failed_message(failed, len(nodes), outcomes[failed[0]]), combined)
     return combined
+
+
+def _combined_diff(diffs):
+    """One diff of several nodes' ``[(node, diff)]``: text diffs, whose headers name their node, stay a list (Ansible
+    shows each); data diffs merge into one, keyed by node."""
+    if all(isinstance(diff.get("before"), str) and "before_header" in diff for _node, diff in diffs):
+        return [diff for _node, diff in diffs]
+    return dict((side, dict((node, diff[side]) for node, diff in diffs)) for side in ("before", "after"))
 
 
 class ControlPlaneTurns:
@@ -182,7 +190,8 @@ class ControlPlaneTurns:
     back, so a control plane waits for its turn until the one before it is
     done. ``waited`` says that an action returns only once its node is back
     (it waits, or nothing goes down in check mode); without that, a second
-    control plane is refused: the guard cannot see the first one go down.
+    control plane is refused after one that changed and did not say
+    ``rebooted: false``: the guard cannot see the first one go down.
     ``progress`` hears of a control plane that waits for its turn.
     """
 
@@ -215,7 +224,7 @@ class ControlPlaneTurns:
                                                            short_label(self._unwaited)), node=node)
             self._holder = node
             result = act(client, node)
-            if result.get("changed") and not self.waited:
+            if result.get("changed") and result.get("rebooted", True) and not self.waited:
                 self._unwaited = node
             return result
         finally:

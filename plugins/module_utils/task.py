@@ -89,8 +89,11 @@ class TaskSpec:
     talos_linux.talos.connection); ``wait`` the ``wait``/``wait_timeout``
     options (talos_linux.talos.wait), or ``"timeout"`` only ``wait_timeout``,
     with ``wait_defaults`` for a module whose defaults differ (a read waits only
-    when asked); ``quorum_wait`` adds ``quorum_wait_timeout``. A module option
-    with one of their names is refused. ``ranges`` gives the inclusive ``(lowest, highest)`` bounds of every
+    when asked); ``quorum_wait`` adds ``quorum_wait_timeout``; ``shared_options``
+    adds other groups of options that several modules share, each an
+    ``(argument_spec, ranges)`` pair defined once where its concept lives (the
+    Image Factory's: ``image_factory.FACTORY_OPTIONS``). A module option with
+    one of their names is refused. ``ranges`` gives the inclusive ``(lowest, highest)`` bounds of every
     int or float option (None for no bound on that side): a numeric option
     without bounds is a programming error. Strings must not be empty unless
     named in ``may_be_empty``. ``host_node`` says that a task on an inventory
@@ -100,7 +103,7 @@ class TaskSpec:
     """
 
     def __init__(self, argument_spec, connection=True, wait=False, wait_defaults=None, quorum_wait=False, ranges=None,
-                 may_be_empty=(), supports_check_mode=True, libraries=None, host_node=True, **rules):
+                 may_be_empty=(), supports_check_mode=True, libraries=None, host_node=True, shared_options=(), **rules):
         unknown = sorted(set(rules) - set(_VALIDATOR_KEYS))
         if unknown:
             raise ValueError("unknown TaskSpec rules: %s" % ", ".join(unknown))
@@ -118,10 +121,13 @@ class TaskSpec:
         if quorum_wait:
             spec.update(QUORUM_WAIT_ARGUMENT_SPEC)
             bounds.update(QUORUM_WAIT_RANGES)
+        for group_spec, group_ranges in shared_options:
+            spec.update(group_spec)
+            bounds.update(group_ranges)
         shadowed = sorted(set(spec) & set(argument_spec))
         if shadowed:
             # A module option with a shared option's name would silently replace it.
-            raise ValueError("module options %s shadow the shared connection or wait options" % ", ".join(shadowed))
+            raise ValueError("module options %s shadow shared options" % ", ".join(shadowed))
         spec.update(argument_spec)
         bounds.update(ranges or {})
         unbounded = sorted(name for name, option in spec.items()

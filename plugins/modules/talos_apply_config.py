@@ -76,6 +76,10 @@ options:
       - The task output then holds the cluster's keys and tokens; do not use it where output is kept.
     type: bool
     default: false
+  max_concurrency:
+    description: How many nodes are configured at the same time when the task targets several O(nodes).
+    type: int
+    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
@@ -100,7 +104,10 @@ notes:
     endpoint, one task per node (O(endpoints) set to the node's own address, with O(insecure=true)).
   - When another apply is in progress on the node (C(FailedPrecondition)), the apply is retried with backoff until
     O(timeout) seconds have passed.
-  - With several O(nodes), they are handled one after the other, and the task stops at the first node that fails.
+  - With several O(nodes), each node gets its own dry run and apply, at most O(max_concurrency) at a time; control
+    planes go one at a time, workers at once. Each node's outcome is in RV(nodes); a failed node fails the task once
+    the others are done. When the configuration reboots a control plane, set O(wait=true) to take several in one
+    task - without it the task refuses a second control plane after one that rebooted.
 seealso:
   - module: talos_linux.talos.talos_facts
   - name: Talos machine configuration reference
@@ -184,45 +191,38 @@ rebooted:
   returned: always
   type: bool
   sample: false
+warnings:
+  description: The node's warnings about the configuration; they are shown as task warnings too.
+  returned: in the result of each node in RV(nodes)
+  type: list
+  elements: str
+  sample: []
+nodes:
+  description:
+    - The result of each node, by node, with the keys above (C(changed), C(node), C(mode), C(mode_details),
+      C(warnings), C(rebooted)); the shape of every module acting on several nodes (docs/architecture.md, "Several
+      nodes in one task").
+  returned: always
+  type: dict
+  sample:
+    10.5.0.3: {changed: true, node: 10.5.0.3, mode: no_reboot, mode_details: "Applied configuration without a reboot",
+               warnings: [], rebooted: false}
 results:
-  description: One entry per node when the task targets several nodes, in the order they were handled.
+  description:
+    - The results of RV(nodes) as a list, in the order of O(nodes).
+    - Deprecated, to be removed in version 3.0.0 of the collection; use RV(nodes).
   returned: when the task targets several nodes
   type: list
   elements: dict
-  contains:
-    node:
-      description: The node.
-      type: str
-      sample: 10.5.0.3
-    changed:
-      description: Whether the configuration of this node changed (or would change, in check mode).
-      type: bool
-      sample: true
-    mode:
-      description: As RV(mode), for this node.
-      type: str
-      sample: no_reboot
-    mode_details:
-      description: As RV(mode_details), for this node.
-      type: str
-      sample: "Applied configuration without a reboot"
-    warnings:
-      description: The node's warnings about the configuration (they are also shown as task warnings).
-      type: list
-      elements: str
-      sample: []
-    rebooted:
-      description: As RV(rebooted), for this node.
-      type: bool
-      sample: false
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import ConfigApplier, load_config, patch_secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import maskable_literals
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -232,9 +232,10 @@ SPEC = TaskSpec(
         mode=dict(type="str", default="auto", choices=["auto", "no_reboot", "reboot", "staged", "try"]),
         try_timeout=dict(type="int", default=60),
         show_secrets=dict(type="bool", default=False),
+        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(try_timeout=(1, None)),
+    ranges=dict(try_timeout=(1, None), max_concurrency=(1, None)),
     mutually_exclusive=[("config", "config_file")],
     required_one_of=[("config", "config_file")],
 )
@@ -245,38 +246,38 @@ def run(task):
     # Masking every word of the patches would garble messages that name an operation or a path.
     task.mask_only("config_patches", patch_secret_values(params["config_patches"]))
     config = load_config(params["config"], params["config_file"], params["config_patches"])
-    applier = ConfigApplier(task.client, config, params["mode"], params["try_timeout"], maintenance=params["insecure"],
-                            wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                            show_secrets=params["show_secrets"], check_mode=task.check_mode, progress=task.progress)
     if not params["show_secrets"]:
         # Messages and diffs hold no secret by construction; masking long literals is a second line of defence.
-        task.hide(maskable_literals(applier.known_secrets))
+        task.hide(maskable_literals(config.secret_values()))
+
+    def apply_node(client, node):
+        applier = ConfigApplier(client, config, params["mode"], params["try_timeout"], maintenance=params["insecure"],
+                                wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                show_secrets=params["show_secrets"], check_mode=task.check_mode, progress=task.progress)
+        result, diff = applier.apply(node)
+        return dict(result, diff=diff) if diff is not None and task.diff else result
 
     nodes = task.target_nodes
-    results, diffs = [], []
-    for node in nodes:
-        try:
-            result, diff = applier.apply(node)
-        except TalosError as error:
-            if len(nodes) == 1:
-                raise
-            raise TaskFailed.from_error(error, changed=any(r["changed"] for r in results), results=results,
-                                        rebooted=any(r["rebooted"] for r in results))
-        results.append(result)
-        if diff is not None:
-            diffs.append(diff)
-        for warning in result["warnings"]:
-            task.warn("%s: %s" % (label(node, start=True), warning))
-
-    output = {"changed": any(r["changed"] for r in results), "rebooted": any(r["rebooted"] for r in results)}
-    if len(nodes) == 1:
-        output.update((key, results[0][key]) for key in ("node", "mode", "mode_details"))
-    else:
-        output["results"] = results
-    if task.diff and diffs:
-        output["diff"] = diffs[0] if len(nodes) == 1 else diffs
+    try:
+        output = lifecycle.on_nodes(task.client, nodes, apply_node, params["max_concurrency"],
+                                    waited=params["wait"] or task.check_mode, progress=task.progress)
+    except ActionFailed as failure:
+        _summarize(task, failure.result, nodes)
+        raise
+    _summarize(task, output, nodes)
     return output
 
+
+def _summarize(task, output, nodes):
+    """The task-wide keys of several nodes' results, and their warnings as the task's."""
+    results = output.get("nodes", {})
+    output.pop("warnings", None)  # one node's keys at the top: its warnings become the task's below
+    output["rebooted"] = any(result.get("rebooted") for result in results.values())
+    if len(nodes) > 1:
+        output["results"] = list(results.values())
+    for result in results.values():
+        for warning in result.get("warnings", ()):
+            task.warn("%s: %s" % (label(result.get("node"), start=True), warning))
 
 def main():
     run_module(SPEC, run)

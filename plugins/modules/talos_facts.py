@@ -258,13 +258,17 @@ ansible_facts:
           type: dict
           sample: {config: "Permission denied for cosi.resource.State/Get on node 10.5.0.2 ..."}
     talos_nodes:
-      description: The facts of every node by node, when the task targets several nodes (as RV(nodes)).
+      description:
+        - The facts of every node by node, when the task targets several nodes (as RV(nodes)).
+        - Deprecated, to be removed in version 3.0.0 of the collection; it doubles the size of the result. Use
+          RV(nodes), the shape of every module that takes several nodes.
       returned: when the task targets several nodes
       type: dict
 nodes:
   description:
     - The facts of every node by node, when the task targets several nodes, each as RV(ansible_facts.talos).
     - A node that could not be read has C(failed=true) and C(msg) instead.
+    - The shape of every module that takes several nodes (docs/architecture.md, "Several nodes in one task").
   returned: when the task targets several nodes
   type: dict
   sample:

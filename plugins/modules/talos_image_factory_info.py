@@ -174,7 +174,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        image_factory.FACTORY_ARGUMENT_SPEC,
         talos_version=dict(type="str"),
         schematic_id=dict(type="str"),
         platform=dict(type="str", default="metal"),
@@ -183,7 +182,7 @@ SPEC = TaskSpec(
     ),
     connection=False,
     libraries=(("PyYAML", "yaml"),),
-    ranges=image_factory.FACTORY_RANGES,
+    shared_options=[image_factory.FACTORY_OPTIONS],
 )
 
 

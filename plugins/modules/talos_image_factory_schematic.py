@@ -184,7 +184,6 @@ _FIELD_OPTIONS = ("extensions", "extra_kernel_args", "meta", "overlay", "secureb
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        image_factory.FACTORY_ARGUMENT_SPEC,
         schematic=dict(type="raw"),
         extensions=dict(type="list", elements="str", default=[]),
         extra_kernel_args=dict(type="list", elements="str", default=[]),
@@ -208,7 +207,8 @@ SPEC = TaskSpec(
     ),
     connection=False,
     libraries=(("PyYAML", "yaml"),),
-    ranges=dict(image_factory.FACTORY_RANGES, key=(0, 255), disk_image_sector_size=(1, None)),
+    shared_options=[image_factory.FACTORY_OPTIONS],
+    ranges=dict(key=(0, 255), disk_image_sector_size=(1, None)),
     may_be_empty=("value",),
 )
 

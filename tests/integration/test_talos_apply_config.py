@@ -216,3 +216,28 @@ def test_concurrent_apply_is_retried_within_the_timeout(emulator, run_playbook):
     assert run.task("apply while another is running")["result"]["changed"] is True
     assert node.hostname == "renamed"
     assert len(applied(cluster, node)) == 1
+
+
+def test_several_nodes_in_one_task_each_get_the_config_and_a_rerun_changes_nothing(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=2)
+    workers = cluster.workers
+    patch = {"machine": {"sysctls": {"vm.max_map_count": "262144"}}}
+    tasks = [{"name": "both workers", "talos_linux.talos.talos_apply_config": {
+        "nodes": [worker.address for worker in workers], "config_file": "%s/worker.yaml" % cluster.state_dir,
+        "config_patches": [patch], "max_concurrency": 2}, "register": "applied"}]
+    run = run_playbook(play(tasks, cluster.talosconfig_path()), diff=True)
+
+    result = run.task("both workers")["result"]
+    assert result["changed"] is True and sorted(result["nodes"]) == sorted(worker.address for worker in workers)
+    assert all(result["nodes"][worker.address]["changed"] for worker in workers)
+    for worker in workers:
+        assert yaml.safe_load(worker.config_text())["machine"]["sysctls"] == {"vm.max_map_count": "262144"}
+        assert [entry["mode"] for entry in applied(cluster, worker)] == ["AUTO"]
+    # Each node's diff is shown under its own header.
+    assert all("node %s: machine configuration to apply" % worker.address in run.stdout for worker in workers)
+    assert run.stdout.count("vm.max_map_count") == 2
+
+    rerun = run_playbook(play(tasks, cluster.talosconfig_path()))
+    result = rerun.task("both workers")["result"]
+    assert result["changed"] is False and all(not node["changed"] for node in result["nodes"].values())
+    assert all(len(applied(cluster, worker)) == 1 for worker in workers)

@@ -327,3 +327,36 @@ def test_without_wait_a_second_control_plane_is_refused():
     assert refused in ("10.5.0.2", "10.5.0.3") and nodes["10.5.0.5"]["changed"] is True
     assert "without wait: the etcd quorum guard cannot see" in nodes[refused]["msg"]
     assert sorted(set(node for acting in act.overlaps for node in acting)) == sorted(set(client.nodes) - {refused})
+
+
+def test_without_wait_control_planes_that_did_not_reboot_go_in_turn():
+    client = typed_nodes(**{"10_5_0_2": "controlplane", "10_5_0_3": "controlplane"})
+    acted = []
+
+    def apply_without_reboot(node_client, node):
+        acted.append(node)
+        return {"changed": True, "rebooted": False}
+
+    result = lifecycle.on_nodes(client, client.nodes, apply_without_reboot, max_concurrency=2, waited=False)
+    assert sorted(acted) == ["10.5.0.2", "10.5.0.3"] and not any(r.get("failed") for r in result["nodes"].values())
+    # One that did reboot still stops the next.
+    with pytest.raises(ActionFailed, match="without wait"):
+        lifecycle.on_nodes(client, client.nodes, lambda c, n: {"changed": True, "rebooted": True}, max_concurrency=2,
+                           waited=False)
+
+
+def test_several_nodes_text_diffs_stay_a_list_and_data_diffs_are_keyed_by_node():
+    client = typed_nodes(**{"10_5_0_5": "worker", "10_5_0_6": "worker"})
+
+    def text(node_client, node):
+        return {"changed": True, "diff": {"before": "a\n", "after": "b\n", "before_header": node, "after_header": node}}
+
+    diff = lifecycle.on_nodes(client, client.nodes, text, max_concurrency=2)["diff"]
+    assert sorted(entry["before_header"] for entry in diff) == ["10.5.0.5", "10.5.0.6"]
+
+    def data(node_client, node):
+        return {"changed": True, "diff": {"before": {"state": "up"}, "after": {"state": "down"}}}
+
+    assert lifecycle.on_nodes(client, client.nodes, data, max_concurrency=2)["diff"] == {
+        "before": {"10.5.0.5": {"state": "up"}, "10.5.0.6": {"state": "up"}},
+        "after": {"10.5.0.5": {"state": "down"}, "10.5.0.6": {"state": "down"}}}

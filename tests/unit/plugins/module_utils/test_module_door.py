@@ -249,3 +249,13 @@ def test_shared_wait_options_are_defined_once_with_their_module_defaults():
     assert guarded.ranges["quorum_wait_timeout"] == (0, None)
     with pytest.raises(ValueError, match="module options quorum_wait_timeout shadow"):
         TaskSpec(argument_spec={"quorum_wait_timeout": dict(type="int")}, quorum_wait=True)
+
+
+def test_the_image_factory_options_are_shared_options_with_their_bounds():
+    from ansible_collections.talos_linux.talos.plugins.module_utils import image_factory
+    spec = TaskSpec(argument_spec={}, connection=False, shared_options=[image_factory.FACTORY_OPTIONS])
+    assert spec.argument_spec["factory_url"] == image_factory.FACTORY_ARGUMENT_SPEC["factory_url"]
+    assert spec.ranges["timeout"] == (1, None) and "timeout" in spec.problem({"timeout": 0})
+    with pytest.raises(ValueError, match="module options factory_url shadow"):
+        TaskSpec(argument_spec={"factory_url": dict(type="str")}, connection=False,
+                 shared_options=[image_factory.FACTORY_OPTIONS])

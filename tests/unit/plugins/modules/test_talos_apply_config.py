@@ -10,10 +10,10 @@ import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import machine_config
 from ansible_collections.talos_linux.talos.plugins.module_utils import waits as talos_waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
-from fake_talos import FakeTalos, fails_with
+from fake_talos import FakeTalos, cosi_state, fails_with, resource as fake_resource
 from module_fakes import run_task
 
 Mode = machine_pb2.ApplyConfigurationRequest.Mode
@@ -57,6 +57,7 @@ APPLY = "machine.MachineService/ApplyConfiguration"
 VERSION = "machine.MachineService/Version"
 READ = "machine.MachineService/Read"
 REBOOT = "machine.MachineService/Reboot"
+GET = "cosi.resource.State/Get"
 
 
 def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None, warnings=(), auto_reboots=False):
@@ -84,6 +85,8 @@ def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None
         APPLY: apply,
         READ: b"boot-1\n",
         REBOOT: [machine_pb2.Reboot(actor_id="actor")],
+        # Several nodes' applies take turns by machine type.
+        GET: cosi_state(fake_resource("config", "MachineTypes.config.talos.dev", "machine-type", "worker")),
     })
 
 
@@ -286,20 +289,38 @@ class TestRedaction:
 
 
 class TestSeveralNodes:
-    def test_results_per_node(self, waits):
-        client = talos_node()
-        ok, result, _task = run(client, nodes=["10.5.0.3", "10.5.0.4"], diff=True)
-        assert ok and result["changed"] is True
+    def test_each_node_has_its_result_keyed_by_node(self, waits):
+        client = talos_node(warnings=["a warning"])
+        ok, result, task = run(client, nodes=["10.5.0.3", "10.5.0.4"], diff=True)
+        assert ok and result["changed"] is True and result["rebooted"] is False
+        assert sorted(result["nodes"]) == ["10.5.0.3", "10.5.0.4"]
+        assert all(result["nodes"][node]["node"] == node and result["nodes"][node]["mode"] == "no_reboot"
+                   for node in ("10.5.0.3", "10.5.0.4"))
+        # The deprecated list keeps the order of the nodes.
         assert [entry["node"] for entry in result["results"]] == ["10.5.0.3", "10.5.0.4"]
-        assert [call.node for call in client.calls_to(APPLY)] == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
-        assert isinstance(result["diff"], list) and len(result["diff"]) == 2
+        assert sorted(call.node for call in client.calls_to(APPLY)) == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
+        assert sorted(entry["before_header"] for entry in result["diff"]) == [
+            "node 10.5.0.3: active machine configuration", "node 10.5.0.4: active machine configuration"]
         assert "mode" not in result
+        assert sorted(result["warnings"]) == ["Node 10.5.0.3: a warning", "Node 10.5.0.4: a warning"]
 
-    def test_stops_at_the_first_failing_node(self, waits):
+    def test_one_node_keeps_its_keys_at_the_top(self, waits):
+        ok, result, task = run(talos_node(warnings=["a warning"]), diff=True)
+        assert ok and (result["node"], result["mode"]) == ("10.5.0.3", "no_reboot") and "results" not in result
+        assert result["nodes"]["10.5.0.3"]["changed"] is True and result["diff"]["before_header"].startswith("node 10.5.0.3")
+        assert result["warnings"] == ["Node 10.5.0.3: a warning"]
+
+    def test_a_failing_node_fails_the_task_once_the_others_are_done(self, waits):
         client = talos_node()
         for method in (VERSION, APPLY, READ, REBOOT):
             client.answer(method, fails_with("Unavailable", "connection refused"), node="10.5.0.4")
-        ok, result, _task = run(client, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
-        assert not ok and result["node"] == "10.5.0.4" and result["changed"] is True
-        assert [entry["node"] for entry in result["results"]] == ["10.5.0.3"]
-        assert "10.5.0.5" not in [call.node for call in client.calls]
+        with pytest.raises(ActionFailed) as failed:
+            run(client, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
+        assert failed.value.message.startswith("1 of 3 nodes failed (10.5.0.4): ")
+        result = failed.value.to_result()
+        assert result["changed"] is True and result["rebooted"] is False
+        assert result["nodes"]["10.5.0.4"]["failed"] is True
+        assert result["nodes"]["10.5.0.3"]["changed"] is True and result["nodes"]["10.5.0.5"]["changed"] is True
+        assert [entry.get("node") for entry in result["results"]] == ["10.5.0.3", "10.5.0.4", "10.5.0.5"]
+        assert sorted(call.node for call in client.calls_to(APPLY) if call.node != "10.5.0.4") == (
+            ["10.5.0.3"] * 2 + ["10.5.0.5"] * 2)
