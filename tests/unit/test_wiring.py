@@ -118,3 +118,12 @@ def test_every_module_runs_through_both_doors_on_every_stack():
                         text += "\n" + tasks.read()
     missing = [module for module in MODULES if not re.search(r"\b(talos_linux\.talos\.)?%s\b" % module, text)]
     assert missing == [], "no playbook test the stacks run takes %s" % ", ".join(missing)
+
+
+def test_every_role_has_its_readme_and_argument_specs():
+    # Galaxy refuses a collection whose role has no README (tests/run-galaxy-importer runs its importer).
+    roles_dir = os.path.join(ROOT, "roles")
+    missing = [role for role in sorted(os.listdir(roles_dir))
+               if not all(os.path.isfile(os.path.join(roles_dir, role, *path))
+                          for path in (("README.md",), ("meta", "argument_specs.yml")))]
+    assert missing == []
