@@ -41,7 +41,7 @@ except ImportError:  # grpclib, protobuf or googleapis-common-protos missing
 else:
     HAS_TALOS_API = True
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import errors, rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils import errors, go_yaml, rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     TalosConnectionError,
     TalosError,
@@ -114,6 +114,11 @@ class _MethodTable:
     def get(self, method, default=None):
         return self._service(method.rpartition("/")[0]).get(method, default)
 
+    def load_all(self):
+        """Read every service of the catalogue now (its generated code included)."""
+        for service in sorted(set(method.rpartition("/")[0] for method in rpc.RPCS)):
+            self._service(service)
+
     def __getitem__(self, method):
         spec = self.get(method)
         if spec is None:
@@ -185,9 +190,10 @@ def _backoff(attempt):
 
 
 def _parse_yaml_spec(text):
-    """A resource's yaml_spec: one document as itself, several (MachineConfigs) as a list."""
+    """A resource's yaml_spec: one document as itself, several (MachineConfigs) as a list; timestamps as Talos wrote
+    them."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None] if text else []
+        documents = [doc for doc in go_yaml.load_all(text) if doc is not None] if text else []
     except yaml.YAMLError as exc:
         raise TalosError("The node returned a resource spec that is not valid YAML: %s." % exc)
     if not documents:
@@ -307,9 +313,22 @@ class TalosClient:
         At most ``max_concurrency`` calls (default DEFAULT_MAX_CONCURRENCY) are
         in flight at a time; a node's ``deadline`` starts when its call does.
         """
-        spec = self._method(method, Cardinality.UNARY_UNARY)
-        return self._many(lambda node: self._call(spec, request, node, retry_codes, deadline, retry_unreachable),
-                          nodes, max_concurrency)
+        return self.call_batch([(method, request, nodes)], retry_codes, deadline, max_concurrency, retry_unreachable)[0]
+
+    def call_batch(self, calls, retry_codes=None, deadline=None, max_concurrency=None, retry_unreachable=False):
+        """Several unary calls, each ``(method, request, nodes)``, all in flight together: one ``{node: items or
+        TalosError}`` per call, in order.
+
+        Reads that do not depend on each other go out at once, not in rounds
+        that each wait for their slowest node. At most ``max_concurrency``
+        calls of the whole batch are in flight at a time.
+        """
+        batches = []
+        for method, request, nodes in calls:
+            spec = self._method(method, Cardinality.UNARY_UNARY)
+            batches.append((lambda node, spec=spec, request=request:
+                            self._call(spec, request, node, retry_codes, deadline, retry_unreachable), nodes))
+        return self._many_batches(batches, max_concurrency)
 
     def stream_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None,
                     on_message=None, retry_unreachable=False):
@@ -338,7 +357,12 @@ class TalosClient:
 
     def _many(self, call, nodes, max_concurrency):
         """``call(node)`` for every node, at most ``max_concurrency`` at a time: ``{node: result or TalosError}``."""
-        targets = self.nodes if nodes is None else list(nodes)
+        return self._many_batches([(call, nodes)], max_concurrency)[0]
+
+    def _many_batches(self, batches, max_concurrency):
+        """``call(node)`` for every node of every ``(call, nodes)``, all at most ``max_concurrency`` at a time:
+        one ``{node: result or TalosError}`` per batch."""
+        targets = [self.nodes if nodes is None else list(nodes) for _call, nodes in batches]
         limit = DEFAULT_MAX_CONCURRENCY if max_concurrency is None else max_concurrency
         if limit < 1:
             raise ValueError("max_concurrency must be at least 1, got %r" % (limit,))
@@ -346,15 +370,20 @@ class TalosClient:
         async def gather():
             slots = asyncio.Semaphore(limit)
 
-            async def bounded(node):
+            async def bounded(call, node):
                 async with slots:
                     return await call(node)
 
-            results = await asyncio.gather(*[bounded(node) for node in targets], return_exceptions=True)
+            results = await asyncio.gather(*[bounded(call, node) for (call, _nodes), nodes in zip(batches, targets)
+                                             for node in nodes], return_exceptions=True)
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(result, TalosError):
                     raise result
-            return dict(zip(targets, results))
+            outcomes, position = [], 0
+            for nodes in targets:
+                outcomes.append(dict(zip(nodes, results[position:position + len(nodes)])))
+                position += len(nodes)
+            return outcomes
 
         return self._run(gather())
 
@@ -457,6 +486,10 @@ class TalosClient:
         ``remaining``, if shorter); a round that failed is reused for
         REDIAL_INTERVAL.
         """
+        active = self.settings.endpoints[self._active]
+        channel = self._channels.get(active)
+        if channel is not None and channel._connected:
+            return channel, active  # the usual case: no lock, no timer (a task's calls share one connection)
         loop = asyncio.get_running_loop()
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()

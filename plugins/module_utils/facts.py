@@ -119,6 +119,22 @@ def network_facts(resources):
     return {"addresses": current, "node_addresses": by_id}
 
 
+# The unary reads of the subsets that depend on nothing else: they go out with the machine status and type.
+_INDEPENDENT_READS = (
+    ("version", talos_node.VERSION),
+    ("hostname", "machine.MachineService/Hostname"),
+    ("services", talos_node.SERVICE_LIST),
+    ("disks", "storage.StorageService/Disks"),
+    ("memory", "machine.MachineService/Memory"),
+    ("mounts", "machine.MachineService/Mounts"),
+)
+
+
+def _resources(answers):
+    """``{node: resource or TalosError}`` of COSI Get answers."""
+    return dict((node, answer if isinstance(answer, TalosError) else answer[0].resource) for node, answer in answers.items())
+
+
 class FactGatherer:
     """Reads the facts of several nodes, one RPC at a time for all of them concurrently."""
 
@@ -143,10 +159,21 @@ class FactGatherer:
         Errors whose code is in ``quiet_codes`` are returned to the caller
         (as the item value) instead of being recorded.
         """
+        return self.call_all([(subset, method, request, quiet_codes)], nodes)[0]
+
+    def call_all(self, reads, nodes=None):
+        """``call`` for reads that do not depend on each other, each ``(subset, method, request, quiet_codes)``,
+        all in flight together: one ``{node: items}`` per read, in order."""
         targets = self.alive(nodes)
         if not targets:
-            return {}
-        answers = self.client.call_many(method, request, nodes=targets, max_concurrency=self.max_concurrency)
+            return [{} for _read in reads]
+        batches = self.client.call_batch([(method, request, targets) for _subset, method, request, _quiet in reads],
+                                         max_concurrency=self.max_concurrency)
+        return [self._sort(subset, targets, answers, quiet_codes)
+                for (subset, _method, _request, quiet_codes), answers in zip(reads, batches)]
+
+    def _sort(self, subset, targets, answers, quiet_codes):
+        """The items of the nodes that answered one read; the refusals recorded."""
         answered = {}
         for node in targets:
             answer = answers[node]
@@ -170,8 +197,7 @@ class FactGatherer:
 
     def get_resources(self, subset, namespace, resource_type, resource_id, nodes=None, quiet_codes=()):
         request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
-        answers = self.call(subset, COSI_GET, request, nodes=nodes, quiet_codes=quiet_codes)
-        return dict((node, answer if isinstance(answer, TalosError) else answer[0].resource) for node, answer in answers.items())
+        return _resources(self.call(subset, COSI_GET, request, nodes=nodes, quiet_codes=quiet_codes))
 
     def list_resources(self, subset, namespace, resource_type):
         """``{node: [resource]}`` of the nodes that answered a COSI List (a stream per node, read concurrently)."""
@@ -191,9 +217,16 @@ class FactGatherer:
         return listed
 
     def gather(self, subsets, resources):
-        # Machine status and type decide `maintenance` and whether etcd applies: always read.
-        statuses = self.get_resources("machine", *talos_node.MACHINE_STATUS)
-        types = self.get_resources("machine", *talos_node.MACHINE_TYPE, quiet_codes=("NotFound",))
+        # Machine status and type decide `maintenance` and whether etcd applies: always read. They and every unary
+        # read that depends on nothing go out together.
+        reads = [("machine", COSI_GET, state_pb2.GetRequest(namespace=namespace, type=kind, id=name), quiet_codes)
+                 for (namespace, kind, name), quiet_codes in ((talos_node.MACHINE_STATUS, ()),
+                                                              (talos_node.MACHINE_TYPE, ("NotFound",)))]
+        independent = [(subset, method) for subset, method in _INDEPENDENT_READS if subset in subsets]
+        reads += [(subset, method, None, ()) for subset, method in independent]
+        answers = self.call_all(reads)
+        statuses, types = (_resources(answer) for answer in answers[:2])
+        read = dict((subset, answer) for (subset, _method), answer in zip(independent, answers[2:]))
         machine_types = {}
         for node in self.alive():
             status = talos_node.MachineStatus(_resource_spec(statuses.get(node)))
@@ -203,29 +236,23 @@ class FactGatherer:
             if "machine" in subsets:
                 self.facts[node]["machine"] = machine_facts(status, machine_types[node])
 
-        if "version" in subsets:
-            for node, items in self.call("version", talos_node.VERSION).items():
-                self.facts[node]["version"] = version_facts(items[0])
-        if "hostname" in subsets:
-            for node, items in self.call("hostname", "machine.MachineService/Hostname").items():
-                self.facts[node]["hostname"] = items[0].hostname
-        if "services" in subsets:
-            for node, items in self.call("services", talos_node.SERVICE_LIST).items():
-                self.facts[node]["services"] = [service_facts(info) for info in talos_node.services_by_id(items).values()]
+        for node, items in read.get("version", {}).items():
+            self.facts[node]["version"] = version_facts(items[0])
+        for node, items in read.get("hostname", {}).items():
+            self.facts[node]["hostname"] = items[0].hostname
+        for node, items in read.get("services", {}).items():
+            self.facts[node]["services"] = [service_facts(info) for info in talos_node.services_by_id(items).values()]
         if "etcd" in subsets:
             self._gather_etcd(machine_types)
-        if "disks" in subsets:
-            for node, items in self.call("disks", "storage.StorageService/Disks").items():
-                self.facts[node]["disks"] = [disk_facts(disk) for item in items for disk in item.disks]
-        if "memory" in subsets:
-            for node, items in self.call("memory", "machine.MachineService/Memory").items():
-                self.facts[node]["memory"] = _fields(items[0].meminfo)
+        for node, items in read.get("disks", {}).items():
+            self.facts[node]["disks"] = [disk_facts(disk) for item in items for disk in item.disks]
+        for node, items in read.get("memory", {}).items():
+            self.facts[node]["memory"] = _fields(items[0].meminfo)
         if "network" in subsets:
             for node, listed in self.list_resources("network", "network", "NodeAddresses.net.talos.dev").items():
                 self.facts[node]["network"] = network_facts([resource_to_dict(resource) for resource in listed])
-        if "mounts" in subsets:
-            for node, items in self.call("mounts", "machine.MachineService/Mounts").items():
-                self.facts[node]["mounts"] = [_fields(stat) for item in items for stat in item.stats]
+        for node, items in read.get("mounts", {}).items():
+            self.facts[node]["mounts"] = [_fields(stat) for item in items for stat in item.stats]
         if "config" in subsets:
             # A node in maintenance mode has no configuration (and refuses the sensitive resource to its reader).
             configured = []

@@ -1,7 +1,11 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""YAML text the way Talos writes it (Go ``yaml.v3`` with an indent of four).
+"""YAML the way Talos reads and writes it (Go ``yaml.v3``, written with an indent of four).
+
+Reading (``load``, ``load_all``): PyYAML's safe loader, on libyaml when PyYAML
+has it (a machine config parses ten times faster), with timestamps left as
+strings as Go's decoder leaves them.
 
 Talos tools write machine configs, secrets bundles and talosconfigs with Go's
 encoder. PyYAML's dumper differs in ways a byte comparison notices (sequences
@@ -22,11 +26,12 @@ import io
 from collections import namedtuple
 
 try:
+    import yaml
     from yaml.emitter import Emitter
     from yaml.nodes import ScalarNode
     from yaml.resolver import Resolver
 except ImportError:  # reported by the module through missing_required_lib
-    Emitter = ScalarNode = Resolver = None
+    yaml = Emitter = ScalarNode = Resolver = None
 
 INDENT = 4
 DOCUMENT_SEPARATOR = "---\n"
@@ -35,6 +40,26 @@ DOCUMENT_SEPARATOR = "---\n"
 # written after its last key. A key path is the tuple of mapping keys from the document's root,
 # ``()`` being the document itself; keys inside sequences take no comments.
 Comments = namedtuple("Comments", "above after")
+
+
+class Loader(getattr(yaml, "CSafeLoader", None) or getattr(yaml, "SafeLoader", object)):
+    """The safe loader (libyaml's when PyYAML has it) without timestamps: Go reads them as strings."""
+
+
+if yaml is not None:
+    Loader.yaml_implicit_resolvers = dict(
+        (first, [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"])
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items())
+
+
+def load(text):
+    """The one YAML document of ``text`` (None when empty); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=Loader)
+
+
+def load_all(text):
+    """Every document of the YAML stream ``text``, empty ones as None; raises yaml.YAMLError."""
+    return list(yaml.load_all(text, Loader=Loader))
 
 
 def dump_documents(documents, comments=None):

@@ -31,9 +31,8 @@ import re
 
 try:
     import yaml
-    HAS_YAML = True
 except ImportError:  # reported by task.execute through missing_required_lib
-    HAS_YAML = False
+    yaml = None
 
 try:
     import jsonpatch
@@ -45,6 +44,7 @@ except ImportError:  # only JSON patches need it: applying one says so
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import read_text_file
+from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.go_yaml import dump_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import redact, redact_text, secret_values
 
@@ -61,16 +61,6 @@ APPLY_RETRY_CODES = ("FailedPrecondition",)
 REBOOT_MODE_REFUSED_SINCE = (1, 14)
 
 
-class _Loader(yaml.SafeLoader if HAS_YAML else object):
-    """SafeLoader that keeps timestamps as strings, as Talos's YAML decoder does."""
-
-
-if HAS_YAML:
-    _Loader.yaml_implicit_resolvers = dict(
-        (first, [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"])
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items())
-
-
 def _yaml_problem(exc):
     """A YAML error without the source excerpt PyYAML adds (it may quote a secret)."""
     problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "unreadable YAML"
@@ -83,7 +73,7 @@ def _yaml_problem(exc):
 def parse_yaml_stream(text, parameter):
     """Every non-empty document of a YAML stream; errors name ``parameter``."""
     try:
-        return [document for document in yaml.load_all(text, Loader=_Loader) if document is not None]
+        return [document for document in go_yaml.load_all(text) if document is not None]
     except yaml.YAMLError as exc:
         raise TalosConfigError("%s is not valid YAML: %s." % (parameter, _yaml_problem(exc)))
 
@@ -112,6 +102,7 @@ class MachineConfig:
     def __init__(self, documents, data):
         self.documents = documents
         self.data = data
+        self._secret_values = None
 
     @property
     def v1alpha1(self):
@@ -129,7 +120,9 @@ class MachineConfig:
         return config_hash(self.v1alpha1) if self.v1alpha1 is not None else None
 
     def secret_values(self):
-        return secret_values(self.documents)
+        if self._secret_values is None:  # read once: the config is ready to send and does not change
+            self._secret_values = secret_values(self.documents)
+        return self._secret_values
 
     def redacted_text(self):
         return dump_documents(redact(self.documents))

@@ -23,6 +23,7 @@ except ImportError:  # reported by task.execute through missing_required_lib
 
 from ansible.module_utils.basic import env_fallback
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import private_temp_file
 
@@ -66,6 +67,9 @@ def default_talosconfig_paths(environ=None):
     return paths
 
 
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.I)
+
+
 def normalize_endpoint(endpoint, source="the endpoints option"):
     """``host`` -> ``host:50000``; ``https://host`` -> ``host:443``; bare IPv6 gets brackets.
 
@@ -73,7 +77,7 @@ def normalize_endpoint(endpoint, source="the endpoints option"):
     """
     value = endpoint.strip()
     default_port = DEFAULT_PORT
-    scheme = re.match(r"^([a-z][a-z0-9+.-]*)://", value, re.I)
+    scheme = _SCHEME.match(value)
     if scheme:
         if scheme.group(1).lower() == "https":
             default_port = 443
@@ -297,7 +301,7 @@ def read_talosconfig(path):
     """
     try:
         with open(path, "rb") as config_file:
-            data = yaml.safe_load(config_file.read().decode("utf-8"))
+            data = go_yaml.load(config_file.read().decode("utf-8"))
     except (OSError, IOError) as err:
         raise TalosConfigError("The talosconfig file %s cannot be read: %s." % (path, err.strerror or err))
     except UnicodeDecodeError:

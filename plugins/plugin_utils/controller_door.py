@@ -21,6 +21,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import ssl
+import tempfile
 from collections.abc import Mapping
 
 from ansible import constants as C
@@ -31,9 +33,17 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import METHODS
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, execute
 
 display = Display()
+
+# The strategy imports an action plugin before it forks the task's worker: what every task would otherwise set up
+# in its worker is set up once here - the generated code of every service (the module door imports what its calls
+# need), OpenSSL's defaults and the temporary directory that the client certificate passes through.
+METHODS.load_all()
+ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+tempfile.gettempdir()
 
 DOORS = ("controller", "module")
 

@@ -227,12 +227,17 @@ class FakeTalos(object):
 
     def call_many(self, method, request=None, nodes=None, retry_codes=None, deadline=None, max_concurrency=None,
                   retry_unreachable=False):
+        return self.call_batch([(method, request, nodes)], retry_codes, deadline, max_concurrency, retry_unreachable)[0]
+
+    def call_batch(self, calls, retry_codes=None, deadline=None, max_concurrency=None, retry_unreachable=False):
         kwargs = dict(retry_codes=retry_codes, deadline=deadline, max_concurrency=max_concurrency,
                       retry_unreachable=retry_unreachable)
-
-        def one(node):
-            return list(self._replies(method, self._record("call_many", method, rpc.UNARY, request, node, kwargs), node))
-        return self._many(one, nodes, max_concurrency)
+        outcomes = []
+        for method, request, nodes in calls:
+            def one(node, method=method, request=request):
+                return list(self._replies(method, self._record("call_many", method, rpc.UNARY, request, node, kwargs), node))
+            outcomes.append(self._many(one, nodes, max_concurrency))
+        return outcomes
 
     def stream(self, method, request=None, node=None, on_message=None, retry_codes=None, deadline=None,
                retry_unreachable=False):

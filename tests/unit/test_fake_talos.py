@@ -27,7 +27,7 @@ def version(tag):
     return machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag))
 
 
-@pytest.mark.parametrize("name", ["call", "call_many", "stream", "stream_many", "read_bytes", "upload", "get_resource",
+@pytest.mark.parametrize("name", ["call", "call_many", "call_batch", "stream", "stream_many", "read_bytes", "upload", "get_resource",
                                   "list_resources", "with_settings", "close"])
 def test_the_methods_take_the_arguments_of_the_real_client(name):
     assert inspect.signature(getattr(FakeTalos, name)) == inspect.signature(getattr(TalosClient, name))

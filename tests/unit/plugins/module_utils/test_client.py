@@ -135,6 +135,30 @@ def test_call_many_keeps_at_most_max_concurrency_calls_in_flight(monkeypatch, li
     assert peak[0] == expected
 
 
+def test_call_batch_sends_every_call_at_once_within_one_bound(monkeypatch):
+    import asyncio
+
+    in_flight, peak, started = [0], [0], []
+
+    async def call(spec, request, node, retry_codes, deadline, retry_unreachable=False):
+        started.append((spec.path, in_flight[0]))
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.01)
+        in_flight[0] -= 1
+        return [(spec.path, node)]
+
+    client = TalosClient(ConnectionSettings(endpoints=["127.0.0.1"], insecure=True))
+    monkeypatch.setattr(client, "_call", call)
+    nodes = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    with client:
+        versions, hostnames = client.call_batch([(VERSION, None, nodes), (HOSTNAME, None, nodes[:2])], max_concurrency=4)
+    assert versions == dict((node, [("/" + VERSION, node)]) for node in nodes)
+    assert hostnames == dict((node, [("/" + HOSTNAME, node)]) for node in nodes[:2])
+    # The second call does not wait for the first one's nodes: a hostname read starts while versions are in flight.
+    assert peak[0] == 4 and any(path == "/" + HOSTNAME and busy > 0 for path, busy in started)
+
+
 def test_call_many_refuses_a_concurrency_below_one():
     with TalosClient(ConnectionSettings(endpoints=["127.0.0.1"], insecure=True)) as client:
         with pytest.raises(ValueError, match="max_concurrency must be at least 1"):

@@ -32,3 +32,10 @@ def test_a_schematic_with_non_ascii_text_is_hashed_as_go_writes_it():
     text = image_factory.schematic_text(canonical)
     assert "value: Grüße 日本語\n" in text and "- ü=é\n" in text
     assert yaml.safe_load(text)["customization"]["meta"][0]["value"] == "Grüße 日本語"
+
+
+def test_reading_leaves_timestamps_as_strings_as_go_does():
+    assert go_yaml.load("notAfter: 2026-11-27T10:00:00Z\nday: 2026-11-27\n") == {
+        "notAfter": "2026-11-27T10:00:00Z", "day": "2026-11-27"}
+    assert go_yaml.load_all("a: 1\n---\n---\nb: [x]\n") == [{"a": 1}, None, {"b": ["x"]}]
+    assert go_yaml.load("") is None
