@@ -279,6 +279,7 @@ def _summarize(task, output, nodes):
         for warning in result.get("warnings", ()):
             task.warn("%s: %s" % (label(result.get("node"), start=True), warning))
 
+
 def main():
     run_module(SPEC, run)
 

@@ -529,7 +529,7 @@ def print_table(figures):
             print("  ".join("-" * width for width in widths))
     print("goals (controller door): %s" % "; ".join(
         "%s %.2f%s (goal %.2f%s, %s)" % (goal["figure"], goal["value"], goal["unit"], goal["goal"], goal["unit"],
-                                       "met" if goal["met"] else "missed") for goal in figures["goals"]))
+                                         "met" if goal["met"] else "missed") for goal in figures["goals"]))
     if role["module_runs"]:
         print("module runs (AnsiballZ) in one cluster role rerun: %s"
               % ", ".join("%s %d" % item for item in sorted(role["module_runs"].items())))
