@@ -201,6 +201,21 @@ def test_recover_and_bootstrap_restore_the_snapshot_into_a_new_cluster(cluster, 
     assert _kv(rebuilt, second, "get", key="/registry/dr/after")["value"] is None
 
 
+def test_a_join_whose_add_was_applied_unanswered_takes_that_learner(emulator, api):
+    # Under load the add of a joining member can be applied after its call timed out. Talos then finds a learner of
+    # its peer URL that never started and takes it as itself; a second add would be refused for as long as it tries.
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real", name="real-etcd-join")
+    client = api(cluster)
+    cp1, cp2, cp3 = cluster.controlplanes
+    client.call(M + "EtcdLeaveCluster", node=cp3.address, timeout=30)
+    listed = cluster.run(cluster.etcd._any(cp1).request("member_add_learner", peer_urls=[cluster.etcd.peer_url(cp3)],
+                                                        endpoints=cluster.etcd.client_urls()), timeout=30)["members"]
+    (unanswered,) = [member for member in listed if member["is_learner"]]
+    cluster.etcd.join(cp3)
+    _wait_voting_members(cluster, client, cp1, ["controlplane-1", "controlplane-2", "controlplane-3"], timeout=90)
+    assert unanswered["id"] in [member.id for member in _members(client, cp1) if member.hostname == "controlplane-3"]
+
+
 def test_powered_off_members_stop_and_quorum_is_lost_with_the_second(cluster, api):
     client = api(cluster)
     cp1, cp2, cp3 = cluster.controlplanes

@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -136,21 +138,36 @@ func (m *member) joinCluster(endpoints []string) (string, uint64, error) {
 			}
 		}
 	}
+	members, id := list.Members, uint64(0)
 	added, err := client.MemberAddAsLearner(ctx, []string{m.opts.peerURL()})
-	if err != nil {
+	switch {
+	case err == nil:
+		members, id = added.Members, added.Member.ID
+	case errors.Is(err, rpctypes.ErrPeerURLExist):
+		// An add that timed out may have been applied all the same: as Talos does, a learner of this peer URL
+		// that never started (no name yet) is this node.
+		for _, existing := range list.Members {
+			if existing.IsLearner && existing.Name == "" && len(existing.PeerURLs) == 1 && existing.PeerURLs[0] == m.opts.peerURL() {
+				id = existing.ID
+			}
+		}
+		if id == 0 {
+			return "", 0, fmt.Errorf("member already exists with the same peer URLs %q, but is not a learner: %w", m.opts.peerURL(), err)
+		}
+	default:
 		return "", 0, fmt.Errorf("error adding member: %w", err)
 	}
 	var initial []string
-	for _, existing := range added.Members {
+	for _, existing := range members {
 		name := existing.Name
-		if existing.ID == added.Member.ID {
+		if existing.ID == id {
 			name = m.opts.name
 		}
 		for _, peer := range existing.PeerURLs {
 			initial = append(initial, name+"="+peer)
 		}
 	}
-	return strings.Join(initial, ","), added.Member.ID, nil
+	return strings.Join(initial, ","), id, nil
 }
 
 func (m *member) promote(endpoints []string, learnerID uint64) {
@@ -271,6 +288,7 @@ type request struct {
 	Value     string   `json:"value"`
 	Path      string   `json:"path"`
 	Alarm     string   `json:"alarm"`
+	PeerURLs  []string `json:"peer_urls"`
 }
 
 func memberJSON(m *pb.Member) map[string]any {
@@ -309,6 +327,13 @@ func (m *member) handle(req request) (map[string]any, error) {
 	case "member_list":
 		// Talos asks for a leader on every cluster call (clientv3.WithRequireLeader).
 		resp, err := client.MemberList(clientv3.WithRequireLeader(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"members": membersJSON(resp.Members)}, nil
+	case "member_add_learner":
+		// What a joining node's add leaves behind when it was applied but its caller never heard back.
+		resp, err := client.MemberAddAsLearner(clientv3.WithRequireLeader(ctx), req.PeerURLs)
 		if err != nil {
 			return nil, err
 		}
