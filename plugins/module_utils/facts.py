@@ -136,7 +136,8 @@ def _resources(answers):
 
 
 class FactGatherer:
-    """Reads the facts of several nodes, one RPC at a time for all of them concurrently."""
+    """Reads the facts of several nodes concurrently: the reads that depend on nothing else go out together, the
+    others (etcd, network, config, resources) one RPC at a time for all nodes."""
 
     def __init__(self, client, nodes, insecure, max_concurrency=None):
         self.client = client

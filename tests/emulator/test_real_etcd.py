@@ -131,13 +131,18 @@ def test_snapshot_streams_the_bbolt_database_and_its_sha256(cluster, api):
 
 def test_the_snapshot_check_reads_what_etcdutl_reads_and_refuses_what_restore_refuses(cluster, api, tmp_path):
     cp2 = cluster.controlplanes[1]
-    # etcd records its storage version a few seconds after the cluster forms; until then the snapshot holds none.
-    client = api(cluster)
-    cluster.wait_until(lambda: _status(client, cp2).storage_version, 30, interval=0.5)
     revision = _kv(cluster, cp2, "put", key="/registry/test/checked", value="x")["revision"]
-    snapshot = b"".join(frame.bytes for frame in api(cluster).call(M + "EtcdSnapshot", node=cp2.address))
-    path = tmp_path / "etcd.snapshot"
-    path.write_bytes(snapshot)
+    client, path, taken = api(cluster), tmp_path / "etcd.snapshot", []
+
+    def snapshot_holds_the_storage_version():
+        taken.append(b"".join(frame.bytes for frame in client.call(M + "EtcdSnapshot", node=cp2.address)))
+        path.write_bytes(taken[-1])
+        return etcd_snapshot.check(str(path))["storage_version"]
+
+    # etcd writes its storage version into its database some seconds after the cluster version is set (its status
+    # infers one from the database before that): until then a snapshot holds none, and etcdutl says so too.
+    cluster.wait_until(snapshot_holds_the_storage_version, 90, interval=1)
+    snapshot = taken[-1]
     facts = etcd_snapshot.check(str(path))
     judge = json.loads(subprocess.check_output([member_binary(), "--snapshot-status", str(path)]))
     assert facts["revision"] == judge["revision"] == revision
