@@ -25,8 +25,8 @@ from .pki import CertificateAuthority, encode_private_key
 
 # libyaml when PyYAML has it: a fleet of emulated nodes writes and parses one
 # config each, ten times faster than the pure Python codec (same output).
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 DEFAULT_TALOS_VERSION = "v1.14.0"
 DEFAULT_KUBERNETES_VERSION = "v1.35.0"
@@ -223,7 +223,7 @@ def generate_machine_config(secrets, machine_type, cluster_name, controlplane_en
     cluster["discovery"] = {"enabled": True, "registries": {"kubernetes": {"disabled": True}, "service": {}}}
 
     document = {"version": "v1alpha1", "debug": False, "persist": True, "machine": machine, "cluster": cluster}
-    return yaml.dump(document, Dumper=_Dumper, sort_keys=False)
+    return yaml.dump(document, Dumper=DUMPER, sort_keys=False)
 
 
 def generate_talosconfig(secrets, context_name, endpoints, nodes=(), roles=("os:admin",)):
@@ -253,7 +253,7 @@ def _multierror(messages):
 def _parse_documents(data):
     try:
         try:
-            documents = [document for document in yaml.load_all(data, Loader=_Loader) if document is not None]
+            documents = [document for document in yaml.load_all(data, Loader=LOADER) if document is not None]
         except yaml.YAMLError:  # the pure Python parser words the error as before
             documents = [document for document in yaml.safe_load_all(data) if document is not None]
     except yaml.YAMLError as exc:

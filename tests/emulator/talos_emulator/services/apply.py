@@ -18,7 +18,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 
 from .. import authz
 from ..codes import status_from_name
-from ..configgen import ConfigError, parse_machine_config
+from ..configgen import DUMPER, LOADER, ConfigError, parse_machine_config
 from ..context import current_call
 from ..versions import older_than
 from .common import go_duration
@@ -48,10 +48,8 @@ def _canonical(config_bytes):
     """The config as Talos re-encodes it for diffs: documents in a stable key order."""
     if not config_bytes:
         return ""
-    # libyaml's loader and dumper where PyYAML has them: a dry run of a full config costs 3 ms instead of 25.
-    documents = [document for document in yaml.load_all(config_bytes, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-                 if document is not None]
-    return yaml.dump_all(documents, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=True)
+    documents = [document for document in yaml.load_all(config_bytes, Loader=LOADER) if document is not None]
+    return yaml.dump_all(documents, Dumper=DUMPER, sort_keys=True)
 
 
 def config_diff(old_bytes, new_bytes):
