@@ -225,7 +225,13 @@ def test_several_nodes_in_one_task_each_get_the_config_and_a_rerun_changes_nothi
     tasks = [{"name": "both workers", "talos_linux.talos.talos_apply_config": {
         "nodes": [worker.address for worker in workers], "config_file": "%s/worker.yaml" % cluster.state_dir,
         "config_patches": [patch], "max_concurrency": 2}, "register": "applied"}]
-    run = run_playbook(play(tasks, cluster.talosconfig_path()), diff=True)
+    secrets = load_config(config_file="%s/worker.yaml" % cluster.state_dir).secret_values()
+    preview = run_playbook(play(tasks, cluster.talosconfig_path()), check=True, diff=True, verbosity=3)
+    assert preview.task("both workers")["result"]["changed"] is True and all(applied(cluster, w) == [] for w in workers)
+    run = run_playbook(play(tasks, cluster.talosconfig_path()), diff=True, verbosity=3)
+    # Neither the preview nor the apply, at -vvv with diffs, shows a secret of the config.
+    everything = preview.stdout + preview.stderr + run.stdout + run.stderr + json.dumps(run.results)
+    assert secrets and [secret for secret in secrets if secret in everything] == []
 
     result = run.task("both workers")["result"]
     assert result["changed"] is True and sorted(result["nodes"]) == sorted(worker.address for worker in workers)
@@ -235,7 +241,7 @@ def test_several_nodes_in_one_task_each_get_the_config_and_a_rerun_changes_nothi
         assert [entry["mode"] for entry in applied(cluster, worker)] == ["AUTO"]
     # Each node's diff is shown under its own header.
     assert all("node %s: machine configuration to apply" % worker.address in run.stdout for worker in workers)
-    assert run.stdout.count("vm.max_map_count") == 2
+    assert len([line for line in run.stdout.splitlines() if line.startswith("+") and "vm.max_map_count" in line]) == 2
 
     rerun = run_playbook(play(tasks, cluster.talosconfig_path()))
     result = rerun.task("both workers")["result"]
