@@ -363,28 +363,6 @@ def format_seconds(seconds):
     return ("%.1f" % seconds).rstrip("0").rstrip(".")
 
 
-def outcomes_by_node(outcomes, nodes, endpoint=None):
-    """``(results, failed)`` of a task run on several nodes: ``outcomes`` is ``{node: result dict or TalosError}``.
-
-    ``results`` holds each node's outcome keyed by node (``endpoint`` for None),
-    a failure as a result with ``failed`` and ``msg``; ``failed`` lists the keys
-    of the nodes that failed, in the order of ``nodes``.
-    """
-    results, failed = {}, []
-    for node in nodes:
-        outcome, key = outcomes[node], node or endpoint
-        if isinstance(outcome, TalosError):
-            failed.append(key)
-            outcome = dict(outcome.to_result(), failed=True, msg=outcome.message)
-        results[key] = outcome
-    return results, failed
-
-
-def nodes_failed_message(failed, total, first):
-    """One sentence for ``failed`` (node names) of ``total`` nodes, with the first failure's message."""
-    return "%d of %d nodes failed (%s): %s" % (len(failed), total, ", ".join(failed), first.message)
-
-
 def node_error(metadata, node):
     """Translate a ``common.Metadata`` carrying a per-node error."""
     target = metadata.hostname or node

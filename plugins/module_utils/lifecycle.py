@@ -17,10 +17,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import errors, etcd, waits
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, several_nodes, waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError, format_seconds,
 )
@@ -133,54 +132,17 @@ def _waiter(wait_timeout, progress, interval=None):
 
 # -- several nodes in one task -------------------------------------------------
 
-def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None, takes_node_down=True):
+def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
     """Run ``act(client, node)`` - one node's action from its guard to its wait, returning its result - on ``nodes``.
 
-    One node runs on ``client``, and its failure propagates as it is. Several
-    run concurrently, at most ``max_concurrency`` at once, each in a thread
-    with a client of its own (a TalosClient runs one asyncio loop: it cannot
-    serve two threads). When the action ``takes_node_down``, their control
-    planes go one at a time (ControlPlaneTurns: ``waited`` and ``progress``
-    are its).
-
-    Returns ``{"changed": whether a node changed, "nodes": {node: its result}}``,
-    with one node's result keys at the top as well; with several nodes their
-    diffs make one, keyed by node. When nodes fail, the others still finish;
-    then ActionFailed names the failed nodes and carries every result, a failed
-    node's with ``failed`` and ``msg``.
+    several_nodes.run with the control planes one at a time
+    (ControlPlaneTurns: ``waited`` and ``progress`` are its); workers go
+    concurrently, at most ``max_concurrency`` at once. Returns the result
+    every multi-node module shares; when nodes fail, the others still finish,
+    then ActionFailed names the failed nodes and carries every result.
     """
-    if len(nodes) == 1:
-        result = act(client, nodes[0])
-        return dict(result, nodes={nodes[0] or client.settings.endpoints[0]: result})
-    turns = ControlPlaneTurns(waited, progress)
-
-    def one(node):
-        node_client = client.with_settings()
-        try:
-            return turns.take(node_client, node, act) if takes_node_down else act(node_client, node)
-        except TalosError as error:
-            return error
-        finally:
-            node_client.close()
-
-    with ThreadPoolExecutor(max_workers=min(max_concurrency, len(nodes))) as pool:
-        outcomes = dict(zip(nodes, pool.map(one, nodes)))
-    results, failed = errors.outcomes_by_node(outcomes, nodes)  # several nodes: each is named
-    combined = dict(changed=any(result.get("changed") for result in results.values()), nodes=results)
-    diffs = [(node, result["diff"]) for node, result in results.items() if result.get("diff")]
-    if diffs:
-        combined["diff"] = _combined_diff(diffs)
-    if failed:
-        raise ActionFailed(errors.nodes_failed_message(failed, len(nodes), outcomes[failed[0]]), combined)
-    return combined
-
-
-def _combined_diff(diffs):
-    """One diff of several nodes' ``[(node, diff)]``: text diffs, whose headers name their node, stay a list (Ansible
-    shows each); data diffs merge into one, keyed by node."""
-    if all(isinstance(diff.get("before"), str) and "before_header" in diff for _node, diff in diffs):
-        return [diff for _node, diff in diffs]
-    return dict((side, dict((node, diff[side]) for node, diff in diffs)) for side in ("before", "after"))
+    return several_nodes.run(client, nodes, act, max_concurrency, in_turn=ControlPlaneTurns(waited, progress).take,
+                             lone_node_keyed=True)
 
 
 class ControlPlaneTurns:

@@ -26,7 +26,7 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, nodes_failed_message, outcomes_by_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_ARGUMENT_SPEC, ConnectionSettings
 
 CONNECTION_MUTUALLY_EXCLUSIVE = [("node", "nodes")]
@@ -208,29 +208,6 @@ class Task:
                              "node: \"{{ ansible_host }}\" with one inventory host per node."
                              % (self.module_name, what, len(nodes), ", ".join(nodes)))
         return nodes[0]
-
-    def per_node_result(self, outcomes):
-        """The result of a task run on every target node: ``outcomes`` is ``{node: result dict or TalosError}``.
-
-        With one node its outcome is the result, as talos_facts has it; with
-        several, ``nodes`` holds each node's outcome keyed by node (the
-        endpoint for ``None``), a failed one with ``failed`` and ``msg``. Any
-        failed node fails the task.
-        """
-        nodes = self.target_nodes
-        per_node, failed = outcomes_by_node(outcomes, nodes, self.settings.endpoints[0])
-        result = dict(changed=any(item.get("changed") for item in per_node.values()))
-        if len(nodes) == 1:
-            outcome = next(iter(per_node.values()))
-            result.update((name, value) for name, value in outcome.items() if name not in ("changed", "failed", "msg"))
-        else:
-            result["nodes"] = per_node
-        if failed:
-            first = next(outcomes[node] for node in nodes if isinstance(outcomes[node], TalosError))
-            if len(nodes) == 1:
-                raise TaskFailed.from_error(first, **result)
-            raise TaskFailed(nodes_failed_message(failed, len(nodes), first), **result)
-        return result
 
     def warn(self, message):
         self.warnings.append(message)

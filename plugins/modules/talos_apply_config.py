@@ -202,6 +202,8 @@ nodes:
     - The result of each node, by node, with the keys above (C(changed), C(node), C(mode), C(mode_details),
       C(warnings), C(rebooted)); the shape of every module acting on several nodes (docs/architecture.md, "Several
       nodes in one task").
+    - With one node its keys are at the top of the result and under this key as well, where a task's
+      C(changed_when) cannot overwrite what the node reported.
   returned: always
   type: dict
   sample:

@@ -20,7 +20,8 @@ description:
     RV(not_fetched); symbolic links are kept as links (their targets are neither followed nor checked).
   - A file whose content and mode are already in place is left alone, so a second run reports no change. Files in
     O(dest) that the node does not have are left alone too.
-  - With several O(nodes), each node's files go to C(dest/<node>/).
+  - With several O(nodes), each node's files go to C(dest/<node>/); the nodes are copied concurrently, at most
+    O(max_concurrency) at a time, and a node that fails does not stop the others.
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
@@ -41,6 +42,11 @@ options:
         one node only.
     type: bool
     default: false
+  max_concurrency:
+    description:
+      - How many of several O(nodes) are copied at the same time.
+    type: int
+    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
@@ -51,7 +57,7 @@ attributes:
     details: The archive is read and compared with O(dest); nothing is written.
   diff_mode:
     support: full
-    details: Lists the paths that are made or replaced.
+    details: Lists the paths that are made or replaced, one list per node.
   idempotent:
     support: full
 notes:
@@ -118,15 +124,17 @@ not_fetched:
   elements: dict
   sample: [{path: /srv/talos/dev/null, reason: a device file is not fetched}]
 nodes:
-  description: With several nodes, each node's result (the keys above), keyed by node.
+  description:
+    - Each node's result (the keys above), keyed by node; a node that failed has C(failed) and C(msg).
+    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
+      that takes several nodes (docs/architecture.md, "Several nodes in one task").
   returned: when several nodes are targeted
   type: dict
 """
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import node_files
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils import node_files, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
@@ -135,7 +143,9 @@ SPEC = TaskSpec(
         src=dict(type="str", required=True),
         dest=dict(type="path", required=True),
         flat=dict(type="bool", default=False),
+        max_concurrency=dict(type="int", default=32),
     ),
+    ranges=dict(max_concurrency=(1, None)),
 )
 
 
@@ -154,23 +164,18 @@ def run(task):
     dest = os.path.abspath(params["dest"])
     if os.path.lexists(dest) and not os.path.isdir(dest):
         raise TaskFailed("dest %s is not a directory: set dest to a directory on the controller." % dest)
-    outcomes = {}
-    diff_lines = []
-    for node in nodes:
+
+    def copy(client, node):
         root = dest if params["flat"] else os.path.join(dest, _node_dir(task, node))
-        try:
-            files, skipped = node_files.fetch(task.client, node, src, root, check_mode=task.check_mode)
-        except TalosError as error:
-            outcomes[node] = error
-            continue
+        files, skipped = node_files.fetch(client, node, src, root, check_mode=task.check_mode)
         changed = [entry for entry in files if entry["changed"]]
-        diff_lines += ["%s %s" % (entry["type"], entry["path"]) for entry in changed]
-        outcomes[node] = dict(changed=bool(changed), dest=root, files=files, not_fetched=skipped)
-    result = task.per_node_result(outcomes)
-    if task.diff:
-        result["diff"] = {"before_header": dest, "after_header": dest, "before": "",
-                          "after": "".join(line + "\n" for line in diff_lines)}
-    return result
+        result = dict(changed=bool(changed), dest=root, files=files, not_fetched=skipped)
+        if task.diff:
+            result["diff"] = {"before_header": root, "after_header": root, "before": "",
+                              "after": "".join("%s %s\n" % (entry["type"], entry["path"]) for entry in changed)}
+        return result
+
+    return several_nodes.run(task.client, nodes, copy, params["max_concurrency"])
 
 
 def main():

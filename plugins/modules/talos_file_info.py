@@ -18,7 +18,8 @@ description:
     O(get=usage) reports how much space O(path) and what it holds take (C(DiskUsage)).
   - Text read with O(get=content) is redacted - values of secret YAML fields, private key bodies and long base64
     runs become C(<redacted>); to copy a file as it is, use M(talos_linux.talos.talos_fetch).
-  - Several O(nodes) are read in one task; each node's answer is under RV(nodes) then.
+  - Several O(nodes) are read in one task, concurrently (at most O(max_concurrency) at a time); each node's answer
+    is under RV(nodes), and a node that fails does not stop the others.
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
@@ -70,6 +71,11 @@ options:
         larger than its absolute value. V(0) reports every entry.
     type: int
     default: 0
+  max_concurrency:
+    description:
+      - How many of several O(nodes) are read at the same time.
+    type: int
+    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
@@ -191,13 +197,15 @@ size:
   returned: with get=usage and one node
   type: int
 nodes:
-  description: With several nodes, each node's result (the keys above), keyed by node.
+  description:
+    - Each node's result (the keys above), keyed by node; a node that failed has C(failed) and C(msg).
+    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
+      that takes several nodes (docs/architecture.md, "Several nodes in one task").
   returned: when several nodes are targeted
   type: dict
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import node_files
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils import node_files, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -211,15 +219,15 @@ SPEC = TaskSpec(
         max_size=dict(type="int", default=1024 * 1024),
         include_files=dict(type="bool", default=False),
         threshold=dict(type="int", default=0),
+        max_concurrency=dict(type="int", default=32),
     ),
     # Read's 1 KiB frames arrive in one reply stream; 32 MiB is Talos's largest message, a sane ceiling for text.
-    ranges=dict(depth=(0, None), max_size=(1, 32 * 1024 * 1024), threshold=(None, None)),
+    ranges=dict(depth=(0, None), max_size=(1, 32 * 1024 * 1024), threshold=(None, None),
+                max_concurrency=(1, None)),
 )
 
 
-def _look(task, node, path):
-    params = task.params
-    client = task.client
+def _look(params, client, node, path):
     if params["get"] == "list":
         return {"files": node_files.list_files(client, node, path, params["depth"], params["types"] or (),
                                                params["patterns"] or ())}
@@ -235,14 +243,10 @@ def _look(task, node, path):
 
 
 def run(task):
-    path = node_files.node_path(task.params["path"], "path")
-    outcomes = {}
-    for node in task.target_nodes:
-        try:
-            outcomes[node] = _look(task, node, path)
-        except TalosError as error:
-            outcomes[node] = error
-    return task.per_node_result(outcomes)
+    params = task.params
+    path = node_files.node_path(params["path"], "path")
+    return several_nodes.run(task.client, task.target_nodes, lambda client, node: _look(params, client, node, path),
+                             params["max_concurrency"])
 
 
 def main():

@@ -126,7 +126,8 @@ RETURN = r"""
 nodes:
   description:
     - The outcome on each node, keyed by node, with the keys below; a node that failed has C(failed) and C(msg).
-    - With one node the result holds that node's keys alone, not this key too.
+    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
+      that takes several nodes (docs/architecture.md, "Several nodes in one task").
   returned: when several nodes are targeted
   type: dict
   sample:
@@ -157,7 +158,7 @@ image_reason:
   type: str
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.installer import choose_node_installer, resolve_target
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -226,7 +227,7 @@ def run(task):
     for node, reason in reasons.items():
         if not isinstance(outcomes[node], TalosError):
             outcomes[node]["image_reason"] = reason
-    return task.per_node_result(outcomes)
+    return several_nodes.result(outcomes, nodes, task.settings.endpoints[0])
 
 
 def main():

@@ -64,7 +64,8 @@ RETURN = r"""
 nodes:
   description:
     - The images on each node, keyed by node; a node that failed has C(failed) and C(msg).
-    - With one node the result holds RV(namespace) and RV(images) alone, not this key too.
+    - With one node the result holds RV(namespace) and RV(images) alone, not this key too. This is the shape of
+      every module that takes several nodes (docs/architecture.md, "Several nodes in one task").
   returned: when several nodes are targeted
   type: dict
   sample:
@@ -94,7 +95,7 @@ images:
       labels: {io.cri-containerd.image: managed}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
@@ -113,7 +114,7 @@ def run(task):
     store = images.NodeImages(task.client, namespace, task.params["max_concurrency"])
     outcomes = dict((node, listed if isinstance(listed, TalosError) else {"namespace": namespace, "images": listed})
                     for node, listed in store.list(task.target_nodes).items())
-    return task.per_node_result(outcomes)
+    return several_nodes.result(outcomes, task.target_nodes, task.settings.endpoints[0])
 
 
 def main():

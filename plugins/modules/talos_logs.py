@@ -15,7 +15,8 @@ description:
     Kubernetes containerd namespace (a control-plane static pod) with the C(Logs) RPC, or the kernel log with
     C(Dmesg), and returns it as lines - as C(talosctl logs) and C(talosctl dmesg) do.
   - The log is read to its end, never followed. O(lines) and O(since) keep the result small.
-  - Several O(nodes) are read in one task. Read-only.
+  - Several O(nodes) are read in one task, concurrently (at most O(max_concurrency) at a time); a node that fails
+    does not stop the others. Read-only.
   - A line that holds a secret by its shape (a private key, a URL with a password, a bearer token) is returned as
     C(<redacted>).
 author:
@@ -50,6 +51,11 @@ options:
       - Lines are dated by the time they start with (CRI and kernel logs, JSON C(ts) fields as etcd writes them);
         a line without a time goes with the line before it.
     type: str
+  max_concurrency:
+    description:
+      - How many of several O(nodes) are read at the same time.
+    type: int
+    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
@@ -97,8 +103,20 @@ lines:
   type: list
   elements: str
   sample: ['{"level":"info","ts":"2026-11-23T21:00:00.000Z","msg":"ready to serve client requests"}']
+nodes:
+  description:
+    - Each node's result (RV(lines)), keyed by node; a node that failed has C(failed) and C(msg).
+    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
+      that takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: when several nodes are targeted
+  type: dict
+  sample:
+    10.5.0.2:
+      lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
 logs:
-  description: The log of every node, in the order of the nodes.
+  description:
+    - The log of every node, in the order of the nodes.
+    - Deprecated, to be removed in 3.0.0; use RV(nodes).
   returned: always
   type: list
   elements: dict
@@ -115,7 +133,7 @@ logs:
       lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import logs
+from ansible_collections.talos_linux.talos.plugins.module_utils import logs, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 
@@ -126,9 +144,10 @@ SPEC = TaskSpec(
         namespace=dict(type="str", choices=["system", "k8s.io"], default="system"),
         lines=dict(type="int", default=200),
         since=dict(type="str"),
+        max_concurrency=dict(type="int", default=32),
     ),
     required_if=[("kernel", False, ("service",))],
-    ranges=dict(lines=(0, None)),
+    ranges=dict(lines=(0, None), max_concurrency=(1, None)),
 )
 
 
@@ -137,16 +156,17 @@ def run(task):
     if params["kernel"] and params["service"]:
         raise TaskFailed("Set either service (a service or container log) or kernel=true (the kernel log), not both.")
     since = logs.parse_since(params["since"])
-    read = []
-    for node in task.target_nodes:
+
+    def read(client, node):
         if params["kernel"]:
-            lines = logs.read_kernel_log(task.client, node, params["lines"], since)
-        else:
-            lines = logs.read_logs(task.client, node, params["service"], params["namespace"], params["lines"], since)
-        read.append({"node": node, "lines": lines})
-    result = dict(changed=False, logs=read)
-    if len(read) == 1:
-        result["lines"] = read[0]["lines"]
+            return {"lines": logs.read_kernel_log(client, node, params["lines"], since)}
+        return {"lines": logs.read_logs(client, node, params["service"], params["namespace"], params["lines"], since)}
+
+    nodes = task.target_nodes
+    result = several_nodes.run(task.client, nodes, read, params["max_concurrency"])
+    # The list of earlier releases, deprecated for lines and nodes (3.0.0).
+    read = [result] if len(nodes) == 1 else list(result["nodes"].values())
+    result["logs"] = [{"node": node, "lines": outcome["lines"]} for node, outcome in zip(nodes, read)]
     return result
 
 

@@ -20,7 +20,8 @@ description:
     O(label_selectors).
   - With O(wait=true) the module waits until O(wait_condition) holds on every targeted node, following the node's
     COSI Watch stream (or polling when the node cannot watch).
-  - Read-only; never changes a node. Several O(nodes) are read in one task.
+  - Read-only; never changes a node. Several O(nodes) are read in one task, concurrently (at most
+    O(max_concurrency) at a time); a node that fails does not stop the others.
   - Secrets are redacted - every value of a type Talos marks sensitive (C(MachineConfigs), C(OSRootSecrets),
     C(KubeletSpecs), C(LinkSpecs), every type of the C(secrets) namespace, ..., and any type whose resource definition
     on the node has the sensitivity C(sensitive)), whatever its keys are called; in other types the values under keys
@@ -83,6 +84,11 @@ options:
         description:
           - The value O(wait_condition.field) must have. Compared as YAML prints it, so V(true) matches a boolean.
         type: raw
+  max_concurrency:
+    description:
+      - How many of several O(nodes) are read (or waited for) at the same time.
+    type: int
+    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.attributes
@@ -151,8 +157,10 @@ namespace:
   sample: cluster
 resources:
   description:
-    - The resources of every targeted node, node by node, each with the C(node) it was read from, its C(metadata) and
-      its C(spec) parsed from YAML (a list for multi-document specs) with secrets redacted.
+    - The resources read, each with the C(node) it was read from, its C(metadata) and its C(spec) parsed from YAML
+      (a list for multi-document specs) with secrets redacted.
+    - With several O(nodes), the resources of every node in one list, node by node; that list is deprecated, to be
+      removed in 3.0.0; use RV(nodes).
   returned: always
   type: list
   elements: dict
@@ -174,6 +182,13 @@ resources:
         hostname: controlplane-1
         machineType: controlplane
         addresses: [10.5.0.2]
+nodes:
+  description:
+    - Each node's result (RV(resources)), keyed by node; a node that failed has C(failed) and C(msg).
+    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
+      that takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: when several nodes are targeted
+  type: dict
 elapsed:
   description: Seconds spent waiting, when O(wait=true).
   returned: when O(wait=true)
@@ -181,7 +196,8 @@ elapsed:
   sample: 3.2
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import resources
+from ansible_collections.talos_linux.talos.plugins.module_utils import resources, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
@@ -197,11 +213,12 @@ SPEC = TaskSpec(
             field=dict(type="str"),
             value=dict(type="raw"),
         )),
+        max_concurrency=dict(type="int", default=32),
     ),
     # Reading does not wait unless asked, and not for long.
     wait=True,
     wait_defaults=dict(wait=False, wait_timeout=120),
-    ranges=dict(wait_timeout=(0, None)),
+    ranges=dict(wait_timeout=(0, None), max_concurrency=(1, None)),
 )
 
 # Seconds between two reads of a node that cannot watch.
@@ -223,18 +240,26 @@ def run(task):
     kind = resources.resolve_kind(client, params["type"], node=nodes[0], waiter=waiter)
     namespace = resources.namespace_for(kind, params["namespace"])
 
-    found = []
-    result = dict(changed=False, type=kind.type, namespace=namespace)
+    def read(node_client, node):
+        if waiter:
+            items = resources.wait_for_condition(node_client, kind, namespace, params["id"], selectors, condition, node,
+                                                 waiter)
+        else:
+            items = resources.read_resources(node_client, kind, namespace, params["id"], selectors, node=node)
+        return {"resources": [dict(item, node=node) for item in items]}
+
+    read_kind = dict(type=kind.type, namespace=namespace)
+    try:
+        result = several_nodes.run(client, nodes, read, params["max_concurrency"])
+    except ActionFailed as failure:
+        failure.result.update(read_kind)
+        raise
+    result.update(read_kind)
     if waiter:
-        for node in nodes:
-            items = resources.wait_for_condition(client, kind, namespace, params["id"], selectors, condition, node, waiter)
-            found.extend(dict(item, node=node) for item in items)
         result["elapsed"] = waiter.elapsed
-    else:
-        for node in nodes:
-            items = resources.read_resources(client, kind, namespace, params["id"], selectors, node=node)
-            found.extend(dict(item, node=node) for item in items)
-    return dict(resources=found, **result)
+    if len(nodes) > 1:  # one list of every node's, deprecated for nodes (3.0.0)
+        result["resources"] = [item for outcome in result["nodes"].values() for item in outcome["resources"]]
+    return result
 
 
 def main():

@@ -143,13 +143,15 @@ nodes:
   description:
     - The result of each node acted on, by node, with the keys above; the shape of every module acting on several nodes
       (docs/architecture.md, "Several nodes in one task").
+    - With one node its keys are at the top of the result and under this key as well, where a task's
+      C(changed_when) cannot overwrite what the node reported.
   returned: always
   type: dict
   sample:
     10.5.0.5: {changed: true, name: kubelet, state: Running, response: Service "kubelet" restarted}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
@@ -211,8 +213,8 @@ def run(task):
         return _control(task, client, node, name, state)
 
     # A service's start, stop or restart leaves the node up: no control plane waits for another.
-    return lifecycle.on_nodes(task.client, task.target_nodes, control, task.params["max_concurrency"],
-                              takes_node_down=False)
+    return several_nodes.run(task.client, task.target_nodes, control, task.params["max_concurrency"],
+                             lone_node_keyed=True)
 
 
 def _control(task, client, node, name, state):

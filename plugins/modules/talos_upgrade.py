@@ -277,7 +277,10 @@ step:
 nodes:
   description:
     - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed
-      node's has C(failed) and C(msg) (and the keys its failure knows).
+      node's has C(failed) and C(msg) (and the keys its failure knows); the shape of every module taking several
+      nodes (docs/architecture.md, "Several nodes in one task").
+    - With one node its keys are at the top of the result and under this key as well, where a task's
+      C(changed_when) cannot overwrite what the node reported.
   returned: always
   type: dict
   sample:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -64,6 +65,20 @@ def test_fetch_a_directory_again_and_in_check_mode(emulator, run_playbook, tmp_p
     assert checked.task("etc")["status"] == "changed"
     assert checked.task("etc")["result"]["diff"]["after"] == "file %s\n" % (dest / "hostname")
     assert (dest / "hostname").read_text() == "edited\n"
+
+    # Several nodes: one list of paths per node, under its own header.
+    removed = {}
+    for node in (cp, worker):
+        entry = next(entry for entry in both[node.address]["files"] if entry["type"] in ("file", "directory"))
+        removed[node] = "%s %s\n" % (entry["type"], entry["path"])
+        (shutil.rmtree if entry["type"] == "directory" else os.remove)(entry["path"])
+    both_play = dict(play, tasks=[task for task in play["tasks"] if task["name"] == "pod logs of both"])
+    checked = run_playbook(both_play, check=True, diff=True).task("pod logs of both")
+    assert checked["status"] == "changed" and "nodes" in checked["result"]
+    diffs = dict((entry["before_header"], entry["after"]) for entry in checked["result"]["diff"])
+    assert sorted(diffs) == sorted(str(tmp_path / "logs" / node.address) for node in (cp, worker))
+    assert all(diffs[str(tmp_path / "logs" / node.address)].startswith(removed[node]) for node in (cp, worker))
+    assert not any(os.path.exists(line.split(" ", 1)[1].strip()) for line in removed.values())
 
 
 def test_refusals_name_the_path_and_the_role(emulator, run_playbook, tmp_path):

@@ -37,6 +37,7 @@ def test_list_stat_read_and_usage(emulator, run_playbook):
         info_task("usage", path="/var/data", get="usage"),
         info_task("usage of files", path="/var/data", get="usage", depth=0, include_files=True, threshold=1000),
         info_task("both nodes", path="/etc/hostname", get="stat", nodes=[cp.address, worker.address], node="{{ omit }}"),
+        info_task("only on one", path="/var/data/b.log", get="stat", nodes=[worker.address, cp.address], node="{{ omit }}"),
         info_task("missing", path="/nope"),
         info_task("relative", path="etc"),
         info_task("directory content", path="/var/data", get="content"),
@@ -68,6 +69,11 @@ def test_list_stat_read_and_usage(emulator, run_playbook):
     assert [entry["name"] for entry in run.task("usage of files")["result"]["usage"]] == ["a/one.log", "a/two.txt", "a", "."]
     both = run.task("both nodes")["result"]["nodes"]
     assert both[cp.address]["stat"]["size"] == len(cp.hostname) + 1 and both[worker.address]["stat"]["size"] == len(worker.hostname) + 1
+    assert "nodes" not in run.task("stat link")["result"]
+    only_on_one = run.task("only on one")
+    assert only_on_one["status"] == "failed" and only_on_one["result"]["msg"].startswith("1 of 2 nodes failed (%s): " % worker.address)
+    assert only_on_one["result"]["nodes"][cp.address]["stat"]["mode"] == "0600"
+    assert only_on_one["result"]["nodes"][worker.address]["failed"] is True
     assert run.task("missing")["status"] == "failed"
     missing = run.task("missing")["result"]
     assert missing["msg"].startswith("Cannot list /nope on node %s" % cp.address)

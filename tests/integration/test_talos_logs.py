@@ -23,6 +23,8 @@ def test_service_container_and_kernel_logs(emulator, run_playbook):
         logs_task("container", namespace="k8s.io", service="kube-system/kube-apiserver-%s:kube-apiserver" % cp.hostname, lines=2),
         logs_task("kernel", kernel=True, lines=3, node=worker.address),
         logs_task("kernel of every node", kernel=True, lines=1, nodes=[cp.address, worker.address], node="{{ omit }}"),
+        dict(logs_task("etcd of every node", service="etcd", lines=1, nodes=[worker.address, cp.address], node="{{ omit }}"),
+             ignore_errors=True),
         logs_task("nothing newer than the future", service="etcd", since="2999-01-01T00:00:00Z"),
         logs_task("the last hour", service="apid", since="1h", lines=0),
     ]
@@ -37,10 +39,17 @@ def test_service_container_and_kernel_logs(emulator, run_playbook):
     assert len(container) == 2 and "kube-apiserver started" in container[-1]
     kernel = run.task("kernel")["result"]
     assert len(kernel["lines"]) == 3 and kernel["lines"][-1].startswith("kern:") and worker.boot_id in kernel["lines"][-1]
-    assert kernel["logs"] == [{"node": worker.address, "lines": kernel["lines"]}]
+    assert kernel["logs"] == [{"node": worker.address, "lines": kernel["lines"]}] and "nodes" not in kernel
     every = run.task("kernel of every node")["result"]
-    assert [entry["node"] for entry in every["logs"]] == [cp.address, worker.address] and "lines" not in every
-    assert [entry["lines"][0].endswith(node.boot_id) for entry, node in zip(every["logs"], (cp, worker))] == [True, True]
+    assert sorted(every["nodes"]) == sorted([cp.address, worker.address]) and "lines" not in every
+    assert [every["nodes"][node.address]["lines"][0].endswith(node.boot_id) for node in (cp, worker)] == [True, True]
+    assert every["logs"] == [{"node": node.address, "lines": every["nodes"][node.address]["lines"]} for node in (cp, worker)]
+    # A worker runs no etcd: it fails, and the control plane's log is read all the same.
+    etcd_of_every = run.task("etcd of every node")
+    assert etcd_of_every["status"] == "failed"
+    assert etcd_of_every["result"]["msg"].startswith("1 of 2 nodes failed (%s): " % worker.address)
+    assert etcd_of_every["result"]["nodes"][worker.address]["failed"] is True
+    assert etcd_of_every["result"]["nodes"][cp.address]["lines"] == tail["lines"][-1:]
     assert run.task("nothing newer than the future")["result"]["lines"] == []
     assert len(run.task("the last hour")["result"]["lines"]) > 20
 

@@ -27,16 +27,21 @@ An answer is one of:
 - an exception to raise as it is (a TalosTLSError, a TalosConfigError...);
 - a callable ``(request, node) -> answer`` (``upload`` passes the uploaded
   bytes as the request); ``in_turn(...)`` and ``cosi_state(...)`` build two.
+
+``ActionRecorder`` stands for one node's action in tests of several nodes in
+one task.
 """
 
 from collections import namedtuple
 import copy
+import threading
+import time
 
 import yaml
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import errors, rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import DEFAULT_MAX_CONCURRENCY, METHODS, resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosApiError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
@@ -375,3 +380,30 @@ class FakeTalos(object):
             except TalosError as error:
                 results[node] = error
         return results
+
+
+class ActionRecorder(object):
+    """A node's action (``act(client, node)``) that records which nodes acted at the same time and on which client.
+
+    ``changed`` names the nodes it changes, ``fail`` those it fails on.
+    """
+
+    def __init__(self, changed=(), fail=()):
+        self.changed = changed
+        self.fail = fail
+        self.acting = set()
+        self.overlaps = []
+        self.clients = []
+        self.lock = threading.Lock()
+
+    def __call__(self, client, node):
+        with self.lock:
+            self.acting.add(node)
+            self.overlaps.append(sorted(self.acting))
+            self.clients.append(client)
+        time.sleep(0.05)
+        with self.lock:
+            self.acting.discard(node)
+        if node in self.fail:
+            raise ActionFailed("The reboot of node %s failed." % node, {"changed": True}, TalosApiError("x", code="Unknown"))
+        return {"changed": node in self.changed, "node_was": node}

@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The read modules on several nodes: each node on a client of its own (several_nodes.run), a failed node not
+stopping the others, and the shared result shape."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.modules import talos_fetch, talos_file_info, talos_logs, talos_resource_info
+from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
+from module_fakes import run_task
+
+NODES = ["10.5.0.3", "10.5.0.4", "10.5.0.5"]
+MEMBERS = "Members.cluster.talos.dev"
+MEMBERS_DEFINITION = resource("meta", "ResourceDefinitions.meta.cosi.dev", "members.cluster.talos.dev",
+                              {"type": MEMBERS, "defaultNamespace": "cluster"})
+
+
+@pytest.mark.parametrize("module, method, options", [
+    (talos_file_info, "machine.MachineService/List", dict(path="/var/log")),
+    (talos_file_info, "machine.MachineService/DiskUsage", dict(path="/var", get="usage")),
+    (talos_fetch, "machine.MachineService/Copy", dict(src="/var/log", dest="/nonexistent/fetched")),
+    (talos_logs, "machine.MachineService/Logs", dict(service="kubelet")),
+    (talos_logs, "machine.MachineService/Dmesg", dict(kernel=True)),
+], ids=["list", "usage", "fetch", "logs", "kernel"])
+def test_every_node_is_read_on_its_own_client_and_every_failure_named(module, method, options):
+    client = FakeTalos(nodes=NODES)
+    for node in NODES:
+        client.answer(method, fails_with("PermissionDenied", "not for %s" % node), node=node)
+    with pytest.raises(ActionFailed) as failed:
+        run_task(module, client, max_concurrency=2, check_mode=True, **options)
+    assert failed.value.message.startswith("3 of 3 nodes failed (10.5.0.3, 10.5.0.4, 10.5.0.5): ")
+    nodes = failed.value.to_result()["nodes"]
+    assert [nodes[node]["failed"] for node in NODES] == [True] * 3 and "not for 10.5.0.5" in nodes["10.5.0.5"]["msg"]
+    assert sorted(call.node for call in client.calls_to(method)) == NODES
+    assert len(client.settings_changes) == 3
+
+
+def test_resource_info_reads_the_other_nodes_when_one_fails():
+    client = FakeTalos(nodes=NODES[:2])
+    client.answer(GET, cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {"hostname": "cp-1"})),
+                  node=NODES[0])
+    client.answer(GET, fails_with("Unavailable", "connection refused"), node=NODES[1])
+    with pytest.raises(ActionFailed) as failed:
+        run_task(talos_resource_info, client, type=MEMBERS, id="cp-1")
+    result = failed.value.to_result()
+    assert failed.value.message.startswith("1 of 2 nodes failed (10.5.0.4): ")
+    assert (result["type"], result["namespace"]) == (MEMBERS, "cluster")
+    assert [item["spec"] for item in result["nodes"]["10.5.0.3"]["resources"]] == [{"hostname": "cp-1"}]
+    assert result["nodes"]["10.5.0.4"]["failed"] is True and len(client.settings_changes) == 2
+
+
+@pytest.mark.parametrize("nodes", [NODES[:1], NODES[:2]], ids=["one node", "two nodes"])
+def test_resource_info_keys_several_nodes_and_keeps_one_nodes_resources_at_the_top(nodes):
+    client = FakeTalos(nodes=nodes, answers={GET: cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {}))})
+    succeeded, result, _task = run_task(talos_resource_info, client, type=MEMBERS, id="cp-1")
+    assert succeeded and [item["node"] for item in result["resources"]] == nodes
+    if len(nodes) == 1:
+        assert "nodes" not in result
+    else:
+        # resources: the deprecated flat list of every node's (3.0.0).
+        assert sorted(result["nodes"]) == nodes and result["nodes"][nodes[1]]["resources"] == result["resources"][1:]
