@@ -143,6 +143,7 @@ if HAS_GRPCLIB:
 
         def connection_made(self, transport):
             self._channel.connection_closed = asyncio.get_running_loop().create_future()
+            self._channel.transport = transport
             super(_TrackingProtocol, self).connection_made(transport)
 
         def data_received(self, data):
@@ -171,10 +172,12 @@ if HAS_GRPCLIB:
 
         lost_reason = None
         connection_closed = None
+        transport = None
 
         def _protocol_factory(self):
             self.lost_reason = None
             self.connection_closed = None
+            self.transport = None
             return _TrackingProtocol(self, grpclib.client.Handler(), self._config, self._h2_config)
 
 
@@ -270,12 +273,16 @@ class TalosClient:
         closing = [channel.connection_closed for channel in self._channels.values()
                    if channel.connection_closed is not None and not channel.connection_closed.done()]
         for channel in self._channels.values():
-            channel.close()
+            transport = channel.transport
+            channel.close()  # sends TLS close_notify
+            if transport is not None:
+                # Waiting for the node's own close_notify would cost every task a round trip to it.
+                transport.abort()
         self._channels = {}
         self._connect_lock = None
         self._connect_failure = None
         if closing:
-            # TLS shutdown takes a few turns of the loop; do not leave sockets behind.
+            # The sockets close on the loop's next turn; do not leave them behind.
             self._loop.run_until_complete(asyncio.wait(closing, timeout=1))
         self._loop.close()
         self._loop = None

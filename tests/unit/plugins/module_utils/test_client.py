@@ -99,6 +99,24 @@ def test_version_over_ed25519_mutual_tls(cluster):
     assert not items[0].HasField("metadata")
 
 
+def test_close_sends_close_notify_and_does_not_wait_for_the_nodes_reply(cluster):
+    client = TalosClient(settings_for(cluster))
+    client.call(VERSION)
+    (channel,) = client._channels.values()
+    closed = channel.connection_closed
+    # The emulator's loop is busy for a while: it cannot answer the close_notify.
+    busy = threading.Thread(target=cluster.call, args=(time.sleep, 1.5))
+    busy.start()
+    try:
+        time.sleep(0.1)
+        client.close()
+        assert closed.done() and channel.transport.is_closing()
+    finally:
+        busy.join()
+    with TalosClient(settings_for(cluster)) as again:  # the node serves the next connection as ever
+        assert again.call(VERSION)[0].version.tag == cluster.talos_version
+
+
 def test_nodes_are_targeted_through_a_control_plane_endpoint(cluster):
     controlplane = node_of(cluster, "controlplane")
     worker = node_of(cluster, "worker")
