@@ -23,6 +23,7 @@ __metaclass__ = type
 import os
 import ssl
 import tempfile
+import threading
 from collections.abc import Mapping
 
 from ansible import constants as C
@@ -46,6 +47,8 @@ ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 tempfile.gettempdir()
 
 DOORS = ("controller", "module")
+
+_UNREAD = object()
 
 
 def _plain(value):
@@ -85,6 +88,11 @@ class TalosAction(ActionBase):
     def module_name(self):
         return self.MODULE.__name__.rsplit(".", 1)[-1]
 
+    def __init__(self, *args, **kwargs):
+        super(TalosAction, self).__init__(*args, **kwargs)
+        self._own_node = _UNREAD  # the host's node, read once (_host_node)
+        self._own_node_lock = threading.Lock()
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(TalosAction, self).run(tmp, task_vars)
@@ -122,12 +130,18 @@ class TalosAction(ActionBase):
             self._task.args = dict(self._task.args, node=node)
 
     def _host_node(self, task_vars):
-        """The node the task's inventory host stands for, or None (localhost, a host without those variables)."""
-        host_vars = (task_vars.get("hostvars") or {}).get(task_vars.get("inventory_hostname")) or {}
-        for name in ("talos_node", "ansible_host"):
-            if host_vars.get(name) is not None:
-                return str(self._templar.template(host_vars[name]))
-        return None
+        """The node the task's inventory host stands for, or None (localhost, a host without those variables).
+
+        Read once per task, and only when needed: reading a host's variables builds all of them, its facts (which
+        may be those of a hundred nodes) included. ``task_vars`` will not do: the connection fills their
+        ``ansible_host`` in, and delegation replaces them with the delegated host's.
+        """
+        with self._own_node_lock:  # progress lines may ask from several nodes' threads
+            if self._own_node is _UNREAD:
+                host_vars = (task_vars.get("hostvars") or {}).get(task_vars.get("inventory_hostname")) or {}
+                names = [name for name in ("talos_node", "ansible_host") if host_vars.get(name) is not None]
+                self._own_node = str(self._templar.template(host_vars[names[0]])) if names else None
+            return self._own_node
 
     def _choose_door(self, task_vars):
         """``(door, reason)``: which door runs the task, and why (shown at -v)."""
@@ -163,9 +177,14 @@ class TalosAction(ActionBase):
         if self._task.check_mode and not spec.supports_check_mode:
             return dict(skipped=True, msg="%s does not support check mode" % self.module_name)
         host = task_vars.get("inventory_hostname")
-        # Progress lines name the node they are about; the host's name goes before them only when the task acts on
-        # the host's own node, not when the play's first host works on another host's node (run_once in a role).
-        host_prefix = "%s: " % host if _targets_only(self._task.args, self._host_node(task_vars)) else ""
+
+        def report(message):
+            # Progress lines name the node they are about; the host's name goes before them only when the task acts
+            # on the host's own node, not when the play's first host works on another host's node (run_once in a
+            # role).
+            own = _targets_only(self._task.args, self._host_node(task_vars))
+            display.display(("%s: " % host if own else "") + message)
+
         environment = self._environment()
         saved = dict((name, os.environ.get(name)) for name in environment)
         os.environ.update(environment)
@@ -182,7 +201,7 @@ class TalosAction(ActionBase):
                 task = Task(self.module_name, params, check_mode=bool(self._task.check_mode),
                             diff=bool(self._task.diff), no_log_values=no_log_values,
                             argument_spec=spec.argument_spec,
-                            report=lambda message: display.display(host_prefix + message))
+                            report=report)
                 result = execute(spec, task, self.MODULE.run)
         finally:
             for name, value in saved.items():

@@ -192,6 +192,7 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     cp1 = cluster.node("controlplane-1").address
     lines = [line for line in waited.stdout.splitlines() if "waiting for etcd to spare %s: " % cp1 in line]
     assert lines and "not healthy: controlplane-3 - " in lines[0], waited.stdout[-3000:]
+    assert all(line.startswith("controlplane-1: ") for line in lines)  # the task acts on its own host's node
     assert lines[-1].endswith(" s)") and "→ spared (" in lines[-1]
     assert all(node.reboots == 2 for node in cluster.nodes)
 
