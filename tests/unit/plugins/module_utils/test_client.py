@@ -102,7 +102,7 @@ def test_version_over_ed25519_mutual_tls(cluster):
 def test_close_sends_close_notify_and_does_not_wait_for_the_nodes_reply(cluster):
     client = TalosClient(settings_for(cluster))
     client.call(VERSION)
-    (channel,) = client._channels.values()
+    (channel,) = list(client._channels.values())
     closed = channel.connection_closed
     # The emulator's loop is busy for a while: it cannot answer the close_notify.
     busy = threading.Thread(target=cluster.call, args=(time.sleep, 1.5))
