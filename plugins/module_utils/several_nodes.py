@@ -17,7 +17,13 @@ __metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import DEFAULT_MAX_CONCURRENCY
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosError
+
+# The option of every module that takes several nodes (doc fragment talos_linux.talos.several_nodes):
+# TaskSpec(shared_options=[several_nodes.CONCURRENCY_OPTIONS]).
+CONCURRENCY_OPTIONS = (dict(max_concurrency=dict(type="int", default=DEFAULT_MAX_CONCURRENCY)),
+                       dict(max_concurrency=(1, None)))
 
 
 def run(client, nodes, act, max_concurrency, in_turn=None, lone_node_keyed=False):

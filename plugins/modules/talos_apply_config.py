@@ -76,12 +76,9 @@ options:
       - The task output then holds the cluster's keys and tokens; do not use it where output is kept.
     type: bool
     default: false
-  max_concurrency:
-    description: How many nodes are configured at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
@@ -218,7 +215,7 @@ results:
   elements: dict
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import ConfigApplier, load_config, patch_secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -234,12 +231,12 @@ SPEC = TaskSpec(
         mode=dict(type="str", default="auto", choices=["auto", "no_reboot", "reboot", "staged", "try"]),
         try_timeout=dict(type="int", default=60),
         show_secrets=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(try_timeout=(1, None), max_concurrency=(1, None)),
+    ranges=dict(try_timeout=(1, None)),
     mutually_exclusive=[("config", "config_file")],
     required_one_of=[("config", "config_file")],
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

@@ -276,6 +276,7 @@ nodes:
     10.5.0.3: {node: 10.5.0.3, failed: true, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
 """
 
+from ansible_collections.talos_linux.talos.plugins.module_utils import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
@@ -289,9 +290,8 @@ SPEC = TaskSpec(
             id=dict(type="str"),
         )),
         fail_on_node_error=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

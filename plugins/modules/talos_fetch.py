@@ -42,13 +42,9 @@ options:
         one node only.
     type: bool
     default: false
-  max_concurrency:
-    description:
-      - How many of several O(nodes) are copied at the same time.
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -143,9 +139,8 @@ SPEC = TaskSpec(
         src=dict(type="str", required=True),
         dest=dict(type="path", required=True),
         flat=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

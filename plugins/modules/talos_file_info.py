@@ -71,13 +71,9 @@ options:
         larger than its absolute value. V(0) reports every entry.
     type: int
     default: 0
-  max_concurrency:
-    description:
-      - How many of several O(nodes) are read at the same time.
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
   - talos_linux.talos.attributes.read_only
@@ -219,11 +215,10 @@ SPEC = TaskSpec(
         max_size=dict(type="int", default=1024 * 1024),
         include_files=dict(type="bool", default=False),
         threshold=dict(type="int", default=0),
-        max_concurrency=dict(type="int", default=32),
     ),
     # Read's 1 KiB frames arrive in one reply stream; 32 MiB is Talos's largest message, a sane ceiling for text.
-    ranges=dict(depth=(0, None), max_size=(1, 32 * 1024 * 1024), threshold=(None, None),
-                max_concurrency=(1, None)),
+    ranges=dict(depth=(0, None), max_size=(1, 32 * 1024 * 1024), threshold=(None, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

@@ -74,12 +74,9 @@ options:
     description: Seconds a pull may take on one node (Talos's own pulls give up after 20 minutes).
     type: int
     default: 1200
-  max_concurrency:
-    description: How many nodes are handled at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
@@ -174,12 +171,12 @@ SPEC = TaskSpec(
         namespace=dict(type="str", choices=["system", "cri"]),
         state=dict(type="str", default="present", choices=["present", "absent"]),
         pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
-        max_concurrency=dict(type="int", default=32),
     ),
-    ranges=dict(pull_timeout=(1, None), max_concurrency=(1, None)),
+    ranges=dict(pull_timeout=(1, None)),
     mutually_exclusive=[("name", "installer_version", "installer_image")],
     required_if=[("state", "absent", ("name",))],
     required_by=dict(image_repository="installer_version", image_factory_url="installer_version"),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

@@ -28,12 +28,9 @@ options:
     type: str
     choices: [system, cri]
     default: cri
-  max_concurrency:
-    description: How many nodes are read at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
   - talos_linux.talos.attributes.read_only
@@ -103,9 +100,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 SPEC = TaskSpec(
     argument_spec=dict(
         namespace=dict(type="str", default="cri", choices=["system", "cri"]),
-        max_concurrency=dict(type="int", default=32),
     ),
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

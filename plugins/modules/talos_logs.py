@@ -51,13 +51,9 @@ options:
       - Lines are dated by the time they start with (CRI and kernel logs, JSON C(ts) fields as etcd writes them);
         a line without a time goes with the line before it.
     type: str
-  max_concurrency:
-    description:
-      - How many of several O(nodes) are read at the same time.
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
   - talos_linux.talos.attributes.read_only
@@ -144,10 +140,10 @@ SPEC = TaskSpec(
         namespace=dict(type="str", choices=["system", "k8s.io"], default="system"),
         lines=dict(type="int", default=200),
         since=dict(type="str"),
-        max_concurrency=dict(type="int", default=32),
     ),
     required_if=[("kernel", False, ("service",))],
-    ranges=dict(lines=(0, None), max_concurrency=(1, None)),
+    ranges=dict(lines=(0, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

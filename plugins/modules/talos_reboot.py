@@ -27,6 +27,7 @@ author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
@@ -65,10 +66,6 @@ options:
       - Reboot a control plane even when etcd loses its quorum while the node is down.
     type: bool
     default: false
-  max_concurrency:
-    description: How many nodes are rebooted at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 notes:
   - Reading the boot ID needs the C(os:admin) role; with C(os:operator) the wait compares the node's boot time
     instead.
@@ -168,7 +165,7 @@ nodes:
     10.5.0.5: {changed: true, mode: default, boot_id_before: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1, elapsed: 41.3}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import unknown_services_problem
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
@@ -178,11 +175,10 @@ SPEC = TaskSpec(
         mode=dict(type="str", default="default", choices=["default", "powercycle", "force"]),
         wait_for_services=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(max_concurrency=(1, None)),
     quorum_wait=True,
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

@@ -30,6 +30,7 @@ author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
@@ -93,10 +94,6 @@ options:
       - Does not allow a graceful reset of the last etcd member, which Talos cannot perform.
     type: bool
     default: false
-  max_concurrency:
-    description: How many nodes are reset at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 notes:
   - With O(wait=true) and O(reboot=true) the wait ends when the node answers in maintenance mode (over an insecure
     connection straight to the node, port of the endpoint) or runs again with a new boot; without O(reboot) it ends
@@ -211,7 +208,7 @@ nodes:
     10.5.0.5: {changed: true, controlplane: false, state: powered off}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -223,11 +220,10 @@ SPEC = TaskSpec(
         system_labels_to_wipe=dict(type="list", elements="str", default=[]),
         user_disks_to_wipe=dict(type="list", elements="str", default=[]),
         force_quorum_loss=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
     quorum_wait=True,
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

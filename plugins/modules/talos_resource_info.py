@@ -84,13 +84,9 @@ options:
         description:
           - The value O(wait_condition.field) must have. Compared as YAML prints it, so V(true) matches a boolean.
         type: raw
-  max_concurrency:
-    description:
-      - How many of several O(nodes) are read (or waited for) at the same time.
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
   - talos_linux.talos.attributes.read_only
@@ -213,12 +209,12 @@ SPEC = TaskSpec(
             field=dict(type="str"),
             value=dict(type="raw"),
         )),
-        max_concurrency=dict(type="int", default=32),
     ),
     # Reading does not wait unless asked, and not for long.
     wait=True,
     wait_defaults=dict(wait=False, wait_timeout=120),
-    ranges=dict(wait_timeout=(0, None), max_concurrency=(1, None)),
+    ranges=dict(wait_timeout=(0, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 # Seconds between two reads of a node that cannot watch.

@@ -27,6 +27,7 @@ author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
@@ -49,10 +50,6 @@ options:
       - Roll a control plane back even when etcd loses its quorum while it reboots.
     type: bool
     default: false
-  max_concurrency:
-    description: How many nodes are rolled back at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 seealso:
   - module: talos_linux.talos.talos_upgrade
   - name: Node lifecycle
@@ -122,18 +119,17 @@ nodes:
     10.5.0.5: {changed: true, previous_version: v1.14.1, current_version: v1.14.0}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
         force_quorum_loss=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
     quorum_wait=True,
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

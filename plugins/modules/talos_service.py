@@ -37,12 +37,9 @@ options:
     type: str
     required: true
     choices: [started, stopped, restarted]
-  max_concurrency:
-    description: On how many nodes the service is controlled at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
@@ -166,10 +163,9 @@ SPEC = TaskSpec(
     argument_spec=dict(
         name=dict(type="str", required=True),
         state=dict(type="str", required=True, choices=["started", "stopped", "restarted"]),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 RECENT_EVENTS = 10

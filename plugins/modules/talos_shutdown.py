@@ -27,6 +27,7 @@ author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
@@ -51,10 +52,6 @@ options:
       - Shut a control plane down even when etcd loses its quorum without it.
     type: bool
     default: false
-  max_concurrency:
-    description: How many nodes are shut down at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 seealso:
   - module: talos_linux.talos.talos_reboot
   - module: talos_linux.talos.talos_reset
@@ -116,7 +113,7 @@ nodes:
     10.5.0.5: {changed: true, controlplane: false, etcd_gate_open: true, elapsed: 12.5}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -124,11 +121,10 @@ SPEC = TaskSpec(
     argument_spec=dict(
         force=dict(type="bool", default=False),
         force_quorum_loss=dict(type="bool", default=False),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
     quorum_wait=True,
-    ranges=dict(max_concurrency=(1, None)),
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

@@ -36,6 +36,7 @@ author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
   - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
@@ -118,10 +119,6 @@ options:
         O(talos_linux.talos.talos_image#module:pull_timeout).
     type: int
     default: 1200
-  max_concurrency:
-    description: How many nodes are upgraded at the same time when the task targets several O(nodes).
-    type: int
-    default: 32
 notes:
   - O(wait=true) waits until the node's boot ID has changed, the node reports stage C(running) and ready,
     and C(Version) returns the target version. A node that comes back on its previous version has rolled
@@ -288,7 +285,7 @@ nodes:
     10.5.0.6: {changed: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -305,14 +302,14 @@ SPEC = TaskSpec(
         force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
             dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
         pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
-        max_concurrency=dict(type="int", default=32),
     ),
     wait=True,
-    ranges=dict(pull_timeout=(1, None), max_concurrency=(1, None)),
+    ranges=dict(pull_timeout=(1, None)),
     mutually_exclusive=[("image", "version")],
     required_one_of=[("image", "version")],
     required_by=dict(image_repository="version", image_factory_url="version"),
     quorum_wait=True,
+    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
 )
 
 

@@ -127,3 +127,19 @@ def test_every_role_has_its_readme_and_argument_specs():
                if not all(os.path.isfile(os.path.join(roles_dir, role, *path))
                           for path in (("README.md",), ("meta", "argument_specs.yml")))]
     assert missing == []
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_that_works_on_several_nodes_bounds_them_with_the_shared_option(module):
+    with open(os.path.join(ROOT, "plugins", "modules", module + ".py")) as source:
+        fans_out = re.search(r"several_nodes\.(run|result)\(|lifecycle\.on_nodes\(|FactGatherer\(", source.read())
+    if not fans_out:
+        return
+    from ansible_collections.talos_linux.talos.plugins.module_utils.several_nodes import CONCURRENCY_OPTIONS
+    spec = importlib.import_module("%s.modules.%s" % (PACKAGE, module)).SPEC
+    shared_spec, shared_ranges = CONCURRENCY_OPTIONS
+    assert spec.argument_spec["max_concurrency"] == shared_spec["max_concurrency"]
+    assert spec.ranges["max_concurrency"] == shared_ranges["max_concurrency"]
+    documented = documentation(module)
+    assert ("talos_linux.talos.several_nodes" in documented.get("extends_documentation_fragment", [])
+            or "max_concurrency" in documented["options"])
