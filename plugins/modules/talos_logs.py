@@ -112,7 +112,7 @@ nodes:
 logs:
   description:
     - The log of every node, in the order of the nodes.
-    - Deprecated, to be removed in 3.0.0; use RV(nodes).
+    - Deprecated, to be removed in 3.0.0; use RV(lines) with one node and RV(nodes) with several.
   returned: always
   type: list
   elements: dict
