@@ -70,6 +70,11 @@ STEPS = (ACCEPT, SWAP, PROVE, DROP)
 # A node's phase: which steps its config has been through.
 ORIGINAL, ACCEPTED, SWAPPED, DONE = "original", "accepted", "swapped", "done"
 _PHASE_STEPS = {ORIGINAL: 0, ACCEPTED: 1, SWAPPED: 2, DONE: 4}
+# What a failed run's message tells to do, by whether it was a rollback.
+_RERUN = {False: "Rerun the task to continue (or with abandon: true to roll the rotation back)",
+          True: "Rerun the task with abandon: true to finish the rollback (or without it to continue the rotation)"}
+# A node's phase in a rollback, which runs the steps with the CAs' roles swapped, as the rotation knows it.
+_REVERSED_PHASES = {ORIGINAL: DONE, ACCEPTED: SWAPPED, SWAPPED: ACCEPTED, DONE: ORIGINAL}
 KUBE_CA_KIND = "KubeAPIServerCAConfig"
 
 
@@ -114,12 +119,17 @@ def _same(pem, other):
         talos_pki.fingerprint(talos_pki.load_certificate(pem, "a CA")) == talos_pki.fingerprint(talos_pki.load_certificate(other, "a CA")))
 
 
+def _named(certificate):
+    """A CA as a message names it: its subject and fingerprint, never a key."""
+    return "%s (%s)" % (certificate.subject.rfc4514_string() or "an empty subject", talos_pki.fingerprint(certificate))
+
+
 def new_authority_like(old, now):
-    """A new CA with the key type, subject Organization and lifetime of ``old`` (a bundle CertificateAuthority)."""
-    organizations = talos_pki.organizations(old.certificate)
+    """A new CA with the key type, subject and lifetime of ``old`` (a bundle CertificateAuthority): the whole subject,
+    which is talosctl's ``O=talos`` (``O=kubernetes``) for a CA its generator or this collection made."""
     validity = old.certificate.not_valid_after_utc - old.certificate.not_valid_before_utc
-    certificate, key = talos_pki.generate_ca(talos_pki.key_algorithm(old.key), organizations[0] if organizations else None,
-                                             now, validity)
+    certificate, key = talos_pki.generate_ca(talos_pki.key_algorithm(old.key), None, now, validity,
+                                             subject=old.certificate.subject)
     return CertificateAuthority(talos_pki.certificate_pem(certificate), talos_pki.private_key_pem(key), certificate, key)
 
 
@@ -283,13 +293,19 @@ class NodeConfig:
 
 class ControllerFiles:
     """The secrets bundle and the talosconfig on the controller, and the previous ones kept beside them during a
-    rotation of ``kind`` (the talosconfig changes with the Talos API CA only)."""
+    rotation of ``kind`` (the talosconfig changes with the Talos API CA only).
 
-    def __init__(self, bundle_path, talosconfig_path, context, kind=None):
+    With ``abandon`` a rotation in progress is rolled back: the same steps run with the two CAs' roles swapped
+    (``old`` is the rotation's new CA, ``new`` the one the bundle held before it), and once every node is back the
+    bundle and the talosconfig are what they were.
+    """
+
+    def __init__(self, bundle_path, talosconfig_path, context, kind=None, abandon=False):
         self.bundle_path = bundle_path
         self.talosconfig_path = talosconfig_path
         self.context = context
         self.kind = kind or TALOS
+        self.abandon = abandon
         self.bundle = SecretsBundle.load(bundle_path)
         self.previous = None
         if os.path.isfile(previous_path(bundle_path)):
@@ -306,11 +322,17 @@ class ControllerFiles:
 
     @property
     def old(self):
+        """The CA the nodes move away from."""
+        if self.abandon and self.previous is not None:
+            return self.bundle.cas[self.kind.bundle_name]
         return (self.previous or self.bundle).cas[self.kind.bundle_name]
 
     @property
     def new(self):
-        return self.bundle.cas[self.kind.bundle_name] if self.previous is not None else None
+        """The CA the nodes move to (None while no rotation is in progress)."""
+        if self.previous is None:
+            return None
+        return (self.previous if self.abandon else self.bundle).cas[self.kind.bundle_name]
 
     def _paths(self):
         """``(name, path, what)`` of the files this rotation keeps a previous copy of."""
@@ -333,10 +355,47 @@ class ControllerFiles:
         self.bundle.cas = dict(self.previous.cas, **{self.kind.bundle_name: new})
         write_private(self.bundle_path, self.bundle.to_yaml(), "the secrets bundle")
 
-    def _talosconfig(self):
-        document = read_talosconfig(self.talosconfig_path) or {}
+    # The talosconfig.
+
+    def authorities(self):
+        """The CAs of the rotation: the old one, and the new one while a rotation is in progress."""
+        return [self.old] + ([self.new] if self.new is not None else [])
+
+    def _context_error(self, context, path):
+        """Why ``context`` (a context of the talosconfig at ``path``) is not this cluster's, or None when it is: its
+        ``ca`` must hold a CA of the rotation and its ``crt`` be issued by one."""
+        authorities = self.authorities()
+        where = "The talosconfig %s (context %s)" % (path, self.context)
+        cure = ("give the talosconfig of this cluster, whose Talos API CA the secrets bundle %s holds (%s); the rotation "
+                "rewrites that file." % (self.bundle_path, " and ".join(_named(authority.certificate) for authority in authorities)))
+        try:
+            trusted = load_certificates(talos_pki.pem_from_b64(context.get("ca"), "ca"), "ca")
+            crt = talos_pki.load_certificate(talos_pki.pem_from_b64(context.get("crt"), "crt"), "crt")
+        except talos_pki.PKIError as error:
+            return "%s has no usable Talos API CA and client certificate (%s): %s" % (where, error, cure)
+        fingerprints = set(talos_pki.fingerprint(authority.certificate) for authority in authorities)
+        if not fingerprints & set(talos_pki.fingerprint(certificate) for certificate in trusted):
+            return "%s trusts the Talos API CA %s, not this cluster's: %s" % (
+                where, " and ".join(_named(certificate) for certificate in trusted), cure)
+        if not any(talos_pki.signed_by(crt, authority.certificate) for authority in authorities):
+            return "%s holds a client certificate issued by %s, not by this cluster's Talos API CA: %s" % (
+                where, crt.issuer.rfc4514_string(), cure)
+        return None
+
+    def check_talosconfig(self):
+        """Refuse a talosconfig whose context is not this cluster's (before anything is written)."""
+        self._talosconfig()
+
+    def _talosconfig(self, path=None):
+        """The talosconfig document, its contexts and the task's context, which must be this cluster's."""
+        path = path or self.talosconfig_path
+        document = read_talosconfig(path) or {}
         contexts = dict(document.get("contexts") or {})
-        return document, contexts, dict(contexts.get(self.context) or {})
+        context = dict(contexts.get(self.context) or {})
+        problem = self._context_error(context, path)
+        if problem:
+            raise TalosConfigError(problem)
+        return document, contexts, context
 
     def _write_talosconfig(self, document, contexts, context):
         contexts[self.context] = context
@@ -357,18 +416,28 @@ class ControllerFiles:
     def is_final(self, ca_pem, crt_pem):
         """Whether talosconfig values ``ca_pem``/``crt_pem`` already are the new CA and a certificate it issued."""
         certificate = talos_pki.load_certificate(crt_pem, "the talosconfig's crt")
-        return _same(ca_pem, self.new.crt_pem) and talos_pki.signed_by(certificate, self.new.certificate)
+        trusted = [talos_pki.fingerprint(authority) for authority in load_certificates(ca_pem, "the talosconfig's ca")]
+        return (trusted == [talos_pki.fingerprint(self.new.certificate)]
+                and talos_pki.signed_by(certificate, self.new.certificate))
 
     def finish_talosconfig(self, roles, ttl):
-        """The talosconfig trusts only the new CA and holds a client certificate of it for ``roles``."""
+        """The talosconfig trusts only the new CA and holds a client certificate of it: one for ``roles`` valid
+        ``ttl``, or when abandoning the credentials it held before the rotation (kept in ``<talosconfig>.previous``)."""
         document, contexts, context = self._talosconfig()
-        crt_b64, key_b64, _certificate = client_config.issue_client_credentials(self.new, roles, ttl)
-        context.update(ca=talos_pki.b64_pem(self.new.crt_pem), crt=crt_b64, key=key_b64)
+        if self.abandon:
+            _previous, _contexts, before = self._talosconfig(previous_path(self.talosconfig_path))
+            context.update((name, before[name]) for name in ("ca", "crt", "key"))
+        else:
+            crt_b64, key_b64, _certificate = client_config.issue_client_credentials(self.new, roles, ttl)
+            context.update(ca=talos_pki.b64_pem(self.new.crt_pem), crt=crt_b64, key=key_b64)
         self._write_talosconfig(document, contexts, context)
-        return crt_b64, key_b64
 
-    def forget_previous(self):
-        """The run ended well: the previous bundle and talosconfig go."""
+    def end(self):
+        """The run ended well: when abandoning, the bundle gets the CA it held before back; the previous files go.
+        Whether a file changed."""
+        if self.abandon and self.previous is not None:
+            self.bundle.cas = dict(self.bundle.cas, **{self.kind.bundle_name: self.new})
+            write_private(self.bundle_path, self.bundle.to_yaml(), "the secrets bundle")
         removed = False
         for path in self.kept().values():
             if path:
@@ -382,6 +451,18 @@ class _Rotation(object):
 
     kind = None
 
+    @property
+    def pending(self):
+        """Whether steps may be due: a rotation is due, or one is in progress."""
+        return self.files.in_progress or self.due is not None
+
+    @property
+    def title(self):
+        """What this run is, capitalized: the rotation, or its rollback."""
+        if self.files.abandon:
+            return "The rollback of the %s rotation" % self.kind.title
+        return "The %s rotation" % self.kind.title
+
     def ordered(self):
         """Control planes first (workers get their certificates from a control plane), then workers."""
         return [n for n in self.nodes if self.configs[n].control_plane] + [n for n in self.nodes if not self.configs[n].control_plane]
@@ -390,8 +471,34 @@ class _Rotation(object):
         new_pem = self.files.new.crt_pem if self.files.new is not None else None
         return dict((node, self.configs[node].phase(self.files.old.crt_pem, new_pem)) for node in self.nodes)
 
+    def reported_phases(self):
+        """Each node's phase in the terms of the rotation in progress (a rollback runs it with the CAs' roles swapped:
+        its original phase is the rotation's done)."""
+        phases = self.phases()
+        if self.files.abandon and self.files.in_progress:
+            return dict((node, _REVERSED_PHASES[phase]) for node, phase in phases.items())
+        return phases
+
     def _proves(self, node):
         return True
+
+    def prepare(self):
+        """Everything the run needs, checked before its first change: every node answers, runs a Talos release with
+        the fields, and issues from a CA of the bundle; when a rotation starts, every member of the cluster is among
+        the nodes. Returns the plan."""
+        for node in self.nodes:
+            try:
+                config = self.configs[node] = self._read(node)
+            except TalosConfigError:
+                raise
+            except TalosError as error:
+                raise TalosError("%s %s reads every node before it changes one, so it changed nothing." % (
+                    error.message, self.title), code=error.code, node=error.node, server_message=error.server_message)
+            self._check_release(config)
+        self._check_phases()
+        if self.due is not None:
+            self.check_members()
+        return self.make_plan()
 
     def make_plan(self):
         phases = self.phases()
@@ -409,10 +516,11 @@ class _Rotation(object):
                 self.plan.append(entry)
         return self.plan
 
-    def _check_release(self, config, field):
+    def _check_release(self, config):
         if not talos_node.runs_at_least(config.version, FIRST_RELEASE):
             raise TalosConfigError("%s runs Talos %s: the %s can be rotated from Talos v1.7 on (%s); upgrade it first."
-                                   % (talos_node.label(config.node, start=True), config.version, self.kind.title, field))
+                                   % (talos_node.label(config.node, start=True), config.version, self.kind.title,
+                                      self.kind.section + ".acceptedCAs"))
 
     def _check_phases(self):
         new_pem = self.files.new.crt_pem if self.files.new is not None else None
@@ -483,31 +591,32 @@ class TalosCARotation(_Rotation):
             client.close()
         self._clients = {}
 
-    def _authorities(self):
-        return [self.files.old] + ([self.files.new] if self.files.new is not None else [])
-
     # Reading.
 
     def _read(self, node):
         """The node's config and version, through whichever CA's certificate the node accepts now."""
         refused = None
-        for issuer in self._authorities():
-            client = self._client(self._authorities(), issuer)
+        for issuer in self.files.authorities():
+            client = self._client(self.files.authorities(), issuer)
             try:
                 version = talos_node.read_version_tag(client, node)
                 return NodeConfig(node, read_active_config(client, node), version)
             except TalosTLSError as error:
                 refused = error
-        raise refused
-
-    def read_nodes(self):
-        for node in self.nodes:
-            config = self.configs[node] = self._read(node)
-            self._check_release(config, "machine.acceptedCAs")
-        self._check_phases()
+        raise TalosConfigError(
+            "%s does not take the certificates the task issues from the Talos API CA of the secrets bundle %s (%s): the "
+            "bundle is probably not this cluster's, give the cluster's own (%s)." % (
+                talos_node.label(node, start=True), self.files.bundle_path,
+                " and ".join(_named(authority.certificate) for authority in self.files.authorities()),
+                refused.message.rstrip(".")))
 
     def check_members(self):
         self._check_members(self._client([self.files.old], self.files.old))
+
+    def prepare(self):
+        """As _Rotation.prepare, after refusing a talosconfig that is not this cluster's: the run rewrites it."""
+        self.files.check_talosconfig()
+        return super(TalosCARotation, self).prepare()
 
     # Running.
 
@@ -544,7 +653,10 @@ class TalosCARotation(_Rotation):
             self.progress("%s: %s done" % (talos_node.label(node), step))
 
     def _failure(self, step, node, error):
-        if step == DROP:
+        kept = self.files.kept()
+        if self.files.abandon:
+            state = "the talosconfig %s works on every node" % self.files.talosconfig_path
+        elif step == DROP:
             state = "the new talosconfig works on every node"
         elif step == ACCEPT:
             state = ("the old talosconfig still works on every node, and certificates of the new CA on every node the "
@@ -554,10 +666,10 @@ class TalosCARotation(_Rotation):
             state = ("the talosconfig %s trusts both CAs and works on every node; the nodes the swap step has reached "
                      "serve certificates of the new CA, which a talosconfig trusting the old CA alone cannot verify"
                      % self.files.talosconfig_path)
-        kept = self.files.kept()
-        message = ("The Talos CA rotation stopped at the %s step on %s (%s); %s. Rerun the task to continue; the previous "
-                   "secrets bundle and talosconfig are kept at %s and %s." % (
-                       step, talos_node.label(node), error.message.rstrip("."), state, kept["secrets"], kept["talosconfig"]))
+        message = ("%s stopped at the %s step on %s (%s); %s. %s; the previous secrets bundle and talosconfig are kept "
+                   "at %s and %s." % (self.title, step, talos_node.label(node),
+                                      error.message.rstrip("."), state, _RERUN[self.files.abandon], kept["secrets"],
+                                      kept["talosconfig"]))
         return ActionFailed(message, {"done": list(self.done)}, error)
 
     def _talosconfig_is_final(self):
@@ -575,7 +687,7 @@ class TalosCARotation(_Rotation):
             files.start(new_authority())
         files_changed = files.trust_both(self.settings.ca)
         nodes = dict((step, self._nodes_of(step)) for step in STEPS)
-        both = self._authorities()
+        both = self.files.authorities()
         intermediate = self._client(both, files.new)
         final = self._client([files.new], files.new)
         self._step(ACCEPT, nodes[ACCEPT], self._client(both, files.old), intermediate, "a certificate of the new CA")
@@ -586,7 +698,7 @@ class TalosCARotation(_Rotation):
             files.finish_talosconfig(roles, self.ttl)
             files_changed = True
         self._step(DROP, nodes[DROP], final, final, "a talosconfig of the new CA only")
-        return files.forget_previous() or files_changed
+        return files.end() or files_changed
 
 
 class KubernetesCARotation(_Rotation):
@@ -615,18 +727,36 @@ class KubernetesCARotation(_Rotation):
     def close(self):
         self.client.close()
 
-    def read_nodes(self):
-        for node in self.nodes:
-            version = talos_node.read_version_tag(self.client, node)
-            config = self.configs[node] = NodeConfig(node, read_active_config(self.client, node), version, KUBERNETES)
-            self._check_release(config, "cluster.acceptedCAs")
-        if not any(config.control_plane for config in self.configs.values()):
-            raise TalosConfigError("nodes lists no control plane: the Kubernetes CA rotation reads the Kubernetes API with "
-                                   "the admin kubeconfig a control plane issues; list every node of the cluster.")
-        self._check_phases()
+    def _read(self, node):
+        version = talos_node.read_version_tag(self.client, node)
+        return NodeConfig(node, read_active_config(self.client, node), version, KUBERNETES)
 
     def check_members(self):
         self._check_members(self.client)
+
+    def prepare(self):
+        """As for the Talos API CA, and when steps are due the Kubernetes API answers: the first control plane issues
+        an admin kubeconfig (trusting the CAs of the rotation) and the API answers it with every node Ready, as
+        upstream verifies with the existing PKI before its first change and as every step waits for. An API that does
+        not answer fails at once; nodes not Ready yet are waited for."""
+        plan = super(KubernetesCARotation, self).prepare()
+        if not any(config.control_plane for config in self.configs.values()):
+            raise TalosConfigError("nodes lists no control plane: the Kubernetes CA rotation reads the Kubernetes API with "
+                                   "the admin kubeconfig a control plane issues; list every node of the cluster.")
+        if self.pending:
+            first = self.ordered()[0]
+            try:
+                config = self._fetch(first, self.files.authorities())
+                api = KubeAPI(config)
+                try:
+                    api.nodes(retry=False)
+                finally:
+                    api.close()
+                self._ready(config, "an admin kubeconfig of %s" % talos_node.label(first), first)
+            except TalosError as error:
+                raise TalosError("%s %s waits for the Kubernetes API after each node's change, so it changed nothing." % (
+                    error.message, self.title), code=error.code, node=error.node, server_message=error.server_message)
+        return plan
 
     def _proves(self, node):
         # The admin kubeconfig comes from a control plane's Kubeconfig RPC: each of them proves it issues from the new CA.
@@ -702,14 +832,16 @@ class KubernetesCARotation(_Rotation):
             self.progress("%s: kubernetes %s done" % (talos_node.label(node), step))
 
     def _failure(self, step, node, error):
-        if step == DROP:
+        if self.files.abandon:
+            state = "admin kubeconfigs of a CA every node accepts work"
+        elif step == DROP:
             state = "admin kubeconfigs of the new CA work"
         else:
             state = ("admin kubeconfigs of the old CA are still accepted, and those of the new CA by every node the "
                      "accept step has reached")
-        message = ("The Kubernetes CA rotation stopped at the %s step on %s (%s); %s. Rerun the task to continue; the "
-                   "previous secrets bundle is kept at %s." % (step, talos_node.label(node), error.message.rstrip("."),
-                                                               state, self.files.kept()["secrets"]))
+        message = ("%s stopped at the %s step on %s (%s); %s. %s; the previous secrets bundle is kept at %s." % (
+            self.title, step, talos_node.label(node), error.message.rstrip("."), state, _RERUN[self.files.abandon],
+            self.files.kept()["secrets"]))
         return ActionFailed(message, {"done": list(self.done)}, error)
 
     def run(self, new_authority):
@@ -740,7 +872,7 @@ class KubernetesCARotation(_Rotation):
             except TalosError as error:
                 raise self._failure(DROP, nodes[DROP][0], error)
             self._step(DROP, nodes[DROP], lambda: final, "an admin kubeconfig of the new CA only")
-        return files.forget_previous()
+        return files.end()
 
 
 def facts_of(authority, now):

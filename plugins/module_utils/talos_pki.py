@@ -153,13 +153,14 @@ def _key_usage(cert_sign):
     )
 
 
-def generate_ca(algorithm, organization, now, validity=CA_VALIDITY):
+def generate_ca(algorithm, organization, now, validity=CA_VALIDITY, subject=None):
     """A self-signed CA as ``(certificate, key)``; ``organization`` None gives the empty subject.
 
-    ``validity`` is its lifetime: Talos's ten years, or an existing CA's when one is replaced.
+    ``validity`` is its lifetime: Talos's ten years, or an existing CA's when one is replaced; ``subject`` (an
+    ``x509.Name``) replaces the Organization-only subject, to keep an existing CA's when one is replaced.
     """
     key = generate_key(algorithm)
-    name = _name([organization] if organization else [])
+    name = subject if subject is not None else _name([organization] if organization else [])
     builder = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -11,8 +11,8 @@ module: talos_rotate_ca
 short_description: Rotate the Talos API CA and the Kubernetes CA of a cluster, as talosctl rotate-ca does
 version_added: 0.1.0
 description:
-  - Replaces the Talos API CA (C(machine.ca)) of every node by a new one with the key type, subject and lifetime of
-    the old, in four steps applied without a reboot, each on every node, control planes first - C(accept) (the new CA
+  - Replaces the Talos API CA (C(machine.ca)) of every node by a new one with the key type, whole subject (C(O=talos)
+    for a CA talosctl or this collection generated) and lifetime of the old, in four steps applied without a reboot, each on every node, control planes first - C(accept) (the new CA
     joins C(machine.acceptedCAs)), C(swap) (the new CA issues, the old one stays accepted; every node serves a new
     apid certificate), C(prove) (a talosconfig that trusts only the new CA, with a certificate of the new CA, reaches
     every node), C(drop) (the old CA leaves C(machine.acceptedCAs)). From then on every talosconfig of the old CA is
@@ -23,9 +23,18 @@ description:
     the new CA (same roles, valid O(ttl)) once that has been proven on every node, before the old CA is dropped.
   - A rotation starts when the bundle's CA was issued before O(issued_after) or expires within O(renew_before);
     otherwise the task changes nothing. A rotation in progress (a C(.previous) bundle) is always continued, from the
-    step each node's config shows it has reached - a failed or interrupted run is finished by running the task again.
+    step each node's config shows it has reached - a failed or interrupted run is finished by running the task again -
+    or rolled back with O(abandon).
+  - Everything a run needs is checked before its first change, for every CA of O(rotate) - the talosconfig is this
+    cluster's (its CA and client certificate are the bundle's), every node answers, runs Talos v1.7 or newer and issues
+    from the bundle's CA (or the new one of the rotation in progress), every member of the cluster is in O(nodes), a
+    given CA fits, and for the Kubernetes CA the Kubernetes API answers the admin kubeconfig of the first control plane
+    with every node Ready; a failed check says what to fix and nothing changes.
   - The nodes are reached through the talosconfig's endpoints with admin certificates the task issues in memory from
-    the bundle's CAs, each accepted by every node at that point; no step takes away the credential it uses.
+    the bundle's CAs, each accepted by every node at that point; no step takes away the credential it uses. The
+    talosconfig it rewrites must be this cluster's - trust the bundle's Talos API CA (or the new one of the rotation in
+    progress) and hold a client certificate it issued; another cluster's talosconfig, or a context of one, is refused
+    and never written. Only the task's context of the file changes.
   - Works on both config forms, which keep the Talos API CAs in the v1alpha1 document. Needs Talos v1.7 or newer
     on every node (the first with C(machine.acceptedCAs) and C(cluster.acceptedCAs)).
   - With V(kubernetes) in O(rotate) the Kubernetes CA goes through the same four steps, in C(cluster.ca) and
@@ -96,6 +105,19 @@ options:
         description: Its private key, PEM. Never shown in a result, message or diff.
         type: str
         required: true
+  abandon:
+    description:
+      - Roll back the rotation in progress of each CA of O(rotate) instead of continuing it - after a run that failed
+        (a node that stays down, a Kubernetes API that does not come back) or that must not go on. The same four steps
+        run with the two CAs' roles swapped, each on every node from where its config stands - C(accept) (the old CA
+        is accepted again), C(swap) (the old CA issues again), C(prove), C(drop) (the rotation's new CA leaves every
+        node) - and then the bundle holds the old CA again, the talosconfig the credentials it held before the
+        rotation, and the C(.previous) files go. Another rotation may start afterwards.
+      - Nothing is done when no rotation is in progress. Cannot be combined with O(issued_after) or O(new_cas).
+      - A rollback that fails is finished by running the task again with O(abandon) (or continued as a rotation
+        without it).
+    type: bool
+    default: false
   ttl:
     description: Validity of the talosconfig's new client certificate, a Go duration.
     type: str
@@ -177,6 +199,14 @@ EXAMPLES = r"""
         key: "{{ lookup('ansible.builtin.file', 'pki/talos-ca.key') }}"
   run_once: true
 
+- name: Roll back a rotation of the Kubernetes CA that failed half way (the Kubernetes API did not come back)
+  talos_linux.talos.talos_rotate_ca:
+    nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
+    secrets: "{{ inventory_dir }}/secrets.yaml"
+    rotate: [kubernetes]
+    abandon: true
+  run_once: true
+
 - name: Rotate it when it has less than a year left (on a schedule)
   talos_linux.talos.talos_rotate_ca:
     nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
@@ -189,7 +219,7 @@ RETURN = r"""
 rotation:
   description:
     - Why rotations ran (or would run in check mode), one phrase per CA joined by C(; ), or null when none was due and
-      none was in progress.
+      none was in progress - with O(abandon), C(a rotation in progress is rolled back).
   returned: always
   type: str
   sample: the Talos CA was issued on 2025-01-10T09:00:00Z, before issued_after
@@ -197,7 +227,8 @@ talos_ca:
   description:
     - C(old), the CA the cluster issued from when the task started, and C(new), the CA of the rotation (null when none
       ran, and in check mode before it exists) - each with C(subject), C(issuer), C(not_before), C(not_after),
-      C(days_left), C(key_algorithm) and C(fingerprint_sha256).
+      C(days_left), C(key_algorithm) and C(fingerprint_sha256). With O(abandon) C(old) is the CA given up and C(new)
+      the one the cluster goes back to.
   returned: when O(rotate) holds V(talos)
   type: dict
 kubernetes_ca:
@@ -207,8 +238,8 @@ kubernetes_ca:
 nodes:
   description:
     - Each node's C(machine_type), and where its config stood when the task started (V(original), V(accepted),
-      V(swapped), V(done)) - C(phase) for the Talos API CA, C(kubernetes_phase) for the Kubernetes CA, each when
-      rotated.
+      V(swapped), V(done)) in the rotation in progress (also with O(abandon), whose steps take it back to V(original))
+      - C(phase) for the Talos API CA, C(kubernetes_phase) for the Kubernetes CA, each when rotated.
   returned: always
   type: dict
   sample: {10.5.0.2: {machine_type: controlplane, phase: original, kubernetes_phase: original}}
@@ -216,7 +247,7 @@ plan:
   description:
     - The steps the nodes still need, in order (the Talos API CA's first), each with C(ca) (V(talos) or
       V(kubernetes)), C(step), C(node), C(document) and C(fields) to change. The Kubernetes C(prove) step runs on
-      control planes only.
+      control planes only. With O(abandon), the steps of the rollback (the CAs' roles swapped).
   returned: always
   type: list
   elements: dict
@@ -257,6 +288,7 @@ SPEC = TaskSpec(
             crt=dict(type="str", required=True),
             key=dict(type="str", required=True, no_log=True))),
         ttl=dict(type="str", default=client_config.DEFAULT_TTL),
+        abandon=dict(type="bool", default=False),
     ),
     wait="timeout",
     wait_defaults={"wait_timeout": 300},
@@ -266,6 +298,8 @@ _RESULT_KEYS = {"talos": "talos_ca", "kubernetes": "kubernetes_ca"}
 _PHASE_KEYS = {"talos": "phase", "kubernetes": "kubernetes_phase"}
 _IN_PROGRESS = {"talos": "a rotation in progress is continued",
                 "kubernetes": "a Kubernetes CA rotation in progress is continued"}
+_ABANDONED = {"talos": "a rotation in progress is rolled back",
+              "kubernetes": "a Kubernetes CA rotation in progress is rolled back"}
 
 
 def _diff(files, rotation, fields, new):
@@ -313,6 +347,10 @@ def run(task):
                          "in nodes.")
     # Talos first, as talosctl rotate-ca does: the Kubernetes part then reaches the nodes with the new talosconfig.
     kinds = [kind for kind in ("talos", "kubernetes") if kind in params["rotate"]]
+    abandon = params["abandon"]
+    if abandon and (params["issued_after"] or params["new_cas"]):
+        raise TaskFailed("abandon: true rolls the rotation in progress back to the CA it replaces: leave issued_after and "
+                         "new_cas out.")
     if "talos" in kinds and not settings.config_path:
         raise TaskFailed("talos_rotate_ca updates the talosconfig it connects with: set talosconfig (or TALOSCONFIG) to "
                          "the file instead of giving ca, crt and key.")
@@ -335,36 +373,55 @@ def run(task):
         # A rotation in progress keeps the old CA only in <secrets>.previous, which a rotation of the other CA rewrites.
         if name not in kinds and ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind).in_progress:
             raise TaskFailed("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
-                             "rotate: [%s]." % (kind.title, bundle_path, name))
+                             "rotate: [%s], or roll it back with rotate: [%s] and abandon: true." % (
+                                 kind.title, bundle_path, name, name))
 
     # Every given CA is checked before the first node changes.
     givens = dict((name, _given(task, name, entries.get(name), ca_rotation.ControllerFiles(
         bundle_path, settings.config_path, settings.context, ca_rotation.KINDS[name]), now)) for name in kinds)
 
+    def prepared(name):
+        return _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, givens[name])
+
     result = {"rotation": None, "nodes": dict((node, {}) for node in nodes), "plan": [], "done": [], "changed": False}
     diffs = []
-    for name in kinds:
-        given = givens[name]
-        rotation, files = _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, given)
-        try:
-            _run_one(task, result, diffs, name, rotation, files, given, now)
-        finally:
+    # Every check of every CA's run comes before the first change of either.
+    runs = []
+    try:
+        for name in kinds:
+            runs.append((name,) + prepared(name))
+        reports = [_report(task, result, name, rotation, files, givens[name], now) for name, rotation, files in runs]
+        if task.check_mode or not any(rotation.pending for _name, rotation, _files in runs):
+            for (_name, rotation, files), (fields, upcoming) in zip(runs, reports):
+                result["changed"] = result["changed"] or rotation.pending
+                if rotation.pending and task.diff:
+                    diffs.append(_diff(files, rotation, fields, upcoming))
+        else:
+            for index, (name, rotation, files) in enumerate(runs):
+                if index and runs[0][1].pending:
+                    # The rotation before this one rewrote the bundle and the talosconfig: read them and the nodes again.
+                    rotation.close()
+                    rotation, files = prepared(name)
+                    runs[index] = (name, rotation, files)
+                _execute(task, result, diffs, name, rotation, files, givens[name], reports[index][0], now)
+    finally:
+        for _name, rotation, _files in runs:
             rotation.close()
     if diffs:
         result["diff"] = _merge_diff(diffs)
     return result
 
 
-def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, given):
-    """The rotation of CA ``name`` (to ``given``, or a CA it generates) and its ControllerFiles, read from the files as
-    they are now (after the Talos part)."""
+def _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, given):
+    """The run of CA ``name`` (a rotation to ``given`` or a CA it generates, or a rollback) and its ControllerFiles,
+    read from the files as they are now, with every check done before its first change (Rotation.prepare)."""
     params = task.params
     settings = task.settings
     kind = ca_rotation.KINDS[name]
-    files = ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind)
+    files = ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind, abandon=params["abandon"])
     task.hide(files.bundle.secret_values() | (files.previous.secret_values() if files.previous else set()))
     due = None
-    if not files.in_progress:
+    if not files.in_progress and not params["abandon"]:
         due = ca_rotation.rotation_due(files.old.certificate, issued_after, renew_before, now, kind, given)
 
     def waiter():
@@ -377,6 +434,11 @@ def _rotation(task, name, nodes, bundle_path, now, issued_after, renew_before, t
         # The talosconfig as the task's options resolve it now: the Talos part may just have rewritten it.
         rotation = ca_rotation.KubernetesCARotation(TalosClient(settings.replace() if settings.config_path else settings),
                                                     nodes, files, due, waiter, progress=task.progress)
+    try:
+        rotation.prepare()
+    except BaseException:
+        rotation.close()
+        raise
     return rotation, files
 
 
@@ -395,32 +457,31 @@ def _given(task, name, entry, files, now):
     return given
 
 
-def _run_one(task, result, diffs, name, rotation, files, given, now):
-    """Read, plan and (unless in check mode) run the rotation of CA ``name``, adding to ``result`` and ``diffs``."""
-    settings = task.settings
+def _report(task, result, name, rotation, files, given, now):
+    """What the run of CA ``name`` will do, added to ``result``; returns ``(fields, upcoming)``: each node's rotated
+    fields as they are, and the CA the nodes move to (in check mode a given CA before the bundle holds it)."""
     key = _RESULT_KEYS[name]
-    rotation.read_nodes()
-    if rotation.due is not None:
-        rotation.check_members()
-    plan = rotation.make_plan()
-    reason = _IN_PROGRESS[name] if files.in_progress else rotation.due
+    if files.in_progress:
+        reason = (_ABANDONED if task.params["abandon"] else _IN_PROGRESS)[name]
+    else:
+        reason = rotation.due
     if reason:
         result["rotation"] = "; ".join(filter(None, [result["rotation"], reason]))
-    # In check mode a given CA is the new one before the bundle holds it.
     upcoming = files.new if files.new is not None or rotation.due is None else given
     result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(upcoming, now)}
-    for node, phase in rotation.phases().items():
+    for node, phase in rotation.reported_phases().items():
         result["nodes"][node].update(machine_type="controlplane" if rotation.configs[node].control_plane else "worker",
                                      **{_PHASE_KEYS[name]: phase})
-    result["plan"].extend(plan)
-    pending = files.in_progress or rotation.due is not None
-    fields = dict((node, rotation.configs[node].fields()) for node in rotation.nodes)
+    result["plan"].extend(rotation.plan)
     result["files"] = _files(files)
-    if not pending or task.check_mode:
-        result["changed"] = result["changed"] or pending
-        if pending and task.diff:
-            diffs.append(_diff(files, rotation, fields, upcoming))
+    return dict((node, rotation.configs[node].fields()) for node in rotation.nodes), upcoming
+
+
+def _execute(task, result, diffs, name, rotation, files, given, fields, now):
+    """Run the steps of CA ``name`` that are due, adding to ``result`` and ``diffs``."""
+    if not rotation.pending:
         return
+    key = _RESULT_KEYS[name]
 
     def new_authority():
         if given is not None:
@@ -431,7 +492,7 @@ def _run_one(task, result, diffs, name, rotation, files, given, now):
 
     try:
         if files.kind is ca_rotation.TALOS:
-            roles = talos_pki.organizations(talos_pki.load_certificate(settings.crt, "the talosconfig's crt"))
+            roles = talos_pki.organizations(talos_pki.load_certificate(task.settings.crt, "the talosconfig's crt"))
             files_changed = rotation.run(new_authority, roles)
         else:
             files_changed = rotation.run(new_authority)

@@ -23,7 +23,8 @@ import pytest
 import yaml
 from playbook_runner import kill_run, run_playbook_in, when
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from talos_emulator import EmulatedCluster
 from test_robustness import assert_no_secret
 
@@ -58,10 +59,14 @@ class Setup(object):
         # A run killed mid-task records no result.
         return run, (run.task("task") if run.tasks("task") else None)
 
-    def rotate(self, issued_after, new_talos_ca=None, **options):
-        args = dict(nodes=self.addresses, secrets=str(self.secrets), issued_after=issued_after, wait_timeout=5)
+    def rotate(self, issued_after, new_talos_ca=None, rotate=None, abandon=False, wait_timeout=5, **options):
+        args = dict(nodes=self.addresses, secrets=str(self.secrets), issued_after=issued_after, wait_timeout=wait_timeout)
         if new_talos_ca is not None:
             args["new_cas"] = [dict(new_talos_ca, ca="talos")]
+        if rotate is not None:
+            args["rotate"] = rotate
+        if abandon:
+            args["abandon"] = True
         return self.play("talos_rotate_ca", args, **options)
 
     def bundle(self):
@@ -231,7 +236,7 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
     assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
     assert failed["status"] == "failed"
     message = failed["result"]["msg"]
-    assert message.startswith("The Talos CA rotation stopped at the accept step on node %s" % other.address), message
+    assert message.startswith("The Talos API CA rotation stopped at the accept step on node %s" % other.address), message
     assert "rerun the task to continue" in message.lower()
     assert failed["result"]["files"]["previous_secrets"] == str(setup.secrets) + ".previous"
     # Both talosconfigs work on the nodes that answer: the previous one, and the current one (trusting both CAs).
@@ -247,7 +252,7 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
                    lambda: cluster.power_off(worker))
     _run, failed = setup.rotate(_now(), expect_rc=2)
     watcher.join(5)
-    assert failed["result"]["msg"].startswith("The Talos CA rotation stopped at the swap step on node %s" % worker.address)
+    assert failed["result"]["msg"].startswith("The Talos API CA rotation stopped at the swap step on node %s" % worker.address)
     assert failed["result"]["rotation"] == "a rotation in progress is continued"
     phases = dict((node, entry["phase"]) for node, entry in failed["result"]["nodes"].items())
     assert phases[other.address] == "accepted" and phases[worker.address] == "accepted"
@@ -380,3 +385,139 @@ def test_a_node_older_than_talos_1_7_is_refused_before_anything_changes(emulator
     assert (secrets.read_text(), talosconfig.read_text()) == before
     assert not (tmp_path / "secrets.yaml.previous").exists() and not (tmp_path / "talosconfig.previous").exists()
     assert cluster.audit() == []
+
+
+def _applies(cluster, since=0):
+    return [entry for entry in cluster.audit()[since:] if entry["method"].endswith("ApplyConfiguration")]
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_kubernetes_ca_rotation_without_a_kubernetes_api_is_refused_at_once_before_any_change(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    # The cluster runs no Kubernetes API: nothing answers at the endpoint its configs name.
+    before = (setup.secrets.read_text(), setup.talosconfig.read_text(), [node.config_bytes for node in cluster.nodes])
+    audited = len(cluster.audit())
+    for rotate, check in ((["kubernetes"], True), (["kubernetes"], False), (["talos", "kubernetes"], False)):
+        started = time.monotonic()
+        _run, refused = setup.rotate(_now(), rotate=rotate, wait_timeout=60, check=check, expect_rc=2)
+        message = refused["result"]["msg"]
+        assert "The Kubernetes API at https://%s:6443 could not be reached" % cluster.controlplanes[0].address in message, message
+        assert message.endswith("The Kubernetes CA rotation waits for the Kubernetes API after each node's change, so it "
+                                "changed nothing."), message
+        # It fails at once, without the wait each step would make for the API.
+        assert time.monotonic() - started < 60
+        assert (setup.secrets.read_text(), setup.talosconfig.read_text(), [node.config_bytes for node in cluster.nodes]) == before
+        assert _applies(cluster, audited) == []
+        assert not setup.secrets.with_name("secrets.yaml.previous").exists()
+        assert not setup.talosconfig.with_name("talosconfig.previous").exists()
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_rotation_that_failed_half_way_is_rolled_back_with_abandon(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    worker = cluster.workers[0]
+    old_ca, old_bundle = setup.talos_ca(), setup.bundle()
+    talosconfig = setup.talosconfig.read_text()
+    old_talosconfig = setup.workdir / "talosconfig-before-abandon"
+    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    configs = dict((node.name, setup.machine(node)) for node in cluster.nodes)
+    time.sleep(1)  # issued_after below falls after the second in which the current CA was made
+
+    # The first worker loses power right after it swapped to the new CA: control planes swapped, the other worker not.
+    watcher = when(lambda: base64.b64decode(setup.machine(worker)["ca"]["crt"]).decode() != old_ca,
+                   lambda: cluster.power_off(worker))
+    _run, failed = setup.rotate(_now(), expect_rc=2)
+    watcher.join(5)
+    assert failed["result"]["msg"].startswith("The Talos API CA rotation stopped at the swap step on node %s" % worker.address)
+    assert "or with abandon: true to roll the rotation back" in failed["result"]["msg"]
+    new_bundle, new_ca = setup.bundle(), setup.talos_ca()
+    cluster.power_on(worker)
+
+    # abandon with issued_after is refused before anything.
+    _run, refused = setup.rotate(_now(), abandon=True, expect_rc=2)
+    assert refused["result"]["msg"].startswith("abandon: true rolls the rotation in progress back")
+
+    audited = len(cluster.audit())
+    _run, check = setup.rotate(None, abandon=True, check=True, diff=True)
+    result = check["result"]
+    assert check["status"] == "changed" and result["rotation"] == "a rotation in progress is rolled back"
+    assert result["talos_ca"]["old"]["fingerprint_sha256"] == talos_pki.fingerprint(talos_pki.load_certificate(new_ca, "new"))
+    assert result["talos_ca"]["new"]["fingerprint_sha256"] == talos_pki.fingerprint(talos_pki.load_certificate(old_ca, "old"))
+    phases = dict((node.address, result["nodes"][node.address]["phase"]) for node in cluster.nodes)
+    assert phases == dict((node.address, "accepted" if node is cluster.workers[1] else "swapped") for node in cluster.nodes)
+    assert [entry["step"] for entry in result["plan"]] == ["swap"] * 4 + ["prove"] * 5 + ["drop"] * 5
+    assert _applies(cluster, audited) == [] and setup.bundle() == new_bundle
+
+    run, abandoned = setup.rotate(None, abandon=True, verbosity=3)
+    assert abandoned["status"] == "changed", abandoned["result"].get("msg")
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, new_bundle))
+    assert [entry["step"] for entry in abandoned["result"]["done"]] == ["swap"] * 4 + ["prove"] * 5 + ["drop"] * 5
+    # Every node, the bundle and the talosconfig are what they were; the old talosconfig works again.
+    assert dict((node.name, setup.machine(node)) for node in cluster.nodes) == configs
+    assert setup.bundle() == old_bundle and setup.talosconfig.read_text() != "" and (
+        yaml.safe_load(setup.talosconfig.read_text()) == yaml.safe_load(talosconfig))
+    assert not setup.secrets.with_name("secrets.yaml.previous").exists()
+    assert not setup.talosconfig.with_name("talosconfig.previous").exists()
+    _run, info = setup.play("talos_certificate_info", {"nodes": setup.addresses}, talosconfig=str(old_talosconfig))
+    assert info["status"] == "ok" and {entry["apid"]["trusted"] for entry in info["result"]["nodes"].values()} == {True}
+
+    _run, again = setup.rotate(None, abandon=True)
+    assert again["status"] == "ok" and again["result"]["plan"] == [] and again["result"]["rotation"] is None
+
+    # A new rotation starts from the old CA.
+    _run, rotated = setup.rotate(_now())
+    assert rotated["status"] == "changed", rotated["result"].get("msg")
+    assert setup.talos_ca() not in (old_ca, new_ca)
+    _assert_rotated(setup, old_ca, str(old_talosconfig))
+
+
+def _foreign_context(cluster, name):
+    """A talosconfig context of another cluster (its own CA and client certificate) with this cluster's endpoints."""
+    other = SecretsBundle.generate("v1.14")
+    text, _issued, _crt = client_config.render_talosconfig(other, name, endpoints=[node.endpoint for node in cluster.controlplanes])
+    return yaml.safe_load(text)["contexts"][name], other
+
+
+def test_a_talosconfig_of_another_cluster_is_refused_and_the_ca_keeps_its_subject(emulator, run_playbook, tmp_path):
+    # The emulator's bundle holds a Talos API CA with a Common Name (CN=talos,O=talos), as a CA made elsewhere may.
+    cluster = emulator(controlplanes=1, workers=1)
+    secrets, talosconfig = tmp_path / "secrets.yaml", tmp_path / "talosconfig"
+    shutil.copy(cluster.state_dir + "/secrets.yaml", str(secrets))
+    document = yaml.safe_load(open(cluster.talosconfig_path()).read())
+    ours = document["context"]
+    foreign, other = _foreign_context(cluster, "other")
+    document["contexts"]["other"] = foreign
+    document["context"] = "other"
+    talosconfig.write_text(yaml.safe_dump(document))
+    before = (secrets.read_text(), talosconfig.read_text())
+
+    def play(**options):
+        return [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+            "name": "rotate", "talos_linux.talos.talos_rotate_ca": dict({
+                "talosconfig": str(talosconfig), "nodes": [node.address for node in cluster.nodes], "secrets": str(secrets),
+                "issued_after": _now(), "wait_timeout": 30}, **options)}]}]
+
+    # The task reaches the nodes with certificates of the bundle, so nothing else would stop it: refused at once.
+    for check in (True, False):
+        result = run_playbook(play(), check=check, expect_rc=2).task("rotate")["result"]
+        assert result["msg"].startswith("The talosconfig %s (context other) trusts the Talos API CA O=talos (%s), not this "
+                                        "cluster's: give the talosconfig of this cluster, whose Talos API CA the secrets "
+                                        "bundle %s holds (" % (talosconfig, talos_pki.fingerprint(other.os_ca.certificate),
+                                                               secrets)), result["msg"]
+        assert (secrets.read_text(), talosconfig.read_text()) == before
+        assert not list(tmp_path.glob("*.previous")) and cluster.audit() == []
+
+    # The cluster's own context of the same file: rotated, and the other context stays as it was.
+    run = run_playbook(play(context=ours), verbosity=3)
+    result = run.task("rotate")["result"]
+    assert run.task("rotate")["status"] == "changed", result.get("msg")
+    old, new = result["talos_ca"]["old"], result["talos_ca"]["new"]
+    assert old["subject"] == new["subject"] == new["issuer"] and "CN=talos" in old["subject"] and "O=talos" in old["subject"]
+    assert old["fingerprint_sha256"] != new["fingerprint_sha256"]
+    after = yaml.safe_load(talosconfig.read_text())
+    assert after["contexts"]["other"] == foreign and after["context"] == "other"
+    assert after["contexts"][ours]["ca"] != document["contexts"][ours]["ca"]

@@ -8,6 +8,8 @@ import stat
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, config_generation, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
@@ -39,6 +41,16 @@ def machine(text):
 def test_the_new_ca_has_the_key_type_subject_and_lifetime_of_the_old(bundle, new):
     old = bundle.os_ca.certificate
     assert talos_pki.key_algorithm(new.key) == "ed25519" and new.certificate.subject == old.subject
+    # talosctl's generator gives the Talos API CA O=talos and the Kubernetes CA O=kubernetes; so does the collection's.
+    assert old.subject.rfc4514_string() == "O=talos"
+    assert ca_rotation.new_authority_like(bundle.cas["k8s"], NOW).certificate.subject.rfc4514_string() == "O=kubernetes"
+    # A CA made elsewhere keeps its whole subject, a Common Name too, with its attributes' order and encoding.
+    named = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "talos"), x509.NameAttribute(NameOID.ORGANIZATION_NAME, "talos")])
+    certificate, key = talos_pki.generate_ca("ed25519", None, NOW, subject=named)
+    elsewhere = CertificateAuthority(talos_pki.certificate_pem(certificate), talos_pki.private_key_pem(key), certificate, key)
+    renewed = ca_rotation.new_authority_like(elsewhere, NOW).certificate
+    assert renewed.subject == renewed.issuer == certificate.subject
+    assert renewed.subject.public_bytes() == certificate.subject.public_bytes()
     assert (new.certificate.not_valid_after_utc - new.certificate.not_valid_before_utc
             == old.not_valid_after_utc - old.not_valid_before_utc)
     assert new.certificate.not_valid_before_utc == NOW and talos_pki.public_key_matches(new.certificate, new.key)
@@ -182,8 +194,8 @@ def test_controller_files_keep_the_previous_ones_until_the_end(bundle, new, tmp_
     again.finish_talosconfig(["os:admin"], datetime.timedelta(hours=24))
     context = yaml.safe_load(talosconfig.read_text())["contexts"]["prod"]
     assert again.is_final(talos_pki.pem_from_b64(context["ca"], "ca"), talos_pki.pem_from_b64(context["crt"], "crt"))
-    assert again.forget_previous() is True and again.kept() == {"secrets": None, "talosconfig": None}
-    assert again.forget_previous() is False
+    assert again.end() is True and again.kept() == {"secrets": None, "talosconfig": None}
+    assert again.end() is False
 
 
 def test_a_previous_bundle_equal_to_the_current_one_is_no_rotation(bundle, tmp_path):
@@ -284,3 +296,143 @@ def test_controller_files_of_the_kubernetes_ca_keep_the_bundle_alone(bundle, tmp
     assert talos_pki.key_algorithm(new.key) == "ecdsa"
     # The Talos API CA's rotation sees none in progress: the previous bundle holds the same Talos API CA.
     assert not ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod").in_progress
+
+
+# The talosconfig the rotation rewrites.
+
+def _talosconfig_with(path, contexts, current):
+    path.write_text(yaml.safe_dump({"context": current, "contexts": contexts}))
+
+
+def _context(bundle, name="prod"):
+    text, _issued, _crt = client_config.render_talosconfig(bundle, name, endpoints=["10.5.0.2"])
+    return yaml.safe_load(text)["contexts"][name]
+
+
+def test_a_talosconfig_of_another_cluster_is_refused_and_other_contexts_are_kept(bundle, new, tmp_path):
+    secrets, talosconfig = tmp_path / "secrets.yaml", tmp_path / "talosconfig"
+    secrets.write_text(bundle.to_yaml())
+    other = SecretsBundle.generate("v1.14", now=NOW)
+    ours, theirs = _context(bundle), _context(other, "staging")
+    _talosconfig_with(talosconfig, {"prod": ours, "staging": theirs}, "prod")
+    ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod").check_talosconfig()
+
+    refusals = {
+        "staging": "trusts the Talos API CA O=talos (%s), not this cluster's: give the talosconfig of this cluster, whose "
+                   "Talos API CA the secrets bundle %s holds (O=talos (%s)); the rotation rewrites that file." % (
+                       talos_pki.fingerprint(other.os_ca.certificate), secrets, talos_pki.fingerprint(bundle.os_ca.certificate)),
+        # This cluster's CA, another cluster's client certificate.
+        "mixed": "holds a client certificate issued by O=talos, not by this cluster's Talos API CA: give",
+        "empty": "has no usable Talos API CA and client certificate (ca is missing): give",
+    }
+    _talosconfig_with(talosconfig, {"prod": ours, "staging": theirs, "mixed": dict(theirs, ca=ours["ca"]),
+                                    "empty": {"endpoints": ["10.5.0.2"]}}, "prod")
+    before = talosconfig.read_text()
+    for context, message in refusals.items():
+        files = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), context)
+        with pytest.raises(TalosConfigError) as raised:
+            files.check_talosconfig()
+        assert str(raised.value).startswith("The talosconfig %s (context %s) " % (talosconfig, context)), str(raised.value)
+        assert message in str(raised.value)
+        # Nor is such a context rewritten later in a run.
+        files.start(new)
+        with pytest.raises(TalosConfigError):
+            files.trust_both(bundle.os_ca.crt_pem)
+        with pytest.raises(TalosConfigError):
+            files.finish_talosconfig(["os:admin"], datetime.timedelta(hours=1))
+        assert talosconfig.read_text() == before
+        secrets.write_text(bundle.to_yaml())
+        os.unlink(str(tmp_path / "secrets.yaml.previous"))
+
+    # The task's context is rewritten, every other context stays as it was.
+    files = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod")
+    files.start(new)
+    assert files.trust_both(bundle.os_ca.crt_pem) is True
+    files.finish_talosconfig(["os:admin"], datetime.timedelta(hours=1))
+    after = yaml.safe_load(talosconfig.read_text())["contexts"]
+    assert after["staging"] == theirs and after["empty"] == {"endpoints": ["10.5.0.2"]}
+    assert after["prod"]["ca"] == talos_pki.b64_pem(new.crt_pem) and after["prod"]["endpoints"] == ours["endpoints"]
+
+
+# Abandoning a rotation in progress.
+
+def test_abandoning_swaps_the_roles_and_puts_the_files_back(bundle, new, tmp_path):
+    secrets, talosconfig = tmp_path / "secrets.yaml", tmp_path / "talosconfig"
+    secrets.write_text(bundle.to_yaml())
+    _talosconfig_with(talosconfig, {"prod": _context(bundle)}, "prod")
+    original_talosconfig = talosconfig.read_text()
+    nothing = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod", abandon=True)
+    assert not nothing.in_progress and nothing.new is None and nothing.old.crt_pem == bundle.os_ca.crt_pem
+
+    files = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod")
+    files.start(new)
+    files.trust_both(bundle.os_ca.crt_pem)
+    files.finish_talosconfig(["os:admin"], datetime.timedelta(hours=1))
+
+    back = ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod", abandon=True)
+    assert back.in_progress and back.old.crt_pem == new.crt_pem and back.new.crt_pem == bundle.os_ca.crt_pem
+    # The talosconfig trusts the rotation's new CA alone: both, then the credentials it held before.
+    assert back.trust_both(new.crt_pem) is True
+    back.finish_talosconfig(["os:admin"], datetime.timedelta(hours=1))
+    context = yaml.safe_load(talosconfig.read_text())["contexts"]["prod"]
+    assert context == yaml.safe_load(original_talosconfig)["contexts"]["prod"]
+    assert back.is_final(talos_pki.pem_from_b64(context["ca"], "ca"), talos_pki.pem_from_b64(context["crt"], "crt"))
+    assert back.end() is True and back.kept() == {"secrets": None, "talosconfig": None}
+    restored = SecretsBundle.load(str(secrets))
+    assert restored.os_ca.crt_pem == bundle.os_ca.crt_pem and restored.os_ca.key_pem == bundle.os_ca.key_pem
+    assert restored.cas["k8s"].crt_pem == bundle.cas["k8s"].crt_pem
+    assert not ca_rotation.ControllerFiles(str(secrets), str(talosconfig), "prod").in_progress
+
+
+class _Files(object):
+    def __init__(self, old, new, abandon=False):
+        self.old, self.new, self.abandon, self.in_progress = old, new, abandon, True
+
+
+@pytest.mark.parametrize("kind", ["talos", "kubernetes"])
+@pytest.mark.parametrize("version", ["v1.13", "v1.14"])
+@pytest.mark.parametrize("stopped_after", [ca_rotation.ACCEPT, ca_rotation.SWAP, ca_rotation.DROP])
+def test_a_rollback_from_any_phase_brings_every_node_back_to_the_old_ca(bundle, kind, version, stopped_after):
+    name = "os" if kind == "talos" else "k8s"
+    old = bundle.cas[name]
+    new = ca_rotation.new_authority_like(old, NOW)
+    nodes = {"cp": "controlplane", "w": "worker"}
+    originals, configs = {}, {}
+    for node, machine_type in nodes.items():
+        text = config_generation.generate_machine_config(bundle, machine_type, "prod", ENDPOINT, talos_version=version)
+        config = originals[node] = ca_rotation.NodeConfig(node, text, "v1.14.0", ca_rotation.KINDS[kind])
+        for step in ca_rotation.STEPS[:ca_rotation.STEPS.index(stopped_after) + 1]:
+            if step != ca_rotation.PROVE:
+                config = ca_rotation.NodeConfig(node, config.patched(step, old, new), config.version, config.kind)
+        configs[node] = config
+    rotation = (ca_rotation.TalosCARotation(None, list(nodes), _Files(new, old, abandon=True), None, None, None, None)
+                if kind == "talos" else ca_rotation.KubernetesCARotation(None, list(nodes), _Files(new, old, abandon=True),
+                                                                         None, None))
+    rotation.configs = dict(configs)
+    reported = {ca_rotation.ACCEPT: ca_rotation.ACCEPTED, ca_rotation.SWAP: ca_rotation.SWAPPED,
+                ca_rotation.DROP: ca_rotation.DONE}[stopped_after]
+    assert set(rotation.reported_phases().values()) == {reported}
+    # The rollback's steps, as the rotation with the roles swapped plans them.
+    for entry in rotation.make_plan():
+        if entry["step"] != ca_rotation.PROVE:
+            config = rotation.configs[entry["node"]]
+            rotation.configs[entry["node"]] = ca_rotation.NodeConfig(
+                config.node, config.patched(entry["step"], new, old), config.version, config.kind)
+    for node in nodes:
+        back = rotation.configs[node]
+        assert back.phase(old.crt_pem, new.crt_pem) == ca_rotation.ORIGINAL
+        assert back.fields() == originals[node].fields()
+        assert new.crt_pem not in back.text and talos_pki.b64_pem(new.crt_pem) not in back.text
+    assert set(rotation.reported_phases().values()) == {ca_rotation.ORIGINAL}
+
+
+def test_a_talosconfig_trusting_both_cas_is_not_final_whichever_comes_first(bundle, new, tmp_path):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(bundle.to_yaml())
+    _talosconfig_with(tmp_path / "talosconfig", {"prod": _context(bundle)}, "prod")
+    files = ca_rotation.ControllerFiles(str(secrets), str(tmp_path / "talosconfig"), "prod")
+    files.start(new)
+    certificate, _key = talos_pki.issue_client_certificate(new.certificate, new.key, ["os:admin"], NOW)
+    crt = talos_pki.certificate_pem(certificate)
+    assert files.is_final(new.crt_pem, crt)
+    assert not files.is_final(new.crt_pem + bundle.os_ca.crt_pem, crt) and not files.is_final(bundle.os_ca.crt_pem + new.crt_pem, crt)
