@@ -77,9 +77,11 @@ class Setup(object):
             run.rc, expect_rc, run.stdout[-6000:], run.stderr[-3000:])
         return run, run.task("task")
 
-    def rotate(self, rotate, issued_after, wait_timeout=90, **options):
+    def rotate(self, rotate, issued_after, wait_timeout=90, abandon=False, **options):
         args = dict(nodes=self.addresses, secrets=str(self.secrets), rotate=rotate, issued_after=issued_after,
                     wait_timeout=wait_timeout)
+        if abandon:
+            args["abandon"] = True
         return self.play("talos_rotate_ca", args, **options)
 
     def bundle(self):
@@ -309,3 +311,50 @@ def test_both_cas_rotate_talos_first(rotation_cluster):
     # The Talos API CA was made first: its time is the earlier of the two new CAs'.
     _run, again = setup.rotate(["talos", "kubernetes"], result["talos_ca"]["new"]["not_before"])
     assert again["status"] == "ok" and again["result"]["plan"] == [] and again["result"]["rotation"] is None
+
+
+# The rollback runs the rotation's own steps with the roles swapped: one form proves it end to end (the unit tests roll
+# both forms back from every phase).
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_rotation_that_failed_half_way_is_abandoned_and_a_talos_ca_rotation_then_runs(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    worker = cluster.workers[0]
+    old_ca, old_talos_ca = setup.ca("k8s"), setup.ca("os")
+    old_kubeconfig = setup.fetch_kubeconfig("kubeconfig-before-abandon")
+    cas = dict((node.name, setup.node_cas(node)) for node in cluster.nodes)
+    time.sleep(1)  # issued_after below falls after the second in which the current CA was made
+
+    old_bundle = setup.bundle()
+    watcher = when(lambda: setup.node_cas(worker)[0] != old_ca, lambda: cluster.power_off(worker))
+    _run, failed = setup.rotate(["kubernetes"], _now(), wait_timeout=15, expect_rc=2)
+    watcher.join(5)
+    message = failed["result"]["msg"]
+    assert message.startswith("The Kubernetes CA rotation stopped at the swap step on node %s" % worker.address), message
+    assert "or with abandon: true to roll the rotation back" in message
+    new_bundle = setup.bundle()
+    cluster.power_on(worker)
+    # While it is in progress, a rotation of the Talos API CA is refused, and says how to get out of it.
+    _run, refused = setup.rotate(["talos"], _now(), expect_rc=2)
+    assert refused["result"]["msg"] == (
+        "A rotation of the Kubernetes CA is in progress (%s.previous holds the old one): finish it first with rotate: "
+        "[kubernetes], or roll it back with rotate: [kubernetes] and abandon: true." % setup.secrets)
+
+    run, abandoned = setup.rotate(["kubernetes"], None, abandon=True, verbosity=3)
+    assert abandoned["status"] == "changed", abandoned["result"].get("msg")
+    result = abandoned["result"]
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, new_bundle))
+    assert result["rotation"] == "a Kubernetes CA rotation in progress is rolled back"
+    assert result["kubernetes_ca"]["new"]["fingerprint_sha256"] == talos_pki.fingerprint(talos_pki.load_certificate(old_ca, "old"))
+    assert {entry["step"] for entry in result["done"]} == {"swap", "prove", "drop"}
+    # Every node, and the bundle, are back on the old CA; the old admin kubeconfig works again.
+    assert dict((node.name, setup.node_cas(node)) for node in cluster.nodes) == cas
+    assert setup.bundle() == old_bundle and not setup.secrets.with_name("secrets.yaml.previous").exists()
+    setup.settle()
+    assert len(node_names(old_kubeconfig)) == 5
+
+    # The Talos API CA rotation runs now.
+    _run, rotated = setup.rotate(["talos"], _now())
+    assert rotated["status"] == "changed", rotated["result"].get("msg")
+    assert setup.ca("os") != old_talos_ca and setup.ca("k8s") == old_ca
+    assert len(node_names(setup.fetch_kubeconfig("kubeconfig-after-abandon"))) == 5
