@@ -126,19 +126,25 @@ def run_playbook_in(workdir, name, playbook, inventory=None, extra_vars=None, ch
     return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, results)
 
 
-def kill_run(process):
-    """Kill ansible-playbook ``process`` and every process it started at once, as a power loss would. Ansible's
-    workers start sessions of their own, so the process group alone does not reach them: the tree is read from /proc
-    first, stopped, then killed."""
-    tree, parents = [process.pid], {}
+def process_tree(pid):
+    """``pid`` and every process it started, read from /proc. Ansible's workers start sessions of their own, so the
+    process group alone does not reach them."""
+    tree, parents = [pid], {}
     for entry in os.listdir("/proc"):
         try:
             with open("/proc/%s/stat" % entry) as stat:
                 parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
         except (ValueError, OSError, IndexError):
             continue
-    for pid in tree:
-        tree.extend(child for child, parent in parents.items() if parent == pid)
+    for parent_pid in tree:
+        tree.extend(child for child, parent in parents.items() if parent == parent_pid)
+    return tree
+
+
+def kill_run(process):
+    """Kill ansible-playbook ``process`` and every process it started at once, as a power loss would: the tree is
+    read first, stopped, then killed."""
+    tree = process_tree(process.pid)
     for sent in (signal.SIGSTOP, signal.SIGKILL):
         for pid in tree:
             try:

@@ -15,13 +15,14 @@ __metaclass__ = type
 
 import base64
 import datetime
+import os
 import shutil
 import signal
 import time
 
 import pytest
 import yaml
-from playbook_runner import kill_run, run_playbook_in, when
+from playbook_runner import kill_run, process_tree, run_playbook_in, when
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
@@ -521,3 +522,40 @@ def test_a_talosconfig_of_another_cluster_is_refused_and_the_ca_keeps_its_subjec
     after = yaml.safe_load(talosconfig.read_text())
     assert after["contexts"]["other"] == foreign and after["context"] == "other"
     assert after["contexts"][ours]["ca"] != document["contexts"][ours]["ca"]
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_kill_9_of_ansible_playbook_alone_leaves_its_worker_to_finish_the_rotation(rotation_cluster):
+    """What docs/security.md says of a killed run: ansible-core's worker runs the task in a session of its own, so a
+    kill -9 of ansible-playbook alone does not stop it: the rotation ends, and a rerun finds nothing left to do."""
+    setup = rotation_cluster
+    cluster = setup.cluster
+    old_ca = setup.talos_ca()
+    old_talosconfig = setup.workdir / "talosconfig-before-kill-9"
+    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    time.sleep(1)  # issued_after below falls after the second in which the current CA was made
+
+    processes, workers = [], []
+    first = cluster.controlplanes[0]
+
+    def kill_ansible_playbook():
+        workers.extend(process_tree(processes[0].pid)[1:])
+        os.kill(processes[0].pid, signal.SIGKILL)
+
+    watcher = when(lambda: "acceptedCAs" in setup.machine(first), kill_ansible_playbook)
+    _run, killed = setup.rotate(_now(), on_start=processes.append, expect_rc=-signal.SIGKILL)
+    watcher.join(5)
+    assert killed is None and workers
+    assert setup.secrets.with_name("secrets.yaml.previous").exists()
+    # The worker goes on with the task (its output goes nowhere now) until the rotation is done.
+    deadline = time.monotonic() + 300
+    while any(os.path.exists("/proc/%d" % pid) for pid in workers):
+        assert time.monotonic() < deadline, "the worker still runs"
+        time.sleep(0.5)
+    new_ca = setup.talos_ca()
+    assert new_ca != old_ca
+    _assert_rotated(setup, old_ca, str(old_talosconfig))
+
+    _run, rerun = setup.rotate(talos_pki.certificate_facts(talos_pki.load_certificate(new_ca, "new"))["not_before"])
+    assert rerun["status"] == "ok" and rerun["result"]["plan"] == [] and rerun["result"]["rotation"] is None
