@@ -204,25 +204,27 @@ def _parse_yaml_spec(text):
     return documents[0] if len(documents) == 1 else documents
 
 
-def resource_to_dict(resource):
-    """A COSI resource as ``{"metadata": {...}, "spec": <parsed yaml_spec>}``."""
+def resource_metadata_to_dict(resource):
+    """The metadata of a COSI resource as a dict (its spec is not read)."""
     meta = resource.metadata
     return {
-        "metadata": {
-            "namespace": meta.namespace,
-            "type": meta.type,
-            "id": meta.id,
-            "version": meta.version,
-            "owner": meta.owner,
-            "phase": meta.phase,
-            "created": meta.created.ToJsonString() if meta.HasField("created") else None,
-            "updated": meta.updated.ToJsonString() if meta.HasField("updated") else None,
-            "finalizers": list(meta.finalizers),
-            "labels": dict(meta.labels),
-            "annotations": dict(meta.annotations),
-        },
-        "spec": _parse_yaml_spec(resource.spec.yaml_spec),
+        "namespace": meta.namespace,
+        "type": meta.type,
+        "id": meta.id,
+        "version": meta.version,
+        "owner": meta.owner,
+        "phase": meta.phase,
+        "created": meta.created.ToJsonString() if meta.HasField("created") else None,
+        "updated": meta.updated.ToJsonString() if meta.HasField("updated") else None,
+        "finalizers": list(meta.finalizers),
+        "labels": dict(meta.labels),
+        "annotations": dict(meta.annotations),
     }
+
+
+def resource_to_dict(resource):
+    """A COSI resource as ``{"metadata": {...}, "spec": <parsed yaml_spec>}``."""
+    return {"metadata": resource_metadata_to_dict(resource), "spec": _parse_yaml_spec(resource.spec.yaml_spec)}
 
 
 class _CallbackError(Exception):

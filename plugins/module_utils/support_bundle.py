@@ -12,9 +12,10 @@ The layout follows talosctl (siderolabs/go-talos-support ``support/collectors``)
 Beside talosctl's files, ``support-bundle.yaml`` says what was collected and what was missed and why: a node that
 cannot be reached, a section a node refused, a Kubernetes API that does not answer.
 
-No secret goes in: resource types the node marks sensitive (and Talos's secret types) are left out, every other
-resource and every Kubernetes manifest is redacted as talos_resource_info redacts, Secrets are never read, and log
-lines that hold a secret by their shape are replaced as talos_logs replaces them.
+No secret goes in: a resource of a type the node marks sensitive (or of Talos's secret types) is written as talosctl
+writes it, its metadata with ``spec: <REDACTED>`` (its spec is never read), every other resource and every Kubernetes
+manifest is redacted as talos_resource_info redacts, Secrets are never read, and log lines that hold a secret by their
+shape are replaced as talos_logs replaces them.
 
 Each section is one RPC sent to every node at once, at most ``max_concurrency`` in flight (the client's
 ``call_many``/``stream_many``).
@@ -33,7 +34,7 @@ try:
 except ImportError:  # reported by task.execute through missing_required_lib
     yaml = None
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_metadata_to_dict, resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig
@@ -54,6 +55,8 @@ NODE_SECTIONS = ("summary", "dmesg", "controller-runtime", "dns-resolve-cache", 
                  "mounts", "devices", "io", "processes", "resources", "dependencies")
 CLUSTER_SECTIONS = ("kubernetes-nodes", "kubernetes-system-pods")
 REPORT = "support-bundle.yaml"
+# The spec talosctl writes for a resource of a sensitive type (go-talos-support's talosResource collector).
+REDACTED_SPEC = "<REDACTED>"
 # (recipient prefix, pyrage module attribute): the recipients age and talosctl take.
 _RECIPIENT_KINDS = (("age1", "x25519"), ("ssh-", "ssh"))
 AGE_LIBRARY = ("pyrage", "pyrage")
@@ -265,17 +268,17 @@ class SupportBundle:
     def _resources(self, writer, nodes):
         request = state_pb2.ListRequest(namespace=DEFINITIONS_NAMESPACE, type=DEFINITIONS_TYPE)
         listed = self._each(writer, nodes, "resources", "cosi.resource.State/List", request, stream=True)
-        kinds = {}
+        kinds, sensitive = {}, set()
         for node, replies in listed.items():
             for reply in replies:
                 definition = resource_to_dict(reply.resource)
                 spec = definition["spec"] if isinstance(definition["spec"], dict) else {}
                 kind = (definition["metadata"]["id"], spec.get("type"), spec.get("defaultNamespace"))
                 if spec.get("sensitivity") == "sensitive" or is_sensitive_resource(kind[1], kind[2]):
-                    writer.miss(self.names[node], "resources", "%s left out: Talos marks it sensitive" % kind[1])
-                    continue
+                    sensitive.add(kind)
                 kinds.setdefault(kind, []).append(node)
-        for (definition_id, resource_type, namespace), having in sorted(kinds.items()):
+        for kind, having in sorted(kinds.items()):
+            definition_id, resource_type, namespace = kind
             request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
             answers = self.client.stream_many("cosi.resource.State/List", request, nodes=having,
                                               max_concurrency=self.max_concurrency)
@@ -286,6 +289,10 @@ class SupportBundle:
                     continue
                 documents = []
                 for reply in answer:
+                    if kind in sensitive:
+                        # As talosctl writes it: the metadata, and the spec replaced whole, unread.
+                        documents.append({"metadata": resource_metadata_to_dict(reply.resource), "spec": REDACTED_SPEC})
+                        continue
                     resource = redact_resource(resource_to_dict(reply.resource))
                     documents.append({"metadata": resource["metadata"], "spec": resource["spec"]})
                 if documents:

@@ -19,9 +19,12 @@ description:
   - Beside them, C(support-bundle.yaml) lists the nodes reached and missed and every section missed with the reason.
     A node that cannot be reached, a section a node refuses or a Kubernetes API that does not answer is recorded
     there and in RV(missed), and does not fail the task.
-  - No secret goes into the bundle - resource types Talos marks sensitive are left out, every other resource and
-    every Kubernetes manifest is redacted as M(talos_linux.talos.talos_resource_info) redacts, Secrets are not read,
-    and log lines that hold a secret by their shape are replaced as M(talos_linux.talos.talos_logs) replaces them.
+  - No secret goes into the bundle - a resource of a type Talos marks sensitive (C(MachineConfigs), C(KubeletSpecs),
+    C(APIServerConfigs), the C(secrets) namespace...) is written as talosctl writes it, its metadata with
+    C(spec: <REDACTED>) (listing them needs C(os:admin); with a weaker role they are in RV(missed)), every other
+    resource and every Kubernetes manifest is redacted as M(talos_linux.talos.talos_resource_info) redacts, Secrets are
+    not read, and log lines that hold a secret by their shape are replaced as M(talos_linux.talos.talos_logs) replaces
+    them.
   - The file is private (mode 0600) and appears whole or not at all. With O(encryption_recipients) it is encrypted
     with age to them, as C(talosctl support) does (the C(pyrage) library); decrypt with C(age -d -i <identity>).
   - Each section is asked of every node at once, at most O(max_concurrency) nodes at a time.

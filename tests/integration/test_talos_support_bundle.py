@@ -80,8 +80,17 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
         cp = cluster.controlplanes[0]
         assert "%s/kubernetes-logs/kube-system/kube-apiserver.log" % cp.address in names
         assert not [name for name in names if name.startswith("kubernetesResources/")]
-        # Sensitive types are left out whole; the machine config is one.
-        assert not [name for name in names if "machineconfigs" in name or "secrets" in name.split("/")[-1]]
+        # Sensitive types are written as talosctl writes them: each resource's metadata, and its spec replaced whole.
+        for node in result["reached_nodes"]:
+            machine_configs = list(yaml.safe_load_all(archive.read("%s/resources/machineconfigs.config.talos.dev.yaml" % node)))
+            assert machine_configs and {document["spec"] for document in machine_configs} == {"<REDACTED>"}
+            assert {document["metadata"]["type"] for document in machine_configs} == {"MachineConfigs.config.talos.dev"}
+            assert "v1alpha1" in [document["metadata"]["id"] for document in machine_configs]
+            kubelet = yaml.safe_load(archive.read("%s/resources/kubeletspecs.kubernetes.talos.dev.yaml" % node))
+            assert kubelet["metadata"]["id"] == "kubelet" and kubelet["spec"] == "<REDACTED>"
+        api_server = yaml.safe_load(archive.read("%s/resources/apiserverconfigs.kubernetes.talos.dev.yaml" % cp.address))
+        assert api_server["metadata"]["namespace"] == "controlplane" and api_server["spec"] == "<REDACTED>"
+        assert not [entry for entry in result["missed"] if entry["section"] == "resources"], result["missed"]
         summary = archive.read("%s/summary" % cp.address).decode()
         assert "Tag:         %s" % cp.talos_version in summary
         assert cp.boot_id in archive.read("%s/dmesg.log" % cp.address).decode()

@@ -11,6 +11,7 @@ import stat
 import zipfile
 
 import pytest
+import yaml
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import support_bundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
@@ -123,6 +124,13 @@ def _fake_cluster():
         resource("meta", "ResourceDefinitions.meta.cosi.dev", "machineconfigs.config.talos.dev",
                  {"type": "MachineConfigs.config.talos.dev", "defaultNamespace": "config", "sensitivity": "sensitive"}),
         resource("network", "HostnameStatuses.net.talos.dev", "hostname", {"hostname": "cp-1", "token": "s3cr3t-value"}),
+        # A sensitive type by its definition, and one Talos marks sensitive (the emulator's definition says nothing).
+        resource("config", "MachineConfigs.config.talos.dev", "v1alpha1",
+                 "version: v1alpha1\nmachine:\n  token: m4chine-t0ken\n  ca:\n    key: c4-k3y-value\n",
+                 labels={"talos.dev/config": "active"}),
+        resource("meta", "ResourceDefinitions.meta.cosi.dev", "kubeletspecs.kubernetes.talos.dev",
+                 {"type": "KubeletSpecs.kubernetes.talos.dev", "defaultNamespace": "k8s"}),
+        resource("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet", {"args": {"bootstrap-token": "k8s-b00tstrap"}}),
     ))
     fake.answer("machine.MachineService/Kubeconfig", fails_with("Unimplemented", "kubeconfig is only available on control plane nodes"))
     return fake, nodes
@@ -142,14 +150,27 @@ def test_every_section_of_every_reachable_node_at_a_bounded_concurrency(tmp_path
                 "10.5.0.2/kubernetes-logs/kube-system/kube-proxy-exited.log", "10.5.0.2/mounts", "10.5.0.2/devices",
                 "10.5.0.2/io", "10.5.0.2/processes", "10.5.0.2/dependencies.dot", "10.5.0.2/controller-runtime.log",
                 "10.5.0.2/resources/hostnamestatuses.net.talos.dev.yaml", "support-bundle.yaml"} <= names
-        assert not [name for name in names if name.startswith("10.5.0.4/") or "machineconfigs" in name]
+        assert not [name for name in names if name.startswith("10.5.0.4/")]
         hostname = archive.read("10.5.0.2/resources/hostnamestatuses.net.talos.dev.yaml").decode()
         assert "cp-1" in hostname and "s3cr3t-value" not in hostname
+        # Sensitive types are written as talosctl writes them: the metadata, and the spec replaced whole.
+        machine_config = archive.read("10.5.0.3/resources/machineconfigs.config.talos.dev.yaml").decode()
+        assert yaml.safe_load(machine_config) == {
+            "metadata": {"namespace": "config", "type": "MachineConfigs.config.talos.dev", "id": "v1alpha1", "version": "1",
+                         "owner": "", "phase": "", "created": None, "updated": None, "finalizers": [],
+                         "labels": {"talos.dev/config": "active"}, "annotations": {}},
+            "spec": "<REDACTED>"}
+        assert "spec: <REDACTED>\n" in machine_config
+        kubelet = yaml.safe_load(archive.read("10.5.0.2/resources/kubeletspecs.kubernetes.talos.dev.yaml"))
+        assert kubelet["metadata"]["id"] == "kubelet" and kubelet["spec"] == "<REDACTED>"
+        for name in names:
+            text = archive.read(name).decode("utf-8", "replace")
+            assert not [secret for secret in ("m4chine-t0ken", "c4-k3y-value", "k8s-b00tstrap") if secret in text], name
         assert "BEGIN PRIVATE KEY" not in archive.read("10.5.0.3/service-logs/apid.log").decode()
         assert "60.00%" in archive.read("10.5.0.2/mounts").decode()
     assert report["missed_nodes"] == ["10.5.0.4"] and report["reached_nodes"] == ["10.5.0.2", "10.5.0.3"]
     missed = [(entry["source"], entry["section"]) for entry in report["missed"]]
-    assert ("10.5.0.4", "summary") in missed and ("10.5.0.2", "resources") in missed
+    assert ("10.5.0.4", "summary") in missed and ("10.5.0.2", "resources") not in missed
     assert ("cluster", "kubernetes-nodes") in missed and ("cluster", "kubernetes-system-pods") in missed
     unbounded = [call for call in fake.calls if call.via in ("call_many", "stream_many") and call.kwargs["max_concurrency"] != 2]
     assert not unbounded and len(fake.calls) > 20
