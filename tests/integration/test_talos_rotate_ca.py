@@ -27,7 +27,7 @@ from playbook_runner import kill_run, process_tree, run_playbook_in, when
 from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from talos_emulator import EmulatedCluster
-from test_robustness import assert_no_secret
+from test_robustness import assert_no_secret, cluster_secrets, secret_forms
 
 FORMS = {"v1alpha1": "v1.13.5", "documents": "v1.14.0"}
 
@@ -402,7 +402,9 @@ def test_a_kubernetes_ca_rotation_without_a_kubernetes_api_is_refused_at_once_be
     audited = len(cluster.audit())
     for rotate, check in ((["kubernetes"], True), (["kubernetes"], False), (["talos", "kubernetes"], False)):
         started = time.monotonic()
-        _run, refused = setup.rotate(_now(), rotate=rotate, wait_timeout=60, check=check, expect_rc=2)
+        run, refused = setup.rotate(_now(), rotate=rotate, wait_timeout=60, check=check, diff=check, verbosity=3,
+                                    expect_rc=2)
+        assert_no_secret(run.stdout + run.stderr, setup.secret_strings(setup.bundle()))
         message = refused["result"]["msg"]
         assert "The Kubernetes API at https://%s:6443 could not be reached" % cluster.controlplanes[0].address in message, message
         assert message.endswith("The Kubernetes CA rotation waits for the Kubernetes API after each node's change, so it "
@@ -443,7 +445,8 @@ def test_a_rotation_that_failed_half_way_is_rolled_back_with_abandon(rotation_cl
     assert refused["result"]["msg"].startswith("abandon: true rolls the rotation in progress back")
 
     audited = len(cluster.audit())
-    _run, check = setup.rotate(None, abandon=True, check=True, diff=True)
+    run, check = setup.rotate(None, abandon=True, check=True, diff=True, verbosity=3)
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, new_bundle))
     result = check["result"]
     assert check["status"] == "changed" and result["rotation"] == "a rotation in progress is rolled back"
     assert result["talos_ca"]["old"]["fingerprint_sha256"] == talos_pki.fingerprint(talos_pki.load_certificate(new_ca, "new"))
@@ -502,9 +505,14 @@ def test_a_talosconfig_of_another_cluster_is_refused_and_the_ca_keeps_its_subjec
                 "talosconfig": str(talosconfig), "nodes": [node.address for node in cluster.nodes], "secrets": str(secrets),
                 "issued_after": _now(), "wait_timeout": 30}, **options)}]}]
 
+    secrets_of_both = cluster_secrets(cluster)
+    for value in [base64.b64decode(foreign["key"]).decode()] + [authority.key_pem for authority in other.cas.values()]:
+        secrets_of_both |= secret_forms(value)
     # The task reaches the nodes with certificates of the bundle, so nothing else would stop it: refused at once.
     for check in (True, False):
-        result = run_playbook(play(), check=check, expect_rc=2).task("rotate")["result"]
+        run = run_playbook(play(), check=check, diff=check, verbosity=3, expect_rc=2)
+        assert_no_secret(run.stdout + run.stderr, secrets_of_both)
+        result = run.task("rotate")["result"]
         assert result["msg"].startswith("The talosconfig %s (context other) trusts the Talos API CA O=talos (%s), not this "
                                         "cluster's: give the talosconfig of this cluster, whose Talos API CA the secrets "
                                         "bundle %s holds (" % (talosconfig, talos_pki.fingerprint(other.os_ca.certificate),
@@ -514,6 +522,10 @@ def test_a_talosconfig_of_another_cluster_is_refused_and_the_ca_keeps_its_subjec
 
     # The cluster's own context of the same file: rotated, and the other context stays as it was.
     run = run_playbook(play(context=ours), verbosity=3)
+    for value in [SecretsBundle.load(str(secrets)).os_ca.key_pem,
+                  base64.b64decode(yaml.safe_load(talosconfig.read_text())["contexts"][ours]["key"]).decode()]:
+        secrets_of_both |= secret_forms(value)
+    assert_no_secret(run.stdout + run.stderr, secrets_of_both)
     result = run.task("rotate")["result"]
     assert run.task("rotate")["status"] == "changed", result.get("msg")
     old, new = result["talos_ca"]["old"], result["talos_ca"]["new"]

@@ -112,7 +112,7 @@ def _fill(value, ctx):
     return value
 
 
-def _secret_forms(value):
+def secret_forms(value):
     """A secret as it could leak: itself, its base64, and each long line of a multi-line one (PEM bodies)."""
     if isinstance(value, bytes):
         value = value.decode()
@@ -134,7 +134,7 @@ def cluster_secrets(cluster):
         values.append(base64.b64decode(data["contexts"][data["context"]]["key"]))
     forms = set()
     for value in values:
-        forms.update(_secret_forms(value))
+        forms.update(secret_forms(value))
     return forms
 
 
@@ -224,7 +224,7 @@ def test_module_cases(group, clusters, files, tmp_path):
     assert "Traceback" not in output
     assert changes(cluster, audited, allow_dry_run=group != "rejected") == []
     assert snapshot(cluster) == before
-    assert_no_secret(output, cluster_secrets(cluster) | _secret_forms(REGISTRY_PASSWORD))
+    assert_no_secret(output, cluster_secrets(cluster) | secret_forms(REGISTRY_PASSWORD))
 
 
 def test_there_are_enough_cases():
