@@ -41,6 +41,14 @@ prove step fetches the admin kubeconfig from each control plane (the
 Kubeconfig RPC, which issues from the node's CA) and reads the API with it
 while trusting the new CA only. The Talos API is reached with the task's
 talosconfig, which this rotation leaves alone.
+
+Every check a run needs comes before its first change (``prepare``): every
+node answers and issues from the bundle's CA, the talosconfig a Talos API CA
+rotation rewrites is this cluster's, and the Kubernetes API answers before a
+Kubernetes CA rotation. A rotation in progress can be rolled back
+(``ControllerFiles`` with ``abandon``): the same steps with the two CAs' roles
+swapped, every intermediate state being a phase of the rotation too, so that a
+run may continue either way from wherever the previous one stopped.
 """
 
 from __future__ import absolute_import, division, print_function

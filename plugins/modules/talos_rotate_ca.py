@@ -45,8 +45,9 @@ description:
     the admin kubeconfig from each control plane (which issues it from the new CA) and reads the API with it while
     trusting the new CA only. After C(drop) every kubeconfig of the old CA is refused, and the API server's
     certificate is one the old kubeconfigs do not trust.
-  - With both CAs the Talos API CA is rotated first, as talosctl does; the Kubernetes part then reaches the nodes with
-    the new talosconfig. The Kubernetes part leaves the talosconfig alone and keeps only C(<secrets>.previous).
+  - With both CAs the Talos API CA is rotated first, as talosctl does (but a rotation of the Kubernetes CA in progress
+    is finished first); the Kubernetes part then reaches the nodes with the new talosconfig. The Kubernetes part leaves
+    the talosconfig alone and keeps only C(<secrets>.previous).
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 requirements:
@@ -62,8 +63,8 @@ options:
   rotate:
     description:
       - The CAs to rotate - V(talos), the Talos API CA, and V(kubernetes), the Kubernetes CA - in that order whatever
-        the order given. A rotation of the other CA still in progress (C(<secrets>.previous)) is refused; finish it
-        first.
+        the order given, except that a rotation in progress is finished first. A rotation of a CA not listed still in
+        progress (C(<secrets>.previous)) is refused; finish it, or roll it back with O(abandon), first.
     type: list
     elements: str
     choices: [talos, kubernetes]
@@ -369,16 +370,22 @@ def run(task):
         entries[entry["ca"]] = entry
     now, issued_after, renew_before, ttl = _options(task)
     bundle_path = os.path.abspath(params["secrets"])
+
+    def files_of(name):
+        return ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, ca_rotation.KINDS[name])
+
+    # A rotation in progress keeps the old CA only in <secrets>.previous, which starting a rotation of the other CA
+    # rewrites: one of a CA not in rotate is refused, one of a CA in rotate goes first (otherwise the Talos API CA does).
+    in_progress = dict((name, files_of(name).in_progress) for name in ca_rotation.KINDS)
     for name, kind in ca_rotation.KINDS.items():
-        # A rotation in progress keeps the old CA only in <secrets>.previous, which a rotation of the other CA rewrites.
-        if name not in kinds and ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind).in_progress:
+        if name not in kinds and in_progress[name]:
             raise TaskFailed("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
                              "rotate: [%s], or roll it back with rotate: [%s] and abandon: true." % (
                                  kind.title, bundle_path, name, name))
+    kinds.sort(key=lambda name: not in_progress[name])
 
     # Every given CA is checked before the first node changes.
-    givens = dict((name, _given(task, name, entries.get(name), ca_rotation.ControllerFiles(
-        bundle_path, settings.config_path, settings.context, ca_rotation.KINDS[name]), now)) for name in kinds)
+    givens = dict((name, _given(task, name, entries.get(name), files_of(name), now)) for name in kinds)
 
     def prepared(name):
         return _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, givens[name])
@@ -397,13 +404,15 @@ def run(task):
                 if rotation.pending and task.diff:
                     diffs.append(_diff(files, rotation, fields, upcoming))
         else:
+            rewritten = False
             for index, (name, rotation, files) in enumerate(runs):
-                if index and runs[0][1].pending:
-                    # The rotation before this one rewrote the bundle and the talosconfig: read them and the nodes again.
+                if rewritten:
+                    # The run before this one rewrote the bundle (and the talosconfig): read them and the nodes again.
                     rotation.close()
                     rotation, files = prepared(name)
                     runs[index] = (name, rotation, files)
                 _execute(task, result, diffs, name, rotation, files, givens[name], reports[index][0], now)
+                rewritten = rewritten or rotation.pending
     finally:
         for _name, rotation, _files in runs:
             rotation.close()
