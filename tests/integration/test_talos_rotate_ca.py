@@ -70,6 +70,12 @@ class Setup(object):
             args["abandon"] = True
         return self.play("talos_rotate_ca", args, **options)
 
+    def keep_talosconfig(self, name):
+        """A copy of the talosconfig as it is now (the old credentials a rotation revokes), at ``name``."""
+        path = self.workdir / name
+        shutil.copy(str(self.talosconfig), str(path))
+        return path
+
     def bundle(self):
         return yaml.safe_load(self.secrets.read_text())
 
@@ -179,8 +185,7 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_talosconfig(rotation_
     setup = rotation_cluster
     cluster = setup.cluster
     old_ca, old_bundle = setup.talos_ca(), setup.bundle()
-    old_talosconfig = setup.workdir / "talosconfig-before"
-    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    old_talosconfig = setup.keep_talosconfig("talosconfig-before")
     configs = [node.config_bytes for node in cluster.nodes]
     audited = len(cluster.audit())
     kinds = setup.kinds()
@@ -225,8 +230,7 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
     cluster = setup.cluster
     worker, other = cluster.workers
     old_ca = setup.talos_ca()
-    old_talosconfig = setup.workdir / "talosconfig-before-2"
-    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    old_talosconfig = setup.keep_talosconfig("talosconfig-before-2")
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     # The second worker loses power right after it accepted the new CA.
@@ -278,8 +282,7 @@ def test_a_run_killed_right_after_its_swap_step_is_finished_by_a_rerun(rotation_
     setup = rotation_cluster
     cluster = setup.cluster
     old_ca = setup.talos_ca()
-    old_talosconfig = setup.workdir / "talosconfig-before-kill"
-    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    old_talosconfig = setup.keep_talosconfig("talosconfig-before-kill")
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     def swapped_everywhere():
@@ -339,8 +342,7 @@ def test_a_rotation_to_a_given_ca(rotation_cluster):
     setup = rotation_cluster
     cluster = setup.cluster
     old_ca, old_bundle = setup.talos_ca(), setup.bundle()
-    old_talosconfig = setup.workdir / "talosconfig-before-given"
-    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    old_talosconfig = setup.keep_talosconfig("talosconfig-before-given")
     configs, audited = [node.config_bytes for node in cluster.nodes], len(cluster.audit())
 
     # A CA of another key type than the bundle's is refused before anything changes.
@@ -425,8 +427,7 @@ def test_a_rotation_that_failed_half_way_is_rolled_back_with_abandon(rotation_cl
     worker = cluster.workers[0]
     old_ca, old_bundle = setup.talos_ca(), setup.bundle()
     talosconfig = setup.talosconfig.read_text()
-    old_talosconfig = setup.workdir / "talosconfig-before-abandon"
-    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    old_talosconfig = setup.keep_talosconfig("talosconfig-before-abandon")
     configs = dict((node.name, setup.machine(node)) for node in cluster.nodes)
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
@@ -544,8 +545,7 @@ def test_a_kill_9_of_ansible_playbook_alone_leaves_its_worker_to_finish_the_rota
     setup = rotation_cluster
     cluster = setup.cluster
     old_ca = setup.talos_ca()
-    old_talosconfig = setup.workdir / "talosconfig-before-kill-9"
-    shutil.copy(str(setup.talosconfig), str(old_talosconfig))
+    old_talosconfig = setup.keep_talosconfig("talosconfig-before-kill-9")
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     processes, workers = [], []
