@@ -12,11 +12,11 @@ short_description: Rotate the Talos API CA and the Kubernetes CA of a cluster, a
 version_added: 0.1.0
 description:
   - Replaces the Talos API CA (C(machine.ca)) of every node by a new one with the key type, whole subject (C(O=talos)
-    for a CA talosctl or this collection generated) and lifetime of the old, in four steps applied without a reboot, each on every node, control planes first - C(accept) (the new CA
-    joins C(machine.acceptedCAs)), C(swap) (the new CA issues, the old one stays accepted; every node serves a new
-    apid certificate), C(prove) (a talosconfig that trusts only the new CA, with a certificate of the new CA, reaches
-    every node), C(drop) (the old CA leaves C(machine.acceptedCAs)). From then on every talosconfig of the old CA is
-    refused.
+    for a CA talosctl or this collection generated) and lifetime of the old, in four steps applied without a reboot,
+    each on every node, control planes first - C(accept) (the new CA joins C(machine.acceptedCAs)), C(swap) (the new
+    CA issues, the old one stays accepted; every node serves a new apid certificate), C(prove) (a talosconfig that
+    trusts only the new CA, with a certificate of the new CA, reaches every node), C(drop) (the old CA leaves
+    C(machine.acceptedCAs)). From then on every talosconfig of the old CA is refused.
   - The secrets bundle O(secrets) gets the new CA before any node changes; the bundle as it was is kept beside it as
     C(<secrets>.previous), and the talosconfig the task connects with as C(<talosconfig>.previous), both mode C(0600),
     until the run ends well. The talosconfig trusts both CAs while the rotation runs and gets a client certificate of

@@ -20,8 +20,8 @@ description:
     A node that cannot be reached, a section a node refuses or a Kubernetes API that does not answer is recorded
     there and in RV(missed), and does not fail the task.
   - No secret goes into the bundle - a resource of a type Talos marks sensitive (C(MachineConfigs), C(KubeletSpecs),
-    C(APIServerConfigs), the C(secrets) namespace...) is written as talosctl writes it, its metadata with
-    C(spec: <REDACTED>) (listing them needs C(os:admin); with a weaker role they are in RV(missed)), every other
+    C(APIServerConfigs), the C(secrets) namespace...) is written as talosctl writes it, its metadata kept and its
+    C(spec) replaced by C(<REDACTED>) (listing them needs C(os:admin); with a weaker role they are in RV(missed)), every other
     resource and every Kubernetes manifest is redacted as M(talos_linux.talos.talos_resource_info) redacts, Secrets are
     not read, and log lines that hold a secret by their shape are replaced as M(talos_linux.talos.talos_logs) replaces
     them.
