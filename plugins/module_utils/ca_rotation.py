@@ -743,15 +743,15 @@ class KubernetesCARotation(_Rotation):
         self._check_members(self.client)
 
     def prepare(self):
-        """As for the Talos API CA, and when steps are due the Kubernetes API answers: the first control plane issues
-        an admin kubeconfig (trusting the CAs of the rotation) and the API answers it with every node Ready, as
+        """As for the Talos API CA, and when a node has steps to go the Kubernetes API answers: the first control plane
+        issues an admin kubeconfig (trusting the CAs of the rotation) and the API answers it with every node Ready, as
         upstream verifies with the existing PKI before its first change and as every step waits for. An API that does
         not answer fails at once; nodes not Ready yet are waited for."""
         plan = super(KubernetesCARotation, self).prepare()
         if not any(config.control_plane for config in self.configs.values()):
             raise TalosConfigError("nodes lists no control plane: the Kubernetes CA rotation reads the Kubernetes API with "
                                    "the admin kubeconfig a control plane issues; list every node of the cluster.")
-        if self.pending:
+        if plan:
             first = self.ordered()[0]
             try:
                 config = self._fetch(first, self.files.authorities())

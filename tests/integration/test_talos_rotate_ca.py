@@ -24,7 +24,7 @@ import pytest
 import yaml
 from playbook_runner import kill_run, process_tree, run_playbook_in, when
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import client_config, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from talos_emulator import EmulatedCluster
 from test_robustness import assert_no_secret, cluster_secrets, secret_forms
@@ -571,3 +571,29 @@ def test_a_kill_9_of_ansible_playbook_alone_leaves_its_worker_to_finish_the_rota
 
     _run, rerun = setup.rotate(talos_pki.certificate_facts(talos_pki.load_certificate(new_ca, "new"))["not_before"])
     assert rerun["status"] == "ok" and rerun["result"]["plan"] == [] and rerun["result"]["rotation"] is None
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("rotation_cluster", ["documents"], indirect=True)
+def test_a_kubernetes_ca_rotation_killed_before_its_first_step_is_abandoned_without_the_kubernetes_api(rotation_cluster):
+    setup = rotation_cluster
+    cluster = setup.cluster
+    old_bundle = setup.bundle()
+    # As a run killed right after it wrote the bundle: the new Kubernetes CA in it, the old one in the previous bundle.
+    files = ca_rotation.ControllerFiles(str(setup.secrets), str(setup.talosconfig), None, ca_rotation.KUBERNETES)
+    files.start(ca_rotation.new_authority_like(files.old, talos_pki.now_utc()))
+    audited = len(cluster.audit())
+
+    # Going on needs the Kubernetes API (there is none here): refused at once, nothing changes.
+    _run, refused = setup.rotate(None, rotate=["kubernetes"], expect_rc=2)
+    assert "could not be reached" in refused["result"]["msg"] and _applies(cluster, audited) == []
+    # No node has a step to go back: the rollback needs no Kubernetes API and puts the bundle back.
+    run, abandoned = setup.rotate(None, rotate=["talos", "kubernetes"], abandon=True, verbosity=3)
+    assert abandoned["status"] == "changed", abandoned["result"].get("msg")
+    assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
+    assert abandoned["result"]["plan"] == [] and abandoned["result"]["done"] == []
+    assert abandoned["result"]["rotation"] == "a Kubernetes CA rotation in progress is rolled back"
+    assert setup.bundle() == old_bundle and not setup.secrets.with_name("secrets.yaml.previous").exists()
+    assert _applies(cluster, audited) == []
+    _run, again = setup.rotate(None, rotate=["talos", "kubernetes"], abandon=True)
+    assert again["status"] == "ok" and again["result"]["rotation"] is None
