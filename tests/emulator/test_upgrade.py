@@ -119,3 +119,34 @@ def test_legacy_upgrade_checks_etcd_quorum_unless_forced(emulator, api):
     cluster.wait_until(lambda: cluster.nodes[0].reboots == 1)
     cluster.wait_ready(cluster.nodes[0])
     assert cluster.nodes[0].talos_version == "v1.14.1"
+
+
+@pytest.mark.parametrize("image", [
+    "ghcr.io/siderolabs/installer:v1.99.0",
+    "ghcr.io/siderolabs/installer:latest",
+    "ghcr.io/siderolabs/installer",
+    "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.15.0",
+    "registry.local:5000/siderolabs/installer-secureboot:v2.0.0",
+])
+def test_an_installer_of_a_release_that_never_was_cannot_be_pulled(emulator, api, image):
+    # Its tag is the version it installs: no registry holds a Talos that was never released, so a node cannot install
+    # it, whichever upgrade API is asked.
+    cluster = emulator(workers=1, node_versions={"worker-1": "v1.12.0"}, reboot_seconds=0.1)
+    controlplane, legacy = cluster.nodes
+    client = api(cluster)
+    status, message = _error(_pull, client, image=image, node=controlplane.address)
+    assert status == Status.NOT_FOUND and message.endswith(": not found") and "error pulling image" in message
+    status, message = _error(client.call, "machine.MachineService/Upgrade", machine_pb2.UpgradeRequest(image=image),
+                             node=legacy.address)
+    assert status == Status.UNKNOWN and message.startswith('error validating installer image "%s"' % image)
+    assert (controlplane.installed_version, legacy.installed_version) == ("v1.14.0", "v1.12.0")
+    assert cluster.audit(method="Reboot") == [] and legacy.reboots == 0
+
+
+def test_installers_of_released_versions_and_other_images_are_pulled(emulator, api):
+    cluster = emulator()
+    client = api(cluster)
+    for image in ("ghcr.io/siderolabs/installer:v1.14.7", "ghcr.io/siderolabs/installer:v1.9.0",
+                  "ghcr.io/siderolabs/installer:v1.14.0-rc.1", "ghcr.io/siderolabs/installer@sha256:" + "a" * 64,
+                  "docker.io/library/nginx:latest", "registry.k8s.io/kube-apiserver:v1.99.0"):
+        assert _pull(client, image=image)[-1].name

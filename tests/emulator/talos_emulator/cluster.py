@@ -10,6 +10,7 @@ line drive.
 """
 
 import asyncio
+import re
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -18,7 +19,12 @@ from . import configgen
 from .membership import EtcdCluster, SnapshotError
 from .node import EmulatedNode
 from .pki import CertificateAuthority
-from .services.image import normalized
+from .services.image import normalized, parse_reference
+from .versions import released
+
+# An installer's repository: <registry>/siderolabs/installer[-secureboot], the Image Factory's
+# <registry>/[<platform>-]installer[-secureboot]/<schematic>, or a mirror's .../installer.
+_INSTALLER_REPOSITORY = re.compile(r"(?:^|/)(?:[a-z0-9-]+-)?installer(?:-secureboot)?(?:/[0-9a-f]{64})?$")
 
 
 def _image_name(image_ref):
@@ -26,6 +32,16 @@ def _image_name(image_ref):
         return normalized(image_ref)
     except ValueError:
         return image_ref
+
+
+def _unreleased_installer(image_ref):
+    """True for an installer image tagged with no Talos release there is: its tag is the version it installs, so no
+    registry can hold it (an image pinned by digest alone says no version and is taken as it is)."""
+    try:
+        name, tag, digest = parse_reference(image_ref)
+    except ValueError:
+        return False
+    return digest is None and _INSTALLER_REPOSITORY.search(name) is not None and not released(tag)
 
 
 class ClusterModel:
@@ -158,8 +174,9 @@ class ClusterModel:
 
     def registry_has(self, image_ref):
         """Whether the registry serves ``image_ref``: every reference but those marked unavailable, compared as
-        containerd names them (``nginx`` is ``docker.io/library/nginx:latest``)."""
-        if not image_ref:
+        containerd names them (``nginx`` is ``docker.io/library/nginx:latest``), and installers of Talos releases
+        that never were (``installer:v1.99.0``, ``installer:latest``)."""
+        if not image_ref or _unreleased_installer(image_ref):
             return False
         return _image_name(image_ref) not in {_image_name(ref) for ref in self.unavailable_images}
 

@@ -6,6 +6,9 @@ import re
 
 _TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?")
 
+# The newest Talos minor release there is in the emulated world: no registry holds an installer of a later one.
+NEWEST_MINOR = (1, 14)
+
 
 def parse_version(tag):
     """``"v1.14.0-rc.1"`` -> ``(1, 14, 0, "rc.1")``."""
@@ -28,3 +31,12 @@ def image_tag(image_ref):
     if ":" in last:
         return last.rsplit(":", 1)[1]
     return None
+
+
+def released(tag):
+    """Whether ``tag`` names a Talos release there is (any patch of a minor release up to NEWEST_MINOR): an
+    installer tagged ``latest`` or with a release that never was (``v1.99.0``) cannot be pulled."""
+    try:
+        return parse_version(tag)[:2] <= NEWEST_MINOR
+    except ValueError:
+        return False
