@@ -18,8 +18,10 @@ import re
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.image_factory import EMPTY_SCHEMATIC_ID, FACTORY_URL, registry_host
 from ansible_collections.talos_linux.talos.plugins.module_utils.installer import FACTORY_INSTALLER_SINCE, LEGACY_INSTALLER_REPOSITORY, UNATTENDED_INSTALL_SINCE
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import SUPPORTED_RELEASES, SUPPORTED_TEXT
 
-SUPPORTED_CONTRACTS = ((1, 9), (1, 10), (1, 11), (1, 12), (1, 13), (1, 14))
+# A contract for every Talos minor release the collection supports.
+SUPPORTED_CONTRACTS = SUPPORTED_RELEASES
 # The newest Talos release the generator knows; its tag is the default installer image tag.
 DEFAULT_TALOS_VERSION = "v1.14.1"
 
@@ -44,7 +46,6 @@ INSTALL_HOMES = ("machine", "unattended")
 # vMAJOR.MINOR[.PATCH[-pre]] with an optional leading v, as Talos parses contracts.
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+)(?:-[0-9A-Za-z.-]+)?)?$")
 _KUBERNETES_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
-_SUPPORTED_TEXT = "v%d.%d to v%d.%d" % (SUPPORTED_CONTRACTS[0] + SUPPORTED_CONTRACTS[-1])
 
 
 def parse_contract(talos_version, parameter="talos_version"):
@@ -57,7 +58,7 @@ def parse_contract(talos_version, parameter="talos_version"):
     contract = (int(match.group(1)), int(match.group(2)))
     if contract not in SUPPORTED_CONTRACTS:
         raise TalosConfigError("%s %s is not supported: the collection generates configs for Talos %s."
-                               % (parameter, talos_version, _SUPPORTED_TEXT))
+                               % (parameter, talos_version, SUPPORTED_TEXT))
     return contract
 
 

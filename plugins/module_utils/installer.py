@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The installer of a node, along the path of an OS upgrade.
 
-- The target version and the upgrade API to try first (from the module's
-  options).
+- The target version (a Talos release the collection supports: the one rule
+  for every option that names a version to move nodes to) and the upgrade API
+  to try first (from the module's options).
 - What a node was built from (its schematic, platform and secure boot, as
   Talos reports them) and the installer it gets by default: from its own
   schematic, so that its system extensions survive; an explicit image always
@@ -23,6 +24,7 @@ the collection's errors.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import copy
 import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
@@ -34,7 +36,15 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.image_factory im
     registry_host,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import image_tag, version_tag
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import VERSION, label, normalize_version, parse_version, runs_at_least
+from ansible_collections.talos_linux.talos.plugins.module_utils.node import (
+    SUPPORTED_RELEASES,
+    SUPPORTED_TEXT,
+    VERSION,
+    label,
+    normalize_version,
+    parse_version,
+    runs_at_least,
+)
 
 LEGACY_INSTALLER_REPOSITORY = "ghcr.io/siderolabs/installer"
 # Talos v1.14 publishes no installer at ghcr.io: installers come from the Image Factory.
@@ -43,25 +53,56 @@ FACTORY_INSTALLER_SINCE = (1, 14)
 
 # -- the target version and the upgrade API ---------------------------------------------------------
 
-def resolve_target(image=None, version=None):
+def release_problem(version, what):
+    """Why ``version`` cannot be a target of an upgrade (``what`` names it in the sentence), or None when it can.
+
+    A target is a Talos release of a minor release the collection supports
+    (node.SUPPORTED_RELEASES): any patch or pre-release of it, newer patches
+    included. Anything else - no version at all (``latest``), a minor release
+    older or newer than those (a typo such as ``v1.99.0``) - is refused before
+    a node is asked to pull it.
+    """
+    key = parse_version(normalize_version(version))
+    if key is None:
+        return "%s is not a Talos release: give a release such as v1.14.1." % what
+    if key[:2] in SUPPORTED_RELEASES:
+        return None
+    minor, oldest, newest = ["v%d.%d" % release for release in (key[:2], SUPPORTED_RELEASES[0], SUPPORTED_RELEASES[-1])]
+    if key[:2] > SUPPORTED_RELEASES[-1]:
+        why = ("%s is newer than %s; check the value for a typo, or use a release of the collection that supports Talos %s"
+               % (minor, newest, minor))
+    else:
+        why = "%s is older than %s" % (minor, oldest)
+    return "%s is not a Talos release this collection supports (%s, any patch release of them): %s." % (what, SUPPORTED_TEXT, why)
+
+
+def target_version(version, option="version"):
+    """``version`` as Talos spells it (``v1.14.1``) when a node may be upgraded to it; TalosConfigError naming
+    ``option`` and the value otherwise (release_problem)."""
+    problem = release_problem(version, "%s %r" % (option, version))
+    if problem:
+        raise TalosConfigError(problem)
+    return normalize_version(version)
+
+
+def resolve_target(image=None, version=None, image_option="image", version_option="version"):
     """The installer image given (or None) and the target version tag, from the module's options.
 
     Returns ``(image, version)``; without ``image`` the installer is the
     node's own (choose_installer). Raises TalosConfigError with a sentence
-    naming the option when the target cannot be derived.
+    naming the option (``image_option``, ``version_option``) when the target
+    cannot be derived or is no release the collection supports (release_problem).
     """
     if image:
         tag = image_tag(image)
         if not tag:
-            raise TalosConfigError("image %r has no tag: give the installer image with its version tag, for example "
-                                   "factory.talos.dev/metal-installer/<schematic>:v1.14.0." % image)
-        if parse_version(tag) is None:
-            raise TalosConfigError("The tag %r of image %r is not a Talos version such as v1.14.0." % (tag, image))
+            raise TalosConfigError("%s %r has no tag: give the installer image with its version tag, for example "
+                                   "factory.talos.dev/metal-installer/<schematic>:v1.14.0." % (image_option, image))
+        problem = release_problem(tag, "The tag %r of %s %r" % (tag, image_option, image))
+        if problem:
+            raise TalosConfigError(problem)
         return image, normalize_version(tag)
-    target = normalize_version(version)
-    if parse_version(target) is None:
-        raise TalosConfigError("version %r is not a Talos version such as v1.14.0." % version)
-    return None, target
+    return None, target_version(version, version_option)
 
 
 def choose_api(api, stage=False, preserve=False):
@@ -297,6 +338,38 @@ class InstallerReference:
         from ansible_collections.talos_linux.talos.plugins.module_utils.go_yaml import dump_documents
         set_installer(self.documents, image)
         return dump_documents(self.documents)
+
+
+def keep_newer_installer(config, reference):
+    """``config`` (a MachineConfig to apply) with its installer never behind the node's: ``(config, kept)``.
+
+    When the installer ``config`` names is tagged with an older Talos release
+    than the one of ``reference`` (the node's InstallerReference, which
+    talos_upgrade points at the release it upgraded the node to), the
+    installer is tagged with the node's release instead - the config's own
+    repository kept, only its ``image:`` line rewritten - and ``kept`` is
+    ``{"given": ..., "applied": ...}``; otherwise ``config`` comes back as it
+    is with ``kept`` None. An installer pinned by digest, or a tag that is no
+    release, is left as it is: nothing says which release it is.
+    """
+    home = installer_home(config.documents)
+    if home is None or reference.image is None or "@" in home[1]:
+        return config, None
+    given = home[1]
+    given_release, node_release = (parse_version(normalize_version(image_tag(image) or "")) for image in (given, reference.image))
+    if given_release is None or node_release is None or given_release >= node_release:
+        return config, None
+    applied = "%s:%s" % (given.rsplit(":", 1)[0], image_tag(reference.image))
+    from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import (
+        MachineConfig, parse_yaml_stream, rewrite_image_line,
+    )
+    text = rewrite_image_line(config.data.decode("utf-8"), given, applied)
+    if text is None:
+        from ansible_collections.talos_linux.talos.plugins.module_utils.go_yaml import dump_documents
+        documents = copy.deepcopy(config.documents)
+        set_installer(documents, applied)
+        text = dump_documents(documents)
+    return MachineConfig(parse_yaml_stream(text, "the machine config"), text.encode("utf-8")), {"given": given, "applied": applied}
 
 
 def read_installer_reference(client, node):

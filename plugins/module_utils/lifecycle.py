@@ -536,14 +536,16 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
     bounds the installer's pull.
     """
     previous = read_version_tag(client, node)
-    result = dict(changed=False, previous_version=previous, current_version=previous, target_version=target,
+    # ``upgraded``: the node moves (in check mode, would move) to ``target``; ``changed`` may also come from its
+    # installer reference alone (installer.update_installer_reference).
+    result = dict(changed=False, upgraded=False, previous_version=previous, current_version=previous, target_version=target,
                   image=image, rebooted=False, api_used=None, controlplane=None, etcd_gate_open=None, quorum=None,
                   progress=[])
     if previous == target:
         return result
     result.update(guard(client, node, "upgrade", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
                         progress=progress))
-    result["changed"] = True
+    result.update(changed=True, upgraded=True)
     if diff:
         result["diff"] = dict(before={"version": previous}, after={"version": target})
     if check_mode:

@@ -8,7 +8,8 @@ A node is identified as the API routes to it: the address or name in the
 Every rule about what a node reports lives here once:
 
 - its label in messages (``node 10.5.0.2``, ``the endpoint node``);
-- Talos version tags (``v1.14.0``), their order and the version Members report;
+- Talos version tags (``v1.14.0``), their order, the version Members report and the
+  releases the collection supports;
 - the machine type (``controlplane``, ``init``, ``worker``) and the machine
   status (stage and readiness, COSI ``MachineStatus``);
 - services (ServiceList): which states count as started, up or healthy.
@@ -45,6 +46,12 @@ _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Z
 _OS_VERSION = re.compile(r"\((v?\d[^)]*)\)")
 
 VERSION = "machine.MachineService/Version"
+
+# The Talos minor releases the collection supports, oldest first: their every patch and pre-release, newer patches
+# included (a patch release keeps its minor release's API and machine config). A newer minor release may change
+# both, so the collection takes it as a target only once a release of the collection supports it.
+SUPPORTED_RELEASES = ((1, 9), (1, 10), (1, 11), (1, 12), (1, 13), (1, 14))
+SUPPORTED_TEXT = "v%d.%d to v%d.%d" % (SUPPORTED_RELEASES[0] + SUPPORTED_RELEASES[-1])
 
 
 def normalize_version(version):

@@ -41,11 +41,13 @@ options:
     description:
       - Instead of O(name), the Talos version whose installer to pull on each node, chosen as
         M(talos_linux.talos.talos_upgrade) chooses it.
+      - A Talos release the collection supports, as O(talos_linux.talos.talos_upgrade#module:version) takes it; anything
+        else fails before anything is pulled.
     type: str
   installer_image:
     description:
-      - Instead of O(name), an installer image whose tag is a Talos version, as M(talos_linux.talos.talos_upgrade)
-        takes it; a reference without such a tag fails before anything is pulled.
+      - Instead of O(name), an installer image whose tag is a Talos release the collection supports, as
+        M(talos_linux.talos.talos_upgrade) takes it; a reference without such a tag fails before anything is pulled.
     type: str
   image_repository:
     description:
@@ -204,7 +206,8 @@ def run(task):
         raise TaskFailed("installer_version and installer_image pull an installer: they go with state=present only.")
     if installer:
         # The target as talos_upgrade checks it, before anything is pulled.
-        image, target = resolve_target(params["installer_image"], params["installer_version"])
+        image, target = resolve_target(params["installer_image"], params["installer_version"],
+                                       image_option="installer_image", version_option="installer_version")
     nodes = task.target_nodes
     namespace = params["namespace"] or ("system" if installer else "cri")
     store = images.NodeImages(task.client, namespace, params["max_concurrency"], progress=task.progress)

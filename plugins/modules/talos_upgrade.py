@@ -20,7 +20,7 @@ description:
     C(Unimplemented) to that API; the module then uses the legacy C(MachineService.Upgrade), which installs and
     reboots on the node's own.
   - A node that already runs the target version is not upgraded; only an installer reference in its machine config
-    that names another version is updated (see the notes).
+    that names another version is updated (see the notes), and RV(upgraded) says so.
   - On a control-plane node the module first runs the etcd quorum guard and refuses to start when etcd would lose
     its quorum while the node reboots - when fewer of the other voting members are healthy (their node answers
     C(EtcdStatus) without etcd errors of its own, and no active alarm such as C(NOSPACE) names them) than quorum
@@ -55,12 +55,16 @@ options:
     description:
       - Installer image reference with the target version as its tag, for example an Image Factory installer
         V(factory.talos.dev/metal-installer/<schematic>:v1.14.0). It always wins over the default installer.
-      - The tag is the version the node must report afterwards.
+      - The tag is the version the node must report afterwards, a Talos release as O(version) takes it.
       - Mutually exclusive with O(version); one of them is required.
     type: str
   version:
     description:
       - Target Talos version such as V(v1.14.0) (a leading V(v) is added when missing).
+      - A release of a Talos minor release the collection supports - v1.9 to v1.14, any patch or pre-release of
+        them, newer patches included. Anything else (V(latest), a typo such as V(v1.99.0), a newer minor release) is
+        refused before any node is asked to pull it; a newer minor release needs a release of the collection that
+        supports it.
       - The installer is O(image_repository) tagged with this version when it is set; otherwise the node's own
         installer - the Image Factory installer of the node's schematic, platform and secure boot, so that its
         system extensions survive (see RV(image_reason) and the collection's docs/images.md). A node without a
@@ -181,6 +185,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+upgraded:
+  description:
+    - Whether the node was upgraded to the target version (in check mode, would be) - it ran another version before.
+    - False for a node that already ran the target; the task may still report it changed when only its installer
+      reference was updated (RV(installer_reference)), which reboots nothing.
+  returned: when one node is targeted
+  type: bool
+  sample: true
 previous_version:
   description: The Talos version the node ran before the task.
   returned: when one node is targeted
@@ -281,8 +293,8 @@ nodes:
   returned: always
   type: dict
   sample:
-    10.5.0.5: {changed: true, previous_version: v1.13.0, current_version: v1.14.0, rebooted: true}
-    10.5.0.6: {changed: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
+    10.5.0.5: {changed: true, upgraded: true, previous_version: v1.13.0, current_version: v1.14.0, rebooted: true}
+    10.5.0.6: {changed: false, upgraded: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle, several_nodes

@@ -13,11 +13,13 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.installer import
     NodeBuild,
     choose_installer,
     installer_home,
+    keep_newer_installer,
     node_build,
     read_node_build,
     set_installer,
     update_installer_reference,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import load_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
 
 from talos_emulator.image_factory import set_factory_build
@@ -149,3 +151,68 @@ def test_the_installer_reference_waits_for_the_target(monkeypatch):
     assert _follow(monkeypatch, text=named)[0]["changed"] is False
     outcome, _result, warnings, applied = _follow(monkeypatch, text="version: v1alpha1\nmachine: {}\n")
     assert outcome == {"home": None, "before": None, "after": None, "changed": False} and applied == [] and not warnings
+
+
+# -- a config applied again after an upgrade ----------------------------------------------
+
+RENDERED = """version: v1alpha1
+machine:
+  type: worker
+  install:
+    disk: /dev/sda
+    image: %s # the installer
+"""
+UNATTENDED_RENDERED = """version: v1alpha1
+machine:
+  type: worker
+---
+apiVersion: v1alpha1
+kind: UnattendedInstallConfig
+installer:
+  image: %s
+"""
+
+
+def _node(image):
+    return InstallerReference("version: v1alpha1\nmachine:\n  install:\n    image: %s\n" % image)
+
+
+@pytest.mark.parametrize("rendered", [RENDERED, UNATTENDED_RENDERED])
+def test_an_older_installer_takes_the_nodes_release_in_its_own_repository(rendered):
+    config = load_config(config=rendered % ("registry.local/installer:v1.14.0"))
+    kept, what = keep_newer_installer(config, _node("factory.talos.dev/metal-installer/%s:v1.14.1" % EMPTY))
+    assert what == {"given": "registry.local/installer:v1.14.0", "applied": "registry.local/installer:v1.14.1"}
+    # Only the image line changes: comments and everything else stay as given.
+    assert kept.data.decode() == rendered % "registry.local/installer:v1.14.1"
+    assert installer_home(kept.documents)[1] == "registry.local/installer:v1.14.1"
+
+
+@pytest.mark.parametrize("given, node", [
+    ("registry.local/installer:v1.14.1", "registry.local/installer:v1.14.1"),  # the same release
+    ("registry.local/installer:v1.14.2", "registry.local/installer:v1.14.1"),  # forward is the config's to say
+    ("registry.local/installer:v1.14.0@sha256:" + "a" * 64, "registry.local/installer:v1.14.1"),  # pinned by digest
+    ("registry.local/installer:main", "registry.local/installer:v1.14.1"),  # no release
+    ("registry.local/installer:v1.14.0", "registry.local/installer:custom"),  # the node's is no release
+])
+def test_an_installer_that_is_not_older_is_applied_as_given(given, node):
+    config = load_config(config=RENDERED % given)
+    kept, what = keep_newer_installer(config, _node(node))
+    assert what is None and kept is config
+
+
+def test_a_config_or_node_without_an_installer_is_applied_as_given():
+    config = load_config(config="version: v1alpha1\nmachine:\n  type: worker\n")
+    assert keep_newer_installer(config, _node("registry.local/installer:v1.14.1")) == (config, None)
+    config = load_config(config=RENDERED % "registry.local/installer:v1.14.0")
+    assert keep_newer_installer(config, InstallerReference("version: v1alpha1\nmachine: {}\n")) == (config, None)
+
+
+def test_a_line_that_cannot_be_rewritten_is_written_out_anew():
+    # The installer in flow style has no image line of its own to rewrite: the documents are written anew.
+    config = load_config(config="version: v1alpha1\nmachine: {type: worker, install: {disk: /dev/sda, "
+                                "image: 'registry.local/installer:v1.14.0'}}\n")
+    kept, what = keep_newer_installer(config, _node("registry.local/installer:v1.14.1"))
+    assert what["applied"] == "registry.local/installer:v1.14.1"
+    assert installer_home(kept.documents) == (".machine.install.image", "registry.local/installer:v1.14.1")
+    assert kept.documents[0]["machine"]["install"]["disk"] == "/dev/sda" and "v1.14.0" not in kept.data.decode()
+    assert installer_home(config.documents)[1] == "registry.local/installer:v1.14.0"  # the given config is left as it is

@@ -40,12 +40,33 @@ def test_resolve_target_from_image_uses_its_tag():
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(image="ghcr.io/siderolabs/installer"), "has no tag"),
-    (dict(image="ghcr.io/siderolabs/installer:latest"), "not a Talos version"),
-    (dict(version="latest"), "not a Talos version"),
+    (dict(image="ghcr.io/siderolabs/installer:latest"), "^The tag 'latest' of image 'ghcr.io/siderolabs/installer:latest' "
+                                                         "is not a Talos release: give a release such as v1.14.1.$"),
+    (dict(version="latest"), "^version 'latest' is not a Talos release: give a release such as v1.14.1.$"),
+    (dict(version="v1.14"), "^version 'v1.14' is not a Talos release"),
+    (dict(version="v1.99.0"), r"^version 'v1.99.0' is not a Talos release this collection supports \(v1.9 to v1.14, any "
+                              r"patch release of them\): v1.99 is newer than v1.14; check the value for a typo, or use a "
+                              r"release of the collection that supports Talos v1.99.$"),
+    (dict(image="ghcr.io/siderolabs/installer:v1.15.0-alpha.0"), "^The tag 'v1.15.0-alpha.0' of image .* v1.15 is newer"),
+    (dict(version="1.8.3"), r"^version '1.8.3' is not a Talos release this collection supports \(v1.9 to v1.14, any "
+                            r"patch release of them\): v1.8 is older than v1.9.$"),
 ])
 def test_resolve_target_rejects_unusable_targets(kwargs, words):
     with pytest.raises(TalosConfigError, match=words):
         installer.resolve_target(**kwargs)
+
+
+@pytest.mark.parametrize("version", ["v1.9.0", "1.9.0", "v1.13.0-rc.1", "v1.14.1", "v1.14.12"])
+def test_every_patch_of_a_supported_minor_release_is_a_target(version):
+    assert installer.target_version(version) == "v" + version.lstrip("v")
+    assert installer.release_problem(version, "version") is None
+
+
+def test_the_options_named_are_the_modules_own():
+    with pytest.raises(TalosConfigError, match="^installer_version 'latest' is not"):
+        installer.resolve_target(version="latest", version_option="installer_version")
+    with pytest.raises(TalosConfigError, match="^installer_image 'x/installer' has no tag"):
+        installer.resolve_target(image="x/installer", image_option="installer_image")
 
 
 def test_parse_version_orders_prereleases_before_releases():
