@@ -460,13 +460,19 @@ class ConfigApplier:
     ``mode`` is one of auto, no_reboot, reboot, staged, try. ``maintenance``
     means the nodes are in maintenance mode (reached without a client
     certificate): they have no config to compare with and install the new one
-    by restarting. ``wait_timeout`` (seconds; None for no wait) bounds the wait
-    for a reboot or for the secure API. ``check_mode`` stops after the dry run.
-    ``progress`` (a callable taking a line) hears how a node's state changes during a long wait.
+    by restarting. An apply that reboots a configured node passes the etcd
+    quorum guard first (lifecycle.guard: ``force_quorum_loss``,
+    ``quorum_wait_timeout``), in check mode too. ``wait_timeout`` (seconds;
+    None for no wait) bounds the wait for a reboot or for the secure API.
+    ``check_mode`` stops after the dry run and the guard. ``progress`` (a
+    callable taking a line) hears how a node's state changes during a long wait.
+    With ``keep_newer_installer`` a configured node's installer reference never
+    moves back to an older release (installer.keep_newer_installer).
     """
 
     def __init__(self, client, config, mode="auto", try_timeout=60, maintenance=False, wait_timeout=None,
-                 show_secrets=False, check_mode=False, progress=None):
+                 show_secrets=False, check_mode=False, progress=None, force_quorum_loss=False, quorum_wait_timeout=0,
+                 keep_newer_installer=False):
         self.client = client
         self.config = config
         self.mode = mode
@@ -476,11 +482,21 @@ class ConfigApplier:
         self.show_secrets = show_secrets
         self.check_mode = check_mode
         self.progress = progress
+        self.force_quorum_loss = force_quorum_loss
+        self.quorum_wait_timeout = quorum_wait_timeout
+        self.keep_newer_installer = keep_newer_installer
         self.known_secrets = config.secret_values()
 
-    def _call_apply(self, node, mode, dry_run):
-        request = apply_request(self.config.data, mode, self.try_timeout, dry_run)
+    def _call_apply(self, node, config, mode, dry_run):
+        request = apply_request(config.data, mode, self.try_timeout, dry_run)
         return self.client.call(APPLY, request, node=node, retry_codes=APPLY_RETRY_CODES)[0]
+
+    def _config_for(self, node):
+        """The config to apply to ``node`` and, when its installer was kept at the node's release, what was kept."""
+        if not self.keep_newer_installer or self.maintenance:
+            return self.config, None
+        from ansible_collections.talos_linux.talos.plugins.module_utils import installer
+        return installer.keep_newer_installer(self.config, installer.read_installer_reference(self.client, node))
 
     def apply(self, node):
         """Apply the config to ``node``: ``(result, diff)``, diff None when the node already runs it.
@@ -492,8 +508,9 @@ class ConfigApplier:
         reboot_mode = _machine_pb2().ApplyConfigurationRequest.REBOOT
         tag = talos_node.read_version_tag(self.client, node) if self.mode == "reboot" and not self.maintenance else None
         mode = request_mode(self.mode, self.maintenance, tag)
+        config, kept = self._config_for(node)
 
-        dry_run = self._call_apply(node, mode, dry_run=True)
+        dry_run = self._call_apply(node, config, mode, dry_run=True)
         result = {
             "node": node,
             "changed": False,
@@ -502,19 +519,26 @@ class ConfigApplier:
             "warnings": [],
             "rebooted": False,
         }
+        if kept:
+            result["installer_kept"] = kept
         # A node in maintenance mode has no configuration: applying is always a change.
         if not self.maintenance and dry_run_has_no_changes(dry_run.mode_details):
             return result, None
         result["changed"] = True
-        diff = apply_diff(node, dry_run.mode_details, self.config, self.known_secrets, self.show_secrets)
+        diff = apply_diff(node, dry_run.mode_details, config, self.known_secrets, self.show_secrets)
+        # Talos reboots by itself in REBOOT mode: sent before v1.14, or chosen there by AUTO for some changes.
+        rebooting = (self.mode == "reboot" or dry_run.mode == reboot_mode) and not self.maintenance
+        if rebooting:
+            # The one etcd quorum guard every reboot passes (a worker has nothing to guard).
+            from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+            result.update(lifecycle.guard(self.client, node, "reboot", self.force_quorum_loss,
+                                          quorum_wait_timeout=self.quorum_wait_timeout, progress=self.progress))
         if self.check_mode:
             return result, diff
 
-        # Talos reboots by itself in REBOOT mode: sent before v1.14, or chosen there by AUTO for some changes.
-        rebooting = self.mode == "reboot" or dry_run.mode == reboot_mode
-        boot_id = waits.read_boot_id(self.client, node) if rebooting and not self.maintenance else None
+        boot_id = waits.read_boot_id(self.client, node) if rebooting else None
 
-        applied = self._call_apply(node, mode, dry_run=False)
+        applied = self._call_apply(node, config, mode, dry_run=False)
         result.update(mode=mode_name(applied.mode), mode_details=redact_mode_details(applied.mode_details, self.known_secrets),
                       warnings=[redact_text(warning, self.known_secrets) for warning in applied.warnings])
 

@@ -21,7 +21,12 @@ description:
   - With C(--diff), the before and after texts come from the dry run's configuration diff. Secret values (keys,
     tokens, secrets, passwords, the private parts of certificates) are replaced by C(<redacted>) unless
     O(show_secrets=true). The configuration itself is never returned and never logged.
-  - The module never reboots a node unless O(mode=reboot) asks for it.
+  - The module never reboots a node unless O(mode=reboot) asks for it (or a Talos release before v1.14 chooses to
+    reboot for the change). Before a control plane reboots, the module runs the etcd quorum guard, as
+    M(talos_linux.talos.talos_reboot) does, and refuses when etcd would lose its quorum while the node is down - when
+    fewer of the other voting members are healthy than quorum needs, which includes a one-member cluster;
+    O(quorum_wait_timeout) waits for the guard to let the node go, O(force_quorum_loss=true) reboots anyway. Nothing is
+    applied to a node the guard refuses.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 options:
@@ -70,6 +75,22 @@ options:
       - Seconds after which a configuration applied with O(mode=try) is rolled back.
     type: int
     default: 60
+  force_quorum_loss:
+    description:
+      - Apply a configuration that reboots a control plane even when etcd loses its quorum while the node is down.
+    type: bool
+    default: false
+  keep_newer_installer:
+    description:
+      - When the configuration names an installer image of an older Talos release than the node's active configuration
+        does (M(talos_linux.talos.talos_upgrade) points it at the release it upgraded the node to), apply the
+        configuration with the installer's tag set to the node's release instead, so that the installer reference
+        never moves back - a later reinstall or reset would install the older release. The configuration's own
+        repository is kept. RV(installer_kept) says when that happened.
+      - The M(talos_linux.talos.cluster) role sets it, so that rerunning the provisioning after an upgrade changes
+        nothing. Not used in maintenance mode, where the node has no configuration yet.
+    type: bool
+    default: false
   show_secrets:
     description:
       - Show secret values in the C(--diff) output instead of C(<redacted>).
@@ -80,12 +101,13 @@ extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.several_nodes
   - talos_linux.talos.wait
+  - talos_linux.talos.quorum_wait
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
     support: full
-    details: The node validates the configuration in a dry run; nothing is applied.
+    details: The node validates the configuration in a dry run and the etcd quorum guard runs; nothing is applied.
   diff_mode:
     support: full
     details: Before and after come from the dry run's configuration diff, with secrets redacted.
@@ -188,6 +210,29 @@ rebooted:
   returned: always
   type: bool
   sample: false
+etcd_gate_open:
+  description:
+    - When the configuration reboots the node, whether the etcd quorum guard lets it go - true when etcd keeps its
+      quorum without it, or when there is nothing to guard (a worker); false when etcd would lose its quorum (the task
+      then fails, unless O(force_quorum_loss=true)).
+  returned: when the configuration reboots the node, in the result of each node in RV(nodes)
+  type: bool
+  sample: true
+quorum:
+  description: When the configuration reboots a control plane that is an etcd member, the etcd quorum check made.
+  returned: when the configuration reboots the node, in the result of each node in RV(nodes)
+  type: dict
+  sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
+installer_kept:
+  description:
+    - With O(keep_newer_installer=true), when the configuration named an installer of an older release than the node's
+      active configuration, the installer image the configuration named (C(given)) and the one applied instead
+      (C(applied)).
+  returned: when the installer was kept, in the result of each node in RV(nodes)
+  type: dict
+  sample:
+    given: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
+    applied: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1
 warnings:
   description: The node's warnings about the configuration; they are shown as task warnings too.
   returned: in the result of each node in RV(nodes)
@@ -231,8 +276,11 @@ SPEC = TaskSpec(
         mode=dict(type="str", default="auto", choices=["auto", "no_reboot", "reboot", "staged", "try"]),
         try_timeout=dict(type="int", default=60),
         show_secrets=dict(type="bool", default=False),
+        force_quorum_loss=dict(type="bool", default=False),
+        keep_newer_installer=dict(type="bool", default=False),
     ),
     wait=True,
+    quorum_wait=True,
     ranges=dict(try_timeout=(1, None)),
     mutually_exclusive=[("config", "config_file")],
     required_one_of=[("config", "config_file")],
@@ -252,7 +300,10 @@ def run(task):
     def apply_node(client, node):
         applier = ConfigApplier(client, config, params["mode"], params["try_timeout"], maintenance=params["insecure"],
                                 wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                                show_secrets=params["show_secrets"], check_mode=task.check_mode, progress=task.progress)
+                                show_secrets=params["show_secrets"], check_mode=task.check_mode, progress=task.progress,
+                                force_quorum_loss=params["force_quorum_loss"],
+                                quorum_wait_timeout=params["quorum_wait_timeout"],
+                                keep_newer_installer=params["keep_newer_installer"])
         result, diff = applier.apply(node)
         return dict(result, diff=diff) if diff is not None and task.diff else result
 

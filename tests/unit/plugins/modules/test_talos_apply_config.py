@@ -8,9 +8,9 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import machine_config
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, machine_config
 from ansible_collections.talos_linux.talos.plugins.module_utils import waits as talos_waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
 from fake_talos import FakeTalos, cosi_state, fails_with, resource as fake_resource
@@ -60,8 +60,14 @@ REBOOT = "machine.MachineService/Reboot"
 GET = "cosi.resource.State/Get"
 
 
-def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None, warnings=(), auto_reboots=False):
-    """A node answering ApplyConfiguration like Talos ``version`` does."""
+def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None, warnings=(), auto_reboots=False,
+               members=None, active_config=None):
+    """A node answering ApplyConfiguration like Talos ``version`` does.
+
+    A worker, unless ``members`` ({hostname: healthy}, member i at 10.5.0.i)
+    makes it control plane cp-3 (10.5.0.3) of those etcd members.
+    ``active_config`` is the text of its active machine config.
+    """
     v114 = version >= "v1.14"
 
     def apply(request, _node):
@@ -80,14 +86,26 @@ def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None
         return [machine_pb2.ApplyConfiguration(mode=mode, mode_details="Applied configuration without a reboot",
                                                warnings=warnings)]
 
-    return FakeTalos(insecure=maintenance, answers={
+    client = FakeTalos(insecure=maintenance, answers={
         VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=version))],
         APPLY: apply,
         READ: b"boot-1\n",
         REBOOT: [machine_pb2.Reboot(actor_id="actor")],
         # Several nodes' applies take turns by machine type.
-        GET: cosi_state(fake_resource("config", "MachineTypes.config.talos.dev", "machine-type", "worker")),
+        GET: cosi_state(fake_resource("config", "MachineTypes.config.talos.dev", "machine-type", "worker"),
+                        fake_resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", active_config or CONFIG)),
+        etcd.MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
+        "machine.MachineService/Hostname": [machine_pb2.Hostname(hostname="cp-3")],
     })
+    if members is not None:
+        client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+            machine_pb2.EtcdMember(id=i, hostname=name, client_urls=["https://10.5.0.%d:2379" % i])
+            for i, name in enumerate(members, 1)])])
+        for i, healthy in enumerate(members.values(), 1):
+            client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+                member_id=i, leader=1))] if healthy else TalosConnectionError("unreachable", code="Unavailable"),
+                node="10.5.0.%d" % i)
+    return client
 
 
 def applies(client):
@@ -136,7 +154,8 @@ class TestDecision:
         client = talos_node()
         ok, result, _task = run(client, check_mode=True, diff=True, mode="reboot")
         assert ok and result["changed"] is True and result["rebooted"] is False
-        assert client.names() == ["Version", "ApplyConfiguration"]
+        # The dry run, then the quorum guard's read (a worker: nothing to guard).
+        assert client.names() == ["Version", "ApplyConfiguration", "EtcdMemberList"]
         assert applies(client)[0].dry_run is True
         assert "hostname: worker-0" in result["diff"]["before"] and "hostname: worker-1" in result["diff"]["after"]
 
@@ -189,7 +208,7 @@ class TestRebootMode:
         client = talos_node(version="v1.14.1")
         ok, result, _task = run(client, mode="reboot")
         assert ok and result["changed"] is True and result["rebooted"] is True and result["mode"] == "no_reboot"
-        assert client.names() == ["Version", "ApplyConfiguration", "Read", "ApplyConfiguration", "Reboot"]
+        assert client.names() == ["Version", "ApplyConfiguration", "EtcdMemberList", "Read", "ApplyConfiguration", "Reboot"]
         assert all(request.mode == Mode.NO_REBOOT for request in applies(client))
         assert waits == [("reboot", "10.5.0.3", "boot-1", 30)]
 
@@ -233,6 +252,97 @@ class TestRebootMode:
     ])
     def test_request_mode(self, mode, maintenance, tag, expected):
         assert machine_config.request_mode(mode, maintenance, tag) == expected
+
+
+def mutations(client):
+    """What changed a node: the applies that were no dry run, and reboots."""
+    return [call.method.rsplit("/", 1)[-1] for call in client.calls
+            if call.method == REBOOT or (call.method == APPLY and not call.request.dry_run)]
+
+
+class TestQuorumGuard:
+    """An apply that reboots a control plane passes the one etcd quorum guard, as talos_reboot does."""
+
+    def test_a_reboot_etcd_cannot_spare_is_refused_before_anything_is_applied(self, waits):
+        client = talos_node(members={"cp-1": True, "cp-2": False, "cp-3": True})
+        with pytest.raises(etcd.QuorumLossRefused) as refused:
+            run(client, mode="reboot")
+        assert refused.value.message.startswith("Refusing to reboot control-plane node 10.5.0.3: etcd would keep 3 voting "
+                                                "members and need 2 of them healthy for quorum, but only 1 member other "
+                                                "than cp-3 is healthy (not healthy: cp-2 - ")
+        assert refused.value.message.endswith("or set force_quorum_loss: true to go ahead anyway.")
+        assert refused.value.to_result()["etcd_gate_open"] is False
+        assert mutations(client) == [] and waits == []
+
+    def test_check_mode_runs_the_guard_too(self, waits):
+        client = talos_node(members={"cp-1": True, "cp-2": False, "cp-3": True})
+        with pytest.raises(etcd.QuorumLossRefused):
+            run(client, mode="reboot", check_mode=True)
+        assert mutations(client) == []
+
+    def test_a_reboot_etcd_can_spare_goes_ahead_with_the_findings(self, waits):
+        client = talos_node(members={"cp-1": True, "cp-2": True, "cp-3": True})
+        ok, result, _task = run(client, mode="reboot")
+        assert ok and result["rebooted"] is True and result["etcd_gate_open"] is True
+        assert result["quorum"]["safe"] is True and result["controlplane"] is True
+        assert mutations(client) == ["ApplyConfiguration", "Reboot"]
+
+    def test_force_quorum_loss_reboots_anyway(self, waits):
+        client = talos_node(members={"cp-1": False, "cp-2": False, "cp-3": True})
+        ok, result, _task = run(client, mode="reboot", force_quorum_loss=True)
+        assert ok and result["rebooted"] is True and result["etcd_gate_open"] is False
+        assert mutations(client) == ["ApplyConfiguration", "Reboot"]
+
+    def test_a_reboot_older_talos_chooses_is_guarded(self, waits):
+        client = talos_node(version="v1.13.2", auto_reboots=True, members={"cp-1": True, "cp-2": False, "cp-3": True})
+        with pytest.raises(etcd.QuorumLossRefused):
+            run(client)
+        assert mutations(client) == []
+
+    def test_an_apply_without_a_reboot_asks_no_guard(self, waits):
+        client = talos_node(members={"cp-1": False, "cp-2": False, "cp-3": True})
+        ok, result, _task = run(client)
+        assert ok and result["changed"] is True and "etcd_gate_open" not in result
+        assert "EtcdMemberList" not in client.names()
+
+    def test_an_unchanged_config_asks_no_guard(self, waits):
+        client = talos_node(diff="No changes.", members={"cp-1": False, "cp-2": False, "cp-3": True})
+        ok, result, _task = run(client, mode="reboot")
+        assert ok and result["changed"] is False and "EtcdMemberList" not in client.names()
+
+
+INSTALLING = CONFIG.replace("  network:", """  install:
+    disk: /dev/sda
+    image: factory.talos.dev/metal-installer/abc:%s # the installer
+  network:""")
+
+
+class TestKeepNewerInstaller:
+    def test_an_older_installer_is_applied_at_the_nodes_release(self, waits):
+        client = talos_node(diff="No changes.", active_config=INSTALLING % "v1.14.1")
+        ok, result, _task = run(client, config=INSTALLING % "v1.14.0", keep_newer_installer=True)
+        assert ok and result["changed"] is False
+        assert result["installer_kept"] == {"given": "factory.talos.dev/metal-installer/abc:v1.14.0",
+                                            "applied": "factory.talos.dev/metal-installer/abc:v1.14.1"}
+        (dry_run,) = applies(client)
+        assert dry_run.data == (INSTALLING % "v1.14.1").encode()
+
+    def test_without_the_option_the_config_is_applied_as_given(self, waits):
+        client = talos_node(active_config=INSTALLING % "v1.14.1")
+        ok, result, _task = run(client, config=INSTALLING % "v1.14.0")
+        assert "installer_kept" not in result and applies(client)[0].data == (INSTALLING % "v1.14.0").encode()
+        assert client.calls_to(GET) == []
+
+    @pytest.mark.parametrize("given", ["v1.14.1", "v1.14.2"])
+    def test_a_newer_or_equal_installer_is_applied_as_given(self, waits, given):
+        client = talos_node(active_config=INSTALLING % "v1.14.1")
+        ok, result, _task = run(client, config=INSTALLING % given, keep_newer_installer=True)
+        assert "installer_kept" not in result and applies(client)[0].data == (INSTALLING % given).encode()
+
+    def test_maintenance_mode_has_nothing_to_keep(self, waits):
+        client = talos_node(maintenance=True)
+        ok, result, _task = run(client, config=INSTALLING % "v1.14.0", insecure=True, keep_newer_installer=True)
+        assert "installer_kept" not in result and applies(client)[0].data == (INSTALLING % "v1.14.0").encode()
 
 
 class TestMaintenance:
