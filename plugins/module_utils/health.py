@@ -10,17 +10,23 @@ whose progress stream ``server_health_check`` follows. ``nodes_to_check`` finds
 the node lists (options, else COSI cluster Members). Both wait through
 waits.Waiter, which shows the checks' progress; between two rounds of the
 Talos checks it follows the events of the node the failing check names.
+``survey`` runs every Talos check once without waiting and names every
+unhealthy node: the gate before a rolling upgrade or restart. Nodes known to be
+down can be ignored by both.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import time
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import cluster_nodes as members_source, etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError, format_seconds
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
+    TalosConfigError, TalosError, TalosUnreachableError, format_seconds,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import EventFollower, Seen, Waiter, WaitTimedOut
 
 try:
@@ -116,18 +122,37 @@ def _service_check(service_id):
 
 
 class TalosChecks:
-    """The Talos-level checks of ``talosctl health``, each returning ``[(node, problem)]`` (empty = passed)."""
+    """The Talos-level checks of ``talosctl health``, each returning ``[(node, problem)]`` (empty = passed).
 
-    def __init__(self, client, nodes):
+    ``ignored`` nodes (known to be down or unhealthy) are not asked, and no
+    problem is held against them; they still count as the cluster's nodes (the
+    etcd member of an ignored control plane is one of the control planes').
+    """
+
+    def __init__(self, client, nodes, ignored=()):
         self.client = client
         self.nodes = nodes
+        self.ignored = set(ignored)
+        # Nodes a survey found not answering: asked once, not again by the later checks.
+        self.unreachable = set()
+        self._surveying = False
         self._members = {}
 
+    def _asked(self, nodes):
+        return [node for node in nodes if node not in self.ignored and node not in self.unreachable]
+
     def _call_many(self, method, request=None, nodes=None, deadline=CALL_TIMEOUT):
-        return self.client.call_many(method, request, nodes=nodes, deadline=deadline)
+        nodes = self._asked(nodes)
+        answers = self.client.call_many(method, request, nodes=nodes, deadline=deadline) if nodes else {}
+        self._note_unreachable(answers)
+        return answers
+
+    def _note_unreachable(self, answers):
+        if self._surveying:
+            self.unreachable.update(node for node, answer in answers.items() if isinstance(answer, TalosUnreachableError))
 
     def run(self, name):
-        return getattr(self, name)()
+        return [(node, message) for node, message in getattr(self, name)() if node not in self.ignored]
 
     def etcd_healthy(self):
         answers = self._call_many("machine.MachineService/ServiceList", nodes=self.nodes.control_planes)
@@ -186,12 +211,13 @@ class TalosChecks:
 
     def no_diagnostics(self):
         problems = []
-        for node in self.nodes.all:
+        for node in self._asked(self.nodes.all):
             try:
                 found = self.client.list_resources("runtime", DIAGNOSTICS_TYPE, node=node, deadline=CALL_TIMEOUT)
             except TalosError as error:
                 if error.code == "PermissionDenied" and "not supported" in (error.server_message or ""):
                     continue  # a Talos release without diagnostics
+                self._note_unreachable({node: error})
                 problems.append((node, error.message))
                 continue
             for diagnostic in found:
@@ -213,6 +239,19 @@ class TalosChecks:
             status = talos_node.MachineStatus(resource_to_dict(items[0].resource)["spec"])
             return None if status.running_and_ready else "the node is in %s" % status
         return _problems_of(self._call_many("cosi.resource.State/Get", request, nodes=self.nodes.all), check)
+
+    def survey(self):
+        """Every check once, in order, each run whatever the ones before found: a Survey.
+
+        A node that does not answer is asked once: the later checks leave it out.
+        """
+        self._surveying = True
+        results, found = [], []
+        for name, description in TALOS_CHECKS:
+            problems = self.run(name)
+            results.append(_check_result(name, description, "failed" if problems else "passed", problems))
+            found.extend((name, node, message) for node, message in problems)
+        return Survey(results, found, self.unreachable - self.ignored)
 
     def round(self):
         """Every check in order, the first failing one leaving the later ones pending: ``(results, failed)``."""
@@ -242,6 +281,43 @@ def _check_result(name, description, state, problems=None):
     }
 
 
+class Survey:
+    """Every Talos check run once.
+
+    ``checks`` (each passed or failed), ``unhealthy`` (``{node: [problem]}``:
+    each distinct problem of a node once, after the first check that found it,
+    ``apid_ready: <why>``), ``unreachable`` (the nodes that did not answer at
+    all, sorted) and ``healthy``.
+    """
+
+    def __init__(self, checks, problems, unreachable, elapsed=None):
+        self.checks = checks
+        self.elapsed = elapsed
+        self.failed = [check for check in checks if check["state"] == "failed"]
+        self.healthy = not self.failed
+        self.unreachable = sorted(unreachable)
+        found = {}
+        for name, node, message in problems:
+            if node and message not in [seen for _name, seen in found.get(node, [])]:
+                found.setdefault(node, []).append((name, message))
+        self.unhealthy = dict((node, ["%s: %s" % pair for pair in pairs]) for node, pairs in found.items())
+
+    def message(self):
+        """One sentence naming every failed check, its nodes and why."""
+        return "The cluster is not healthy: %s." % "; ".join(
+            "%s (%s) failed%s" % (check["name"], check["description"],
+                                  " - %s" % check["message"].rstrip(".") if check["message"] else "")
+            for check in self.failed)
+
+
+def survey(client, nodes, ignored=()):
+    """Every Talos check once, without waiting (TalosChecks.survey); the Survey's ``elapsed`` says how long it took."""
+    started = time.monotonic()
+    found = TalosChecks(client, nodes, ignored).survey()
+    found.elapsed = round(time.monotonic() - started, 1)
+    return found
+
+
 class HealthFailure(TalosError):
     """The cluster did not become healthy in time; ``checks`` holds every check's state."""
 
@@ -263,13 +339,14 @@ def _failing_state(check):
     return "waiting for %s%s" % (check["name"], " on %s" % ", ".join(check["nodes"]) if check["nodes"] else "")
 
 
-def run_talos_checks(client, nodes, timeout, interval=2.0, progress=None):
+def run_talos_checks(client, nodes, timeout, interval=2.0, progress=None, ignored=()):
     """Run the Talos checks in rounds until all pass or ``timeout`` seconds pass.
 
     Every round runs the checks from the first; a failing check leaves the
-    later ones pending. Returns ``(checks, elapsed)``; raises HealthFailure.
+    later ones pending. ``ignored`` nodes are neither asked nor held against
+    the cluster. Returns ``(checks, elapsed)``; raises HealthFailure.
     """
-    checks = TalosChecks(client, nodes)
+    checks = TalosChecks(client, nodes, ignored)
     waiter = Waiter(timeout, interval, progress)
     # Between two rounds, the events of the node the failing check names (else the first control plane's).
     followers = {}

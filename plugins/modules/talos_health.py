@@ -46,8 +46,22 @@ options:
   wait_timeout:
     description:
       - Seconds to wait for every check to pass. Any length; the checks are polled until then.
+      - V(0) checks once, without waiting (with O(checks=talos)) - every check runs, whatever the ones before it found,
+        and the task fails naming every failed check; RV(unhealthy_nodes) says what is wrong with each node and
+        RV(unreachable_nodes) which do not answer at all. A node that does not answer is asked once. This is the
+        health gate the M(talos_linux.talos.upgrade) role passes before its first node.
     type: int
     default: 600
+  ignore_nodes:
+    description:
+      - Nodes known to be down or unhealthy, to leave out of the checks (with O(checks=talos)) - they are not asked and
+        no check fails because of them. They are still the cluster's nodes - the etcd member of an ignored control
+        plane still counts as a control plane's - so list them in O(control_plane_nodes) or O(worker_nodes) too.
+      - The M(talos_linux.talos.upgrade) role ignores the nodes that were unhealthy before it started, when told to go
+        ahead without them.
+    type: list
+    elements: str
+    default: []
   poll_interval:
     description:
       - Seconds between two rounds of checks with O(checks=talos), at most - a round starts as soon as the node that
@@ -109,7 +123,7 @@ RETURN = r"""
 checks:
   description:
     - Every check in the order it runs, with its C(name), C(description) (as C(talosctl health) prints it),
-      C(state) (V(passed), V(failed), V(pending) when an earlier check failed, V(running) on the server),
+      C(state) (V(passed), V(failed), V(pending) when an earlier check failed while waiting, V(running) on the server),
       C(nodes) where it failed and the last C(message).
   returned: always
   type: list
@@ -126,12 +140,12 @@ checks:
       nodes: []
       message: null
 failed_check:
-  description: The name of the check that did not pass, when the task fails.
+  description: The name of the check that did not pass, when the task fails (with O(wait_timeout=0), the first of them).
   returned: on failure
   type: str
   sample: etcd_healthy
 failed_nodes:
-  description: The nodes the failed check named, when the task fails.
+  description: The nodes the failed check named, when the task fails (with O(wait_timeout=0), every failed check's).
   returned: on failure
   type: list
   elements: str
@@ -158,6 +172,20 @@ worker_nodes:
   type: list
   elements: str
   sample: [10.5.0.5]
+unhealthy_nodes:
+  description:
+    - With O(wait_timeout=0), what each unhealthy node's checks found, keyed by node - each problem once, after the
+      name of the first check that found it. Empty when every check passed.
+  returned: when O(wait_timeout=0)
+  type: dict
+  sample:
+    10.5.0.6: ["apid_ready: Node 10.5.0.6 is unreachable through endpoint 10.5.0.2:50000: connection refused."]
+unreachable_nodes:
+  description: With O(wait_timeout=0), the nodes that did not answer at all (off, or cut off from the endpoint).
+  returned: when O(wait_timeout=0)
+  type: list
+  elements: str
+  sample: [10.5.0.6]
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import health
@@ -170,6 +198,7 @@ SPEC = TaskSpec(
         control_plane_nodes=dict(type="list", elements="str"),
         worker_nodes=dict(type="list", elements="str"),
         poll_interval=dict(type="int", default=2),
+        ignore_nodes=dict(type="list", elements="str", default=[]),
     ),
     wait="timeout",
     ranges=dict(wait_timeout=(0, None), poll_interval=(1, None)),
@@ -182,19 +211,35 @@ def run(task):
     params = task.params
     # The talosconfig's own node list does not choose the control plane to ask: the endpoint answers then.
     node = task.single_node("asks one control plane for the cluster's health") if params["nodes"] else params["node"]
+    if params["checks"] == "all" and (params["ignore_nodes"] or not params["wait_timeout"]):
+        raise TaskFailed("%s works with checks: talos only: the server-side check (checks: all) waits and checks every "
+                         "node." % ("ignore_nodes" if params["ignore_nodes"] else "wait_timeout 0 (check once)"))
     nodes = health.nodes_to_check(task.client, params["control_plane_nodes"], params["worker_nodes"], node)
     result = dict(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers)
+    if not params["wait_timeout"]:
+        return _check_once(task, nodes, result)
     try:
         if params["checks"] == "all":
             checks, elapsed = health.server_health_check(task.client, nodes, node, params["wait_timeout"], task.progress)
         else:
             checks, elapsed = health.run_talos_checks(task.client, nodes, params["wait_timeout"], params["poll_interval"],
-                                                      task.progress)
+                                                      task.progress, ignored=params["ignore_nodes"])
     except health.HealthFailure as failure:
         failed = [check for check in failure.checks if check["state"] == "failed"][-1]
         raise TaskFailed(failure.message, checks=failure.checks, elapsed=failure.elapsed, failed_check=failed["name"],
                          failed_nodes=failed["nodes"], **result)
     return dict(checks=checks, elapsed=elapsed, **result)
+
+
+def _check_once(task, nodes, result):
+    """Every Talos check once (wait_timeout 0): the result names every unhealthy node."""
+    survey = health.survey(task.client, nodes, ignored=task.params["ignore_nodes"])
+    result.update(checks=survey.checks, elapsed=survey.elapsed, unhealthy_nodes=survey.unhealthy,
+                  unreachable_nodes=survey.unreachable)
+    if survey.healthy:
+        return result
+    raise TaskFailed(survey.message(), failed_check=survey.failed[0]["name"],
+                     failed_nodes=sorted(set(node for check in survey.failed for node in check["nodes"])), **result)
 
 
 def main():

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import health, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosUnreachableError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
@@ -28,6 +28,8 @@ class ClusterState:
 
     def __init__(self):
         self.down = set()
+        # Machines that are off: nothing answers for them (the endpoint cannot dial them).
+        self.off = set()
         self.services = {}
         self.members = [CP1, CP2]
         self.diagnostics = {}
@@ -60,6 +62,8 @@ def talos(cluster):
 
     def unless_down(answer):
         def on_node(request, node):
+            if node in cluster.off:
+                return TalosUnreachableError("Node %s is unreachable: connection refused." % node, code="Unavailable", node=node)
             return fails_with("Unavailable", "connection refused") if node in cluster.down else answer(request, node)
         return on_node
 
@@ -153,6 +157,62 @@ def test_a_long_wait_shows_which_check_holds_it_up(monkeypatch):
     health.run_talos_checks(talos(cluster), NODES, timeout=60, interval=2, progress=lines.append)
     assert lines == ["cluster: waiting for etcd_healthy on 10.5.0.3 (6 s)",
                      "cluster: waiting for etcd_healthy on 10.5.0.3 → all checks passed (8 s)"]
+
+
+# -- the survey before a rolling upgrade, and nodes left out ----------------------------------------------------
+
+
+def test_a_survey_of_a_healthy_cluster_passes_every_check():
+    survey = health.survey(talos(ClusterState()), NODES)
+    assert survey.healthy and states(survey.checks) == [(name, "passed") for name, _description in health.TALOS_CHECKS]
+    assert (survey.unhealthy, survey.unreachable) == ({}, [])
+
+
+def test_a_survey_runs_every_check_and_names_every_unhealthy_node():
+    cluster = ClusterState()
+    cluster.services[(CP2, "etcd")] = ("Preparing", False)
+    cluster.diagnostics[W1] = {"address-overlap": "host and pod addresses overlap"}
+    survey = health.survey(talos(cluster), NODES)
+    failed = [(check["name"], check["nodes"]) for check in survey.checks if check["state"] == "failed"]
+    assert failed == [("etcd_healthy", [CP2]), ("no_diagnostics", [W1])]
+    assert survey.unhealthy == {CP2: ['etcd_healthy: service "etcd" is Preparing'],
+                                W1: ["no_diagnostics: diagnostic address-overlap: host and pod addresses overlap"]}
+    assert survey.unreachable == [] and not survey.healthy
+    assert survey.message() == (
+        'The cluster is not healthy: etcd_healthy (etcd to be healthy) failed - 10.5.0.3: service "etcd" is Preparing; '
+        "no_diagnostics (no diagnostics) failed - 10.5.0.5: diagnostic address-overlap: host and pod addresses overlap.")
+
+
+@pytest.mark.parametrize("off, first_check", [(W1, "apid_ready"), (CP2, "etcd_healthy")])
+def test_a_node_that_does_not_answer_is_asked_once(off, first_check):
+    cluster = ClusterState()
+    cluster.off.add(off)
+    client = talos(cluster)
+    survey = health.survey(client, NODES)
+    assert survey.unreachable == [off]
+    assert survey.unhealthy == {off: ["%s: Node %s is unreachable: connection refused." % (first_check, off)]}
+    assert [call.node for call in client.calls].count(off) == 1
+    # The etcd member of a control plane that is off is still one of the control planes'.
+    assert [check["name"] for check in survey.checks if check["state"] == "failed"] == [first_check]
+
+
+def test_ignored_nodes_are_neither_asked_nor_held_against_the_cluster():
+    cluster = ClusterState()
+    cluster.off.update([W1, CP2])
+    client = talos(cluster)
+    checks, _elapsed = health.run_talos_checks(client, NODES, timeout=0, ignored=[W1, CP2])
+    assert {check["state"] for check in checks} == {"passed"}
+    assert health.survey(client, NODES, ignored=[W1, CP2]).healthy
+    assert {call.node for call in client.calls} == {CP1}
+
+
+def test_a_node_ignored_is_left_out_but_the_others_still_count():
+    cluster = ClusterState()
+    cluster.off.add(W1)
+    cluster.services[(CP2, "kubelet")] = ("Running", False)
+    with pytest.raises(health.HealthFailure) as raised:
+        health.run_talos_checks(talos(cluster), NODES, timeout=0, ignored=[W1])
+    assert raised.value.checks[-2]["name"] == "kubelet_healthy" and raised.value.checks[-2]["nodes"] == [CP2]
 
 
 def progress(*messages):
