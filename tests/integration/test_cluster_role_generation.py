@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import os
 
+import pytest
 import yaml
 
 
@@ -85,3 +86,63 @@ def test_an_unreachable_node_in_maintenance_mode_fails_once_naming_the_variable_
     assert run.task("talos_linux.talos.cluster : Apply the machine configuration", worker.name)["status"] == "ok"
     assert run.stdout.count("fatal: [%s]" % worker.name) == 1, run.stdout
     assert worker.maintenance and worker.config is None
+
+
+def _recap_changes(run):
+    lines = [line for line in run.stdout.split("PLAY RECAP", 1)[1].splitlines() if " : ok=" in line]
+    return dict((line.split()[0], int(line.split("changed=")[1].split()[0])) for line in lines)
+
+
+@pytest.mark.once
+def test_provisioning_again_after_an_upgrade_changes_nothing_and_the_upgrade_role_says_what_it_did(
+        emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True, reboot_seconds=0.1)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(cluster.inventory()))
+    workdir = tmp_path / "generated"
+    provision = role_play(cluster, workdir)
+    upgrade = {"hosts": "controlplane:workers", "gather_facts": False, "roles": [{
+        "role": "talos_linux.talos.upgrade", "vars": {
+            "upgrade_version": "v1.14.1", "upgrade_talosconfig": "%s/talosconfig" % workdir,
+            "upgrade_force_quorum_loss": True, "upgrade_wait_timeout": 60}}]}
+
+    def report(run):
+        (found,) = [r for r in run.results if r["task"].endswith("Report the rolling upgrade")]
+        return found["result"]["msg"]
+
+    run_playbook(provision, inventory=str(inventory))
+    run_playbook(upgrade, inventory=str(inventory))
+    newer = dict((node.name, node.config["machine"]["install"]["image"]) for node in cluster.nodes)
+    assert all(image.endswith(":v1.14.1") for image in newer.values()) and cluster.nodes[0].talos_version == "v1.14.1"
+    applies = len(cluster.audit("ApplyConfiguration", include_dry_run=False))
+
+    # The configs rendered for Talos v1.14.0 name its installer: the nodes keep the one talos_upgrade moved them to.
+    for check in (True, False):
+        again = run_playbook(provision, inventory=str(inventory), check=check)
+        assert again.changed_count == 0, [r["task"] for r in again.results if r["status"] == "changed"]
+        for node in cluster.nodes:
+            kept = again.task("talos_linux.talos.cluster : Apply the machine configuration", node.name)["result"]
+            assert kept["installer_kept"]["applied"] == newer[node.name]
+    assert len(cluster.audit("ApplyConfiguration", include_dry_run=False)) == applies
+    assert dict((node.name, node.config["machine"]["install"]["image"]) for node in cluster.nodes) == newer
+    unchanged = run_playbook(upgrade, inventory=str(inventory))
+    assert unchanged.changed_count == 0
+    assert report(unchanged) == "Every node runs Talos v1.14.1. Upgraded: none. Already there: controlplane-1, worker-1."
+
+    # A reference moved back by other means: the upgrade role updates it alone, and says so.
+    worker = cluster.workers[0]
+    run_playbook({"hosts": "localhost", "gather_facts": False, "tasks": [{"talos_linux.talos.talos_apply_config": {
+        "talosconfig": "%s/talosconfig" % workdir, "node": worker.address, "config_file": "%s/worker.yaml" % workdir,
+        "config_patches": [{"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": None,
+                            "hostname": worker.name + "-gen"}]}}]})
+    assert worker.config["machine"]["install"]["image"].endswith(":v1.14.0")
+    reboots = worker.reboots
+    for check in (True, False):
+        updated = run_playbook(upgrade, inventory=str(inventory), check=check)
+        assert report(updated) == (
+            "%s Talos v1.14.1. %s upgraded: none. Only the installer reference %s updated, the node running the target "
+            "already: worker-1. Already there: controlplane-1." % (
+                ("Check mode: every node would run", "Would be", "would be") if check else ("Every node runs", "Upgraded", "was")))
+        assert _recap_changes(updated) == {"controlplane-1": 0, "worker-1": 1}
+        assert "worker-1's installer reference %s updated." % ("would be" if check else "was") in updated.stdout
+    assert worker.config["machine"]["install"]["image"] == newer[worker.name] and worker.reboots == reboots

@@ -140,7 +140,9 @@ def test_reboot_mode_on_talos_before_v1_14_reboots_in_the_apply(emulator, run_pl
     cluster = emulator(controlplanes=1, talos_version="v1.12.0")
     node = cluster.controlplanes[0]
     boot_id = node.boot_id
-    tasks = [apply_task("apply and reboot", node, config=with_hostname(node.config_text(), "renamed"), mode="reboot")]
+    # The only control plane: the etcd quorum guard cannot let it go without force_quorum_loss (below).
+    tasks = [apply_task("apply and reboot", node, config=with_hostname(node.config_text(), "renamed"), mode="reboot",
+                        force_quorum_loss=True)]
     run = run_playbook(play(tasks, cluster.talosconfig_path()))
 
     result = run.task("apply and reboot")["result"]
@@ -247,3 +249,51 @@ def test_several_nodes_in_one_task_each_get_the_config_and_a_rerun_changes_nothi
     result = rerun.task("both workers")["result"]
     assert result["changed"] is False and all(not node["changed"] for node in result["nodes"].values())
     assert all(len(applied(cluster, worker)) == 1 for worker in workers)
+
+
+def test_a_reboot_of_a_control_plane_etcd_cannot_spare_is_refused_before_anything_is_applied(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, bootstrapped=True, reboot_seconds=0.1)
+    target, down = cluster.controlplanes[0], cluster.controlplanes[2]
+    cluster.power_off(down.name)
+    tasks = [apply_task("apply and reboot", target, config=with_hostname(target.config_text(), "renamed"), mode="reboot")]
+
+    for check in (True, False):
+        refused = run_playbook(play(tasks, cluster.talosconfig_path()), check=check, expect_rc=2).task("apply and reboot")
+        assert refused["result"]["msg"].startswith(
+            "Refusing to reboot control-plane node %s: etcd would keep 3 voting members and need 2 of them healthy for "
+            "quorum, but only 1 member other than %s is healthy (not healthy: %s - " % (target.address, target.name, down.name))
+        assert refused["result"]["etcd_gate_open"] is False
+        assert applied(cluster, target) == [] and cluster.audit("Reboot") == [] and target.hostname == target.name
+
+    # Once the member is back, the same task passes the guard, applies and reboots.
+    cluster.power_on(down.name)
+    cluster.wait_ready(down, timeout=30)
+    result = run_playbook(play([dict(tasks[0], **{"talos_linux.talos.talos_apply_config": dict(
+        tasks[0]["talos_linux.talos.talos_apply_config"], quorum_wait_timeout=60)})], cluster.talosconfig_path())
+    ).task("apply and reboot")["result"]
+    assert result["rebooted"] is True and result["etcd_gate_open"] is True and result["quorum"]["safe"] is True
+    assert target.hostname == "renamed" and target.reboots == 1
+
+
+def test_keep_newer_installer_never_moves_the_installer_reference_back(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1)
+    worker = cluster.workers[0]
+    given = yaml.safe_load(worker.config_text())
+    older = given["machine"]["install"]["image"]
+    newer = older.rsplit(":", 1)[0] + ":v1.14.7"
+    given["machine"]["install"]["image"] = newer
+    run_playbook(play([apply_task("point at a newer release", worker, config=yaml.safe_dump(given))],
+                      cluster.talosconfig_path()))
+    assert worker.config["machine"]["install"]["image"] == newer
+
+    task = apply_task("apply the older config", worker, config=worker.config_text().replace(newer, older),
+                      keep_newer_installer=True)
+    for check in (True, False):
+        result = run_playbook(play([task], cluster.talosconfig_path()), check=check).task("apply the older config")["result"]
+        assert result["changed"] is False and result["installer_kept"] == {"given": older, "applied": newer}
+    assert worker.config["machine"]["install"]["image"] == newer and len(applied(cluster, worker)) == 1
+
+    # Without the option the config is applied as given, the reference going back.
+    del task["talos_linux.talos.talos_apply_config"]["keep_newer_installer"]
+    assert run_playbook(play([task], cluster.talosconfig_path())).task("apply the older config")["result"]["changed"] is True
+    assert worker.config["machine"]["install"]["image"] == older

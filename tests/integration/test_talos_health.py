@@ -153,3 +153,46 @@ def test_a_long_wait_shows_its_progress(emulator, run_playbook):
     waiting = "\ncluster: waiting for etcd_healthy on %s" % node.address  # localhost stands for no node: no host name
     assert waiting + " (" in run.stdout
     assert waiting + " → all checks passed (" in run.stdout
+
+
+def test_wait_timeout_0_checks_once_and_names_every_unhealthy_node(emulator, run_playbook):
+    cluster = emulator(controlplanes=2, workers=2, bootstrapped=True, reboot_seconds=0.1)
+    cp2, (diagnosed, off) = cluster.controlplanes[1], cluster.workers
+    lists = dict(control_plane_nodes=[cp.address for cp in cluster.controlplanes],
+                 worker_nodes=[worker.address for worker in cluster.workers])
+    assert run_playbook(health_play(cluster, cluster.controlplanes[0].address, wait_timeout=0, **lists)).task(
+        "health")["result"]["unhealthy_nodes"] == {}
+    _stop_etcd(cluster, cp2)
+    _diagnose(cluster, diagnosed)
+    cluster.power_off(off.name)
+
+    run = run_playbook(health_play(cluster, cluster.controlplanes[0].address, wait_timeout=0, **lists), check=True,
+                       expect_rc=2)
+    result = run.task("health")["result"]
+    failed = dict((check["name"], check["nodes"]) for check in result["checks"] if check["state"] == "failed")
+    assert failed == {"etcd_healthy": [cp2.address], "apid_ready": [off.address], "no_diagnostics": [diagnosed.address]}
+    assert "pending" not in [check["state"] for check in result["checks"]]
+    assert sorted(result["unhealthy_nodes"]) == sorted([cp2.address, diagnosed.address, off.address])
+    assert result["unhealthy_nodes"][cp2.address] == ['etcd_healthy: service "etcd" is Failed: service is failed']
+    assert result["unhealthy_nodes"][off.address][0].startswith("apid_ready: Node %s is unreachable" % off.address)
+    assert len(result["unhealthy_nodes"][off.address]) == 1 and result["unreachable_nodes"] == [off.address]
+    assert result["msg"].startswith("The cluster is not healthy: etcd_healthy (etcd to be healthy) failed - %s: " % cp2.address)
+    assert result["failed_check"] == "etcd_healthy" and sorted(result["failed_nodes"]) == sorted(result["unhealthy_nodes"])
+    assert result["elapsed"] < 10 and cluster.audit() == []
+
+    # Nodes known to be down are left out, of a wait as of a single check.
+    ignored = dict(lists, ignore_nodes=[cp2.address, diagnosed.address, off.address])
+    for wait_timeout in (0, 5):
+        result = run_playbook(health_play(cluster, cluster.controlplanes[0].address, wait_timeout=wait_timeout, **ignored)
+                              ).task("health")["result"]
+        assert {check["state"] for check in result["checks"]} == {"passed"}
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(wait_timeout=0), "wait_timeout 0 (check once) works with checks: talos only"),
+    (dict(ignore_nodes=["10.5.0.9"]), "ignore_nodes works with checks: talos only"),
+])
+def test_the_server_side_check_neither_checks_once_nor_ignores_nodes(emulator, run_playbook, options, message):
+    cluster = emulator(controlplanes=1, bootstrapped=True)
+    result = run_playbook(health_play(cluster, checks="all", **options), expect_rc=2).task("health")["result"]
+    assert result["msg"].startswith(message)

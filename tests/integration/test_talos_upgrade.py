@@ -235,3 +235,54 @@ def test_several_nodes_in_one_task_are_reported_per_node(emulator, run_playbook,
     assert nodes[first.address]["current_version"] == "v1.14.2" and nodes[first.address]["changed"] is True
     assert nodes[second.address]["failed"] is True and nodes[second.address]["step"] == "install"
     assert _version(cluster, second) == "v1.14.1"
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(version="latest"), "version 'latest' is not a Talos release: give a release such as v1.14.1."),
+    (dict(version="v1.99.0"), "version 'v1.99.0' is not a Talos release this collection supports (v1.9 to v1.14, any patch "
+                              "release of them): v1.99 is newer than v1.14; check the value for a typo, or use a release "
+                              "of the collection that supports Talos v1.99."),
+    (dict(image="ghcr.io/siderolabs/installer:v1.99.0"), "The tag 'v1.99.0' of image 'ghcr.io/siderolabs/installer:v1.99.0' "
+                                                         "is not a Talos release this collection supports"),
+])
+def test_a_target_that_is_no_supported_release_is_refused_before_any_call(emulator, run_playbook, options, message):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
+    worker = _worker(cluster)
+    image_play = _upgrade_play(cluster, worker)
+    image_play["tasks"] = [{"name": "pull", "talos_linux.talos.talos_image": dict(
+        talosconfig=cluster.talosconfig_path(), node=worker.address,
+        **dict(("installer_" + key, value) for key, value in options.items())), "ignore_errors": True}] + image_play["tasks"]
+    image_play["tasks"][1]["talos_linux.talos.talos_upgrade"].update(options)
+
+    run = run_playbook(image_play, expect_rc=2)
+    assert run.task("upgrade")["result"]["msg"].startswith(message)
+    # talos_image names its own option: installer_version, installer_image.
+    assert run.task("pull")["result"]["msg"].replace("installer_", "").startswith(message)
+    assert "installer_" in run.task("pull")["result"]["msg"]
+    assert cluster.audit() == []
+    assert _version(cluster, worker) == "v1.14.0"
+
+
+def test_a_node_at_the_target_with_an_older_installer_reference_only_has_its_reference_updated(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0", reboot_seconds=0.1)
+    worker = _worker(cluster)
+    older = worker.config_text()
+    run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"))
+    # A config applied again as it was before the upgrade names the older installer.
+    run_playbook({"hosts": "localhost", "gather_facts": False, "tasks": [{"talos_linux.talos.talos_apply_config": dict(
+        talosconfig=cluster.talosconfig_path(), node=worker.address, config=older)}]})
+    assert worker.config["machine"]["install"]["image"] == "ghcr.io/siderolabs/installer:v1.14.0"
+    calls, reboots = len(_calls(cluster, worker)), worker.reboots
+
+    check = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), check=True).task("upgrade")["result"]
+    assert (check["changed"], check["upgraded"], check["rebooted"]) == (True, False, False)
+    assert check["installer_reference"]["changed"] is True and len(_calls(cluster, worker)) == calls
+
+    result = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1")).task("upgrade")["result"]
+    assert (result["changed"], result["upgraded"], result["rebooted"]) == (True, False, False)
+    assert result["nodes"][worker.address]["upgraded"] is False
+    assert result["installer_reference"]["after"] == FACTORY_INSTALLER + ":v1.14.1" and worker.reboots == reboots
+    assert _calls(cluster, worker)[calls:] == ["machine.MachineService/ApplyConfiguration"] * 2
+
+    upgraded = run_playbook(_upgrade_play(cluster, worker, version="v1.14.2")).task("upgrade")["result"]
+    assert (upgraded["changed"], upgraded["upgraded"], upgraded["rebooted"]) == (True, True, True)

@@ -4,9 +4,10 @@
 nodes that changed, and waiting in the modules rather than retrying tasks."""
 
 import os
-import threading
 
 import pytest
+
+from playbook_runner import when
 
 UPGRADE = "machine.LifecycleService/Upgrade"
 
@@ -81,8 +82,7 @@ def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, r
     message = _failure(stopped)
     assert "The rolling upgrade stopped at control plane controlplane-2" in message
     assert "exited with code 1" in _cause(stopped)
-    assert "Done: controlplane-1." in message
-    assert "Not started: controlplane-3, worker-1, worker-2." in message
+    assert "Upgraded: controlplane-1. Already there: none. Not started: controlplane-3, worker-1, worker-2." in message
     assert _upgraded(cluster) == ["controlplane-1"]
 
     resumed = run_playbook(PLAYBOOK, inventory=inventory)
@@ -121,8 +121,7 @@ def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook)
     message = _failure(stopped)
     assert "The rolling upgrade stopped at the batch of workers worker-1, worker-2" in message
     assert "worker-1 failed" in message
-    assert "Done: controlplane-1, worker-2." in message
-    assert "Not started: worker-3." in message
+    assert "Upgraded: controlplane-1, worker-2. Already there: none. Not started: worker-3." in message
     assert sorted(_upgraded(cluster)) == ["controlplane-1", "worker-2"]
     assert cluster.node("worker-3").talos_version == "v1.13.0"
     failed_batch = [r for r in stopped.results if r["status"] == "failed"][0]["result"]["nodes"]
@@ -177,17 +176,13 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
                for node in batch["result"]["nodes"].values())
     assert _recap_changes(run) == dict((node.name, 1) for node in cluster.nodes)
 
-    # A member unhealthy for a while: talos_reboot waits for etcd to spare the first control plane, saying why,
+    # A member unhealthy for a while - its etcd status unreadable for the guard's first four asks, two seconds apart
+    # (the health checks do not read it): talos_reboot waits for etcd to spare the first control plane, saying why,
     # and goes ahead once the member is back.
-    cluster.faults.make_unreachable("controlplane-3")
-    back = threading.Timer(8, cluster.faults.make_reachable, ["controlplane-3"])
-    back.start()
-    try:
-        # Progress lines show as they happen only through the controller door.
-        waited = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, extra_vars={"upgrade_etcd_wait_timeout": 60},
-                              env={"TALOS_TEST_DOOR": ""})
-    finally:
-        back.cancel()
+    cluster.faults.fail("EtcdStatus", "Unknown", "etcd is not ready", times=4, node="controlplane-3")
+    # Progress lines show as they happen only through the controller door.
+    waited = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, extra_vars={"upgrade_etcd_wait_timeout": 60},
+                          env={"TALOS_TEST_DOOR": ""})
     _assert_no_task_retried(waited)
     cp1 = cluster.node("controlplane-1").address
     lines = [line for line in waited.stdout.splitlines() if "waiting for etcd to spare %s: " % cp1 in line]
@@ -197,12 +192,13 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     assert all(node.reboots == 2 for node in cluster.nodes)
 
     # A member unhealthy for longer than the etcd wait: the guard refuses the first control plane at its end.
-    cluster.faults.make_unreachable("controlplane-3")
+    cluster.faults.fail("EtcdStatus", "Unknown", "etcd is not ready", times=-1, node="controlplane-3")
     stopped = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, expect_rc=2)
     message = _failure(stopped)
     assert "The rolling reboot stopped at control plane controlplane-1" in message
     # The role's own override, not the modules' force_quorum_loss; the refusal itself is said once, by its task.
     assert "set upgrade_force_quorum_loss: true to go ahead anyway" in message and "Refusing" not in message
+    assert message.endswith("Rebooted: none. Not started: controlplane-2, controlplane-3, worker-1, worker-2.")
     cause = _cause(stopped)
     assert cause.startswith("Refusing to reboot control-plane node")
     assert "only 1 member other than controlplane-1 is healthy" in cause
@@ -210,28 +206,115 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     assert len(cluster.audit(method="Reboot")) == 10
 
 
-@pytest.mark.once
-def test_unhealthy_cluster_stops_the_upgrade_after_the_node(emulator, run_playbook):
+def test_an_unhealthy_cluster_is_refused_before_the_first_node_unless_allowed(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
     worker = cluster.workers[0]
     cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap")
-
     # One control plane: etcd cannot spare it, so the quorum guard is forced (by the deprecated name, which still works).
     forced = {"upgrade_force": True}
-    stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=dict(forced, upgrade_health_timeout=2), expect_rc=2)
 
-    message = _failure(stopped)
-    assert "The rolling upgrade stopped at control plane controlplane-1" in message
-    assert "Cluster health check no_diagnostics" in _cause(stopped) and worker.address in _cause(stopped)
-    assert "Not started: worker-1." in message
-    assert _upgraded(cluster) == ["controlplane-1"]
+    for check in (True, False):
+        refused = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=forced, check=check, expect_rc=2)
+        assert _failure(refused) == (
+            "The rolling upgrade did not start: the cluster is not healthy - worker-1 (%s): no_diagnostics: diagnostic "
+            "address-overlap: host and pod addresses overlap. Nothing %s upgraded. Make those nodes healthy and run the "
+            "role again, or set upgrade_allow_unhealthy: true to go ahead without them (nodes that do not answer are left "
+            "out, and the health waits leave out every node unhealthy now)." % (worker.address, "would be" if check else "was"))
+        assert cluster.audit() == [] and _recap_changes(refused) == {"controlplane-1": 0, "worker-1": 0}
 
-    cluster.add_diagnostic(worker, "address-overlap", None)
-    run_playbook(PLAYBOOK, inventory=inventory, extra_vars=forced)
+    # Allowed, the unhealthy worker (which answers) is upgraded too, and no health wait waits on its diagnostic.
+    allowed = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=dict(forced, upgrade_allow_unhealthy=True))
     assert _upgraded(cluster) == ["controlplane-1", "worker-1"]
-    again = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=forced)
-    health = [r for r in again.results if r["action"] == "talos_linux.talos.talos_health"]
-    assert len(health) == 2 and all(r["result"]["node_source"] == "options" for r in health)
+    (report,) = [r for r in allowed.results if r["task"].endswith("Report the rolling upgrade")]
+    assert report["result"]["msg"] == ("Every node runs Talos v1.14.0. Upgraded: controlplane-1, worker-1. Already there: "
+                                       "none.")
+    health = [r for r in allowed.results if r["action"] == "talos_linux.talos.talos_health"]
+    assert len(health) == 3 and all(r["result"]["node_source"] == "options" for r in health)
     assert health[0]["result"]["control_plane_nodes"] == [cluster.controlplanes[0].address]
     assert health[0]["result"]["worker_nodes"] == [worker.address]
+    assert health[0]["result"]["unhealthy_nodes"] == {
+        worker.address: ["no_diagnostics: diagnostic address-overlap: host and pod addresses overlap"]}
+    assert _recap_changes(allowed) == {"controlplane-1": 1, "worker-1": 1}
+
+
+def test_a_node_upgraded_before_a_failed_health_wait_is_counted(emulator, run_playbook):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+    worker = cluster.workers[0]
+    # The worker turns unhealthy while the control plane reboots into the new version.
+    when(lambda: cluster.audit(method="Reboot"),
+         lambda: cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap"))
+
+    stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force_quorum_loss": True,
+                                                                      "upgrade_health_timeout": 2}, expect_rc=2)
+    assert "Cluster health check no_diagnostics" in _cause(stopped) and worker.address in _cause(stopped)
+    assert _failure(stopped) == (
+        "The rolling upgrade stopped after control plane controlplane-1 (Wait until the cluster is healthy again - "
+        "controlplane-1 failed, see above). Upgraded: controlplane-1. Already there: none. Not started: worker-1.")
+    assert _upgraded(cluster) == ["controlplane-1"] and _recap_changes(stopped)["controlplane-1"] == 1
+
+
+REBOOT_FIVE = REBOOT_PLAYBOOK.replace("upgrade_wait_for_services: [etcd, kubelet]", "upgrade_health_timeout: 60")
+
+
+def test_a_rolling_restart_with_a_worker_off_reboots_nothing_unless_told_to_go_ahead_without_it(emulator, run_playbook):
+    cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2)
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+    off = cluster.node("worker-2")
+    cluster.power_off(off.name)
+
+    for check in (True, False):
+        refused = run_playbook(REBOOT_FIVE, inventory=inventory, check=check, expect_rc=2)
+        message = _failure(refused)
+        assert message.startswith("The rolling reboot did not start: the cluster is not healthy - worker-2 (%s): "
+                                  "apid_ready: Node %s is unreachable" % (off.address, off.address)), message
+        assert "Nothing %s rebooted." % ("would be" if check else "was") in message
+        assert "set upgrade_allow_unhealthy: true" in message
+        # Refused at the gate: no node was touched, and nothing waited on the worker that is off.
+        assert not [r for r in refused.results if "Wait until" in r["task"] or "Reboot the" in r["task"]]
+        assert cluster.audit(method="Reboot") == [] and _recap_changes(refused)["controlplane-1"] == 0
+
+    allowed = {"upgrade_allow_unhealthy": True}
+    preview = run_playbook(REBOOT_FIVE, inventory=inventory, extra_vars=allowed, check=True)
+    (report,) = [r for r in preview.results if r["task"].endswith("Report the rolling reboot")]
+    assert report["result"]["msg"] == (
+        "Check mode: every node but those left out would be rebooted, one control plane at a time then the workers in "
+        "batches. Would be rebooted: controlplane-1, controlplane-2, controlplane-3, worker-1. Left out, not answering "
+        "before the start: worker-2.")
+    assert cluster.audit(method="Reboot") == []
+    assert [line for line in preview.stdout.splitlines() if "would be rebooted." in line] == [
+        '    "msg": "%s would be rebooted."' % name for name in ("controlplane-1", "controlplane-2", "controlplane-3", "worker-1")]
+
+    restarted = run_playbook(REBOOT_FIVE, inventory=inventory, extra_vars=allowed)
+    (report,) = [r for r in restarted.results if r["task"].endswith("Report the rolling reboot")]
+    assert report["result"]["msg"].endswith("Rebooted: controlplane-1, controlplane-2, controlplane-3, worker-1. Left "
+                                            "out, not answering before the start: worker-2.")
+    assert sorted(entry["node"] for entry in cluster.audit(method="Reboot")) == [
+        "controlplane-1", "controlplane-2", "controlplane-3", "worker-1"]
+    assert _recap_changes(restarted) == {"controlplane-1": 1, "controlplane-2": 1, "controlplane-3": 1, "worker-1": 1,
+                                         "worker-2": 0}
+    # The health waits left the worker that is off out: they passed (one on it would have failed at its timeout).
+    waits = [r for r in restarted.results if r["task"].split(" : ")[-1].startswith("Wait until the cluster is healthy")]
+    assert len(waits) == 4 and all(r["status"] == "ok" for r in waits)
+    assert all(r["result"]["checks"][3]["name"] == "apid_ready" for r in waits)
+
+
+@pytest.mark.parametrize("target, message", [
+    ({"upgrade_version": "latest"}, "upgrade_version 'latest' is not a Talos release: give a release such as v1.14.1. "
+                                    "Nothing was upgraded."),
+    ({"upgrade_version": "v1.99.0"}, "upgrade_version 'v1.99.0' is not a Talos release this collection supports (v1.9 to "
+                                     "v1.14, any patch release of them): v1.99 is newer than v1.14; check the value for a "
+                                     "typo, or use a release of the collection that supports Talos v1.99. Nothing was "
+                                     "upgraded."),
+    ({"upgrade_version": "", "upgrade_image": "ghcr.io/siderolabs/installer:v1.99.0"},
+     "The tag 'v1.99.0' of upgrade_image 'ghcr.io/siderolabs/installer:v1.99.0' is not a Talos release this collection "
+     "supports"),
+])
+def test_a_target_that_is_no_supported_release_is_refused_before_any_node(emulator, run_playbook, target, message):
+    cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0")
+    inventory = os.path.join(cluster.state_dir, "inventory.yml")
+    refused = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=target, expect_rc=2)
+    assert _failure(refused).startswith(message)
+    assert len([r for r in refused.results if r["status"] == "failed"]) == 1
+    assert cluster.audit() == [] and all(node.talos_version == "v1.13.0" for node in cluster.nodes)

@@ -170,7 +170,11 @@ MODULE_CASES = [
 
     # talos_upgrade
     case("upgrade-empty-image", "talos_upgrade", {"image": ""}, r"^image is empty: set it to a value or leave it out"),
-    case("upgrade-version-latest", "talos_upgrade", {"version": "latest"}, r"^version 'latest' is not a Talos version such as v1.14.0\.$"),
+    case("upgrade-version-latest", "talos_upgrade", {"version": "latest"},
+         r"^version 'latest' is not a Talos release: give a release such as v1\.14\.1\.$"),
+    case("upgrade-version-beyond-the-supported-releases", "talos_upgrade", {"version": "v1.99.0"},
+         r"^version 'v1\.99\.0' is not a Talos release this collection supports \(v1\.9 to v1\.14, any patch release of "
+         r"them\): v1\.99 is newer than v1\.14; check the value for a typo"),
     case("upgrade-image-without-tag", "talos_upgrade", {"image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
     case("upgrade-lifecycle-with-stage", "talos_upgrade", {"version": "v1.14.1", "api": "lifecycle", "stage": True},
          r"^stage apply only to the legacy upgrade API"),
@@ -328,6 +332,13 @@ MODULE_CASES = [
 
     # Read-only modules: bad values refused, and resources full of secrets come back redacted.
     case("health-zero-poll-interval", "talos_health", {"poll_interval": 0}, r"^poll_interval must be at least 1, got 0\.$"),
+    case("health-server-side-ignoring-nodes", "talos_health", {"checks": "all", "ignore_nodes": ["{worker}"]},
+         r"^ignore_nodes works with checks: talos only"),
+    case("apply-reboot-of-the-only-control-plane", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [{"machine": {"sysctls": {"vm.max_map_count": "262144"}}}],
+          "mode": "reboot"},
+         r"^Refusing to reboot control-plane node .*; fix the unhealthy members first, or set force_quorum_loss: true "
+         r"to go ahead anyway\.$", group="node"),
     case("logs-negative-lines", "talos_logs", {"service": "kubelet", "lines": -1}, r"^lines must be at least 0, got -1\.$"),
     case("logs-empty-service", "talos_logs", {"service": ""}, r"^service is empty"),
     case("file-info-relative-path", "talos_file_info", {"path": "etc"}, r"^path must be an absolute path on the node"),
@@ -376,7 +387,7 @@ MODULE_CASES = [
     case("image-bad-reference", "talos_image", {"name": "Not An Image"}, r"^name 'Not An Image' is not an image reference"),
     case("image-installer-without-tag", "talos_image", {"installer_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
     case("image-installer-version-latest", "talos_image", {"installer_version": "latest"},
-         r"^version 'latest' is not a Talos version such as v1.14.0\.$"),
+         r"^installer_version 'latest' is not a Talos release: give a release such as v1\.14\.1\.$"),
     case("image-zero-concurrency", "talos_image", {"name": "busybox", "max_concurrency": 0},
          r"^max_concurrency must be at least 1, got 0\.$"),
     case("image-list-as-reader", "talos_image_info", {"talosconfig": "{reader}"}, r"", group="node", outcome="ok"),

@@ -264,7 +264,9 @@ CLUSTER_PLAY = """
 # (id, playbook, extra vars with {name} from the context, message regex)
 ROLE_CASES = [
     ("upgrade-role-version-latest", UPGRADE_PLAY, {"upgrade_version": "latest"},
-     r"version 'latest' is not a Talos version"),
+     r"^upgrade_version 'latest' is not a Talos release: give a release such as v1\.14\.1\. Nothing was upgraded\.$"),
+    ("upgrade-role-version-beyond-the-supported-releases", UPGRADE_PLAY, {"upgrade_version": "v1.99.0"},
+     r"^upgrade_version 'v1\.99\.0' is not a Talos release this collection supports \(v1\.9 to v1\.14"),
     ("upgrade-role-image-without-tag", UPGRADE_PLAY, {"upgrade_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
     ("upgrade-role-version-and-image", UPGRADE_PLAY, {"upgrade_version": "v1.14.1", "upgrade_image": "ghcr.io/siderolabs/installer:v1.14.1"},
      r"Set exactly one of upgrade_version and upgrade_image"),
