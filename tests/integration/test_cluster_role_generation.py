@@ -140,9 +140,10 @@ def test_provisioning_again_after_an_upgrade_changes_nothing_and_the_upgrade_rol
     for check in (True, False):
         updated = run_playbook(upgrade, inventory=str(inventory), check=check)
         assert report(updated) == (
-            "%s Talos v1.14.1. %s upgraded: none. Only the installer reference %s updated, the node running the target "
+            "%s Talos v1.14.1. %s: none. Only the installer reference %s updated, the node running the target "
             "already: worker-1. Already there: controlplane-1." % (
-                ("Check mode: every node would run", "Would be", "would be") if check else ("Every node runs", "Upgraded", "was")))
+                ("Check mode: every node would run", "Would be upgraded", "would be") if check
+                else ("Every node runs", "Upgraded", "was")))
         assert _recap_changes(updated) == {"controlplane-1": 0, "worker-1": 1}
         assert "worker-1's installer reference %s updated." % ("would be" if check else "was") in updated.stdout
     assert worker.config["machine"]["install"]["image"] == newer[worker.name] and worker.reboots == reboots

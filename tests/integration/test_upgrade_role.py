@@ -258,6 +258,7 @@ def test_a_node_upgraded_before_a_failed_health_wait_is_counted(emulator, run_pl
 REBOOT_FIVE = REBOOT_PLAYBOOK.replace("upgrade_wait_for_services: [etcd, kubelet]", "upgrade_health_timeout: 60")
 
 
+@pytest.mark.once
 def test_a_rolling_restart_with_a_worker_off_reboots_nothing_unless_told_to_go_ahead_without_it(emulator, run_playbook):
     cluster = emulator(controlplanes=3, workers=2, bootstrapped=True, reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
