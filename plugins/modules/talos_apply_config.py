@@ -174,6 +174,13 @@ EXAMPLES = r"""
     mode: reboot
     wait_timeout: 900
 
+- name: Apply a configuration to a control plane with a reboot once etcd can spare it
+  talos_linux.talos.talos_apply_config:
+    node: 10.5.0.2
+    config_file: ./controlplane.yaml
+    mode: reboot
+    quorum_wait_timeout: 300
+
 - name: Show what would change, secrets redacted
   talos_linux.talos.talos_apply_config:
     node: 10.5.0.2

@@ -288,9 +288,14 @@ def test_keep_newer_installer_never_moves_the_installer_reference_back(emulator,
 
     task = apply_task("apply the older config", worker, config=worker.config_text().replace(newer, older),
                       keep_newer_installer=True)
+    secrets = load_config(config=worker.config_text()).secret_values()
     for check in (True, False):
-        result = run_playbook(play([task], cluster.talosconfig_path()), check=check).task("apply the older config")["result"]
+        run = run_playbook(play([task], cluster.talosconfig_path()), check=check, diff=True, verbosity=3)
+        result = run.task("apply the older config")["result"]
         assert result["changed"] is False and result["installer_kept"] == {"given": older, "applied": newer}
+        # The node's active config, read to find its installer, shows nowhere, nor does any secret of it.
+        everything = run.stdout + run.stderr + json.dumps(run.results)
+        assert secrets and [secret for secret in secrets if secret in everything] == []
     assert worker.config["machine"]["install"]["image"] == newer and len(applied(cluster, worker)) == 1
 
     # Without the option the config is applied as given, the reference going back.
