@@ -40,8 +40,9 @@ def test_resolve_target_from_image_uses_its_tag():
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(image="ghcr.io/siderolabs/installer"), "has no tag"),
-    (dict(image="ghcr.io/siderolabs/installer:latest"), "^The tag 'latest' of image 'ghcr.io/siderolabs/installer:latest' "
-                                                         "is not a Talos release: give a release such as v1.14.1.$"),
+    (dict(image="ghcr.io/siderolabs/installer:latest"),
+     "^The tag 'latest' of image 'ghcr.io/siderolabs/installer:latest' is not a Talos release: give a release such as "
+     "v1.14.1.$"),
     (dict(version="latest"), "^version 'latest' is not a Talos release: give a release such as v1.14.1.$"),
     (dict(version="v1.14"), "^version 'v1.14' is not a Talos release"),
     (dict(version="v1.99.0"), r"^version 'v1.99.0' is not a Talos release this collection supports \(v1.9 to v1.14, any "
