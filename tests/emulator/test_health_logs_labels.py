@@ -25,7 +25,8 @@ def test_health_check_passes_then_names_the_failing_check(emulator, api):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True)
     client = api(cluster)
     messages = [reply.message for reply in _health(client, cluster, 5)]
-    assert messages[:2] == ["waiting for etcd to be healthy: ...", "waiting for etcd to be healthy: OK"]
+    assert messages[0] == 'discovered nodes: ["%s" "%s"]' % (cluster.controlplanes[0].address, cluster.workers[0].address)
+    assert messages[1:3] == ["waiting for etcd to be healthy: ...", "waiting for etcd to be healthy: OK"]
     assert messages[-1] == "waiting for all k8s nodes to report schedulable: OK"
 
     cluster.set_service_state(cluster.controlplanes[0], "etcd", "Failed", healthy=False, message="etcd exited")
@@ -37,11 +38,41 @@ def test_health_check_passes_then_names_the_failing_check(emulator, api):
     assert 'service "etcd" not in expected state "Running": current state [Failed] etcd exited' in replies[-1]
 
 
-async def _collect(client, cluster, replies):
-    """The progress messages, kept as they arrive (the call ends with an error)."""
-    request = cluster_pb2.HealthCheckRequest(cluster_info=cluster_pb2.ClusterInfo(
-        control_plane_nodes=[n.address for n in cluster.controlplanes]))
+def test_health_check_without_nodes_asks_discovery_and_words_errors_as_go(emulator, api):
+    cluster = emulator(controlplanes=2, workers=1, bootstrapped=True)
+    client = api(cluster)
+    request = cluster_pb2.HealthCheckRequest()
+    request.wait_timeout.FromSeconds(5)
+    messages = [reply.message for reply in client.call("cluster.ClusterService/HealthCheck", request, timeout=15)]
+    # As Talos: the discovered members, control planes and worker, each by its first address.
+    addresses = sorted('"%s"' % node.address for node in cluster.nodes)
+    assert messages[0].startswith("discovered nodes: [") and sorted(messages[0][len("discovered nodes: ["):-1].split(" ")) == addresses
+    assert messages[-1] == "waiting for all k8s nodes to report schedulable: OK"
+
+    # A control plane left out of cluster_info: Go's %q of both lists, not Python's.
+    request = cluster_pb2.HealthCheckRequest(cluster_info=cluster_pb2.ClusterInfo(control_plane_nodes=[cluster.controlplanes[0].address]))
     request.wait_timeout.FromSeconds(1)
+    with pytest.raises(GRPCError) as raised:
+        client.call("cluster.ClusterService/HealthCheck", request, timeout=10)
+    assert raised.value.status == Status.DEADLINE_EXCEEDED
+    with pytest.raises(GRPCError) as raised:
+        client.call("cluster.ClusterService/HealthCheck", request, node=cluster.workers[0].address, timeout=10)
+    assert (raised.value.status, raised.value.message) == (
+        Status.UNIMPLEMENTED, "cluster health check is only available on control plane nodes")
+    replies = []
+    with pytest.raises(GRPCError):
+        client.loop.run_until_complete(_collect(client, cluster, replies, request))
+    members = " ".join('"%s"' % node.address for node in cluster.controlplanes)
+    assert replies[-1] == ('waiting for etcd members to be control plane nodes: etcd member ips [%s] are not subset of control '
+                           'plane node ips ["%s"]' % (members, cluster.controlplanes[0].address))
+
+
+async def _collect(client, cluster, replies, request=None):
+    """The progress messages, kept as they arrive (the call ends with an error)."""
+    if request is None:
+        request = cluster_pb2.HealthCheckRequest(cluster_info=cluster_pb2.ClusterInfo(
+            control_plane_nodes=[n.address for n in cluster.controlplanes]))
+        request.wait_timeout.FromSeconds(1)
     path = "/cluster.ClusterService/HealthCheck"
     async with client._channel(None).request(path, Cardinality.UNARY_STREAM, cluster_pb2.HealthCheckRequest,
                                              cluster_pb2.HealthCheckProgress, timeout=10) as stream:

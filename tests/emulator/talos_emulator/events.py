@@ -8,18 +8,25 @@ event's ``data`` is an Any whose type URL is ``talos/runtime/machine.<Name>``.
 
 import asyncio
 import itertools
+import os
 import time
 
 from google.protobuf import any_pb2
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
-_ids = itertools.count(1)
+_XID_ALPHABET = "0123456789abcdefghijklmnopqrstuv"
+_XID_MACHINE = os.urandom(3)
+_xid_counter = itertools.count(int.from_bytes(os.urandom(3), "big"))
 
 
 def _event_id():
-    # Talos uses xids: sortable, unique strings.
-    return "%020x" % next(_ids)
+    """An xid (github.com/rs/xid, what machined names events with): 4 bytes of Unix time, 3 of machine, 2 of process
+    and a 3-byte counter, in 20 characters of base32hex; IDs sort by time."""
+    raw = (int(time.time()).to_bytes(4, "big") + _XID_MACHINE + (os.getpid() & 0xFFFF).to_bytes(2, "big")
+           + (next(_xid_counter) & 0xFFFFFF).to_bytes(3, "big"))
+    number = int.from_bytes(raw, "big") << 4  # 96 bits padded to 100: 20 characters of 5 bits
+    return "".join(_XID_ALPHABET[(number >> shift) & 31] for shift in range(95, -1, -5))
 
 
 def pack(message):

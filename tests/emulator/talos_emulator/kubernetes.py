@@ -35,6 +35,7 @@ import time
 
 from . import configgen
 from .pki import CertificateAuthority
+from .runners import started_message
 from .versions import image_tag
 
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -329,7 +330,7 @@ class NodeKubernetes:
             service = node.services.get("kubelet") if name == "kubelet" else None
             if restarted and service is not None and service.running and node.stage == "running":
                 node.set_service("kubelet", "Finished", "Service finished successfully")
-                node.set_service("kubelet", "Running", "Service started as goroutine")
+                node.set_service("kubelet", "Running", started_message("kubelet"))
 
     def state(self, name):
         """``{image, started, ready, pull_error, ready_image}`` of a container the config asks for, or None."""

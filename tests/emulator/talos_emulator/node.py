@@ -23,14 +23,14 @@ from .events import EventLog
 from .image_factory import factory_schematic
 from .kubernetes import NodeKubernetes
 from .routing import Machined
+from .runners import HEALTH_CHECKED, started_message
 from .server import NodeServer
+from .services.image import pull_boot_images
 from .versions import image_tag
 
 MACHINE_STAGE = machine_pb2.MachineStatusEvent.MachineStage
 SERVICE_ACTION = machine_pb2.ServiceStateEvent.Action
 
-# Services with a health check report healthy/unhealthy; the others report unknown health.
-_HEALTH_CHECKED = frozenset(["apid", "containerd", "cri", "etcd", "kubelet", "trustd"])
 _MAINTENANCE_SERVICES = ("apid", "auditd", "containerd", "dashboard", "machined", "syslogd", "udevd")
 _NODE_SERVICES = _MAINTENANCE_SERVICES + ("cri", "kubelet")
 _CONTROL_PLANE_SERVICES = ("etcd", "trustd")
@@ -47,13 +47,20 @@ def _timestamp(seconds):
 class ServiceState:
     """A system service as machined's service runner tracks it."""
 
-    def __init__(self, service_id, state="Running", healthy=None, message="Service started as goroutine"):
+    def __init__(self, service_id, state="Running", healthy=None, message=None):
         self.id = service_id
         self.events = []
         self.healthy = None
         self.last_message = ""
         self.last_change = time.time()
-        self.set(state, message, healthy)
+        if state == "Running" and message is None:
+            # A service started at boot: its pre state, its runner, then (with a health check) the first check.
+            self.events = [("Running pre state", "Preparing", self.last_change), ("Creating service runner", "Preparing", self.last_change)]
+            self.set("Running", started_message(service_id), healthy)
+            if service_id in HEALTH_CHECKED:
+                self.set("Running", "Health check successful", healthy)
+        else:
+            self.set(state, message or "", healthy)
 
     @property
     def state(self):
@@ -66,7 +73,7 @@ class ServiceState:
     def set(self, state, message, healthy=None):
         self.events.append((message, state, time.time()))
         del self.events[:-64]
-        if self.id in _HEALTH_CHECKED:
+        if self.id in HEALTH_CHECKED:
             healthy = healthy if healthy is not None else state == "Running"
             if healthy != self.healthy:
                 self.last_change = time.time()
@@ -255,6 +262,12 @@ class EmulatedNode:
         for service_id in self.extension_services:
             services[service_id] = ServiceState(service_id)
         self.services = dict(sorted(services.items()))
+        # Each service's start shows on the Events stream, as machined publishes every state change.
+        for service in self.services.values():
+            for message, state, _stamp in service.events:
+                self.events.emit(machine_pb2.ServiceStateEvent(
+                    service=service.id, action=SERVICE_ACTION.Value(state.upper()), message=message, health=service.info().health,
+                ))
 
     def set_service(self, service_id, state, message, healthy=None):
         service = self.services[service_id]
@@ -299,6 +312,7 @@ class EmulatedNode:
         self.installed_build = None
         self._emit_stage("booting", False)
         self._build_services()
+        pull_boot_images(self)
         if self.is_control_plane and self.cluster.etcd.bootstrapped:
             self._start_etcd()
         if not self.maintenance and not self.is_control_plane:
@@ -490,6 +504,7 @@ class EmulatedNode:
     def etcd_ready(self):
         self.etcd_data = True
         if "etcd" in self.services:
+            self.set_service("etcd", "Running", started_message("etcd"), healthy=True)
             self.set_service("etcd", "Running", "Health check successful", healthy=True)
 
     def leave_etcd(self):

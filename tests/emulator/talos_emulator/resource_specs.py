@@ -12,6 +12,7 @@ written with the protobuf wire format directly rather than adding generated
 code that the collection itself never uses.
 """
 
+import base64
 import ipaddress
 
 from google.protobuf import struct_pb2
@@ -145,8 +146,70 @@ def volume_status(spec):
                               + _number(3, mount["projectQuotaSupport"]) + _bytes(4, mount.get("parentId", "")))
     return (_number(1, _VOLUME_PHASES[spec["phase"]]) + _bytes(2, spec.get("location", ""))
             + _bytes(7, spec.get("parentLocation", "")) + _number(8, spec.get("partitionIndex", 0))
-            + _number(10, _FILESYSTEMS[spec.get("filesystem", "none")]) + mount_spec
-            + _number(16, _VOLUME_TYPES[spec["type"]]))
+            + _number(9, spec.get("size", 0)) + _number(10, _FILESYSTEMS[spec.get("filesystem", "none")])
+            + _bytes(13, spec.get("prettySize", "")) + mount_spec + _number(16, _VOLUME_TYPES[spec["type"]]))
+
+
+def disk(spec):
+    return (_number(1, spec["size"]) + _number(2, spec["io_size"]) + _number(3, spec["sector_size"]) + _number(4, spec["readonly"])
+            + _bytes(5, spec["model"]) + _bytes(6, spec["serial"]) + _bytes(9, spec["bus_path"]) + _bytes(10, spec["sub_system"])
+            + _bytes(11, spec["transport"]) + _number(12, spec["rotational"]) + _number(13, spec["cdrom"])
+            + _bytes(14, spec["dev_path"]) + _bytes(15, spec["pretty_size"]))
+
+
+def system_disk(spec):
+    return _bytes(1, spec["diskID"]) + _bytes(2, spec["devPath"])
+
+
+def discovered_volume(spec):
+    return (_number(1, spec["size"]) + _number(2, spec["sector_size"]) + _number(3, spec["io_size"]) + _bytes(4, spec["name"])
+            + _bytes(6, spec.get("label", "")) + _number(7, spec.get("block_size", 0))
+            + _bytes(12, spec.get("partition_label", "")) + _number(13, spec.get("partition_index", 0))
+            + _bytes(14, spec["type"]) + _bytes(15, spec["device_path"]) + _bytes(16, spec.get("parent", ""))
+            + _bytes(17, spec["dev_path"]) + _bytes(18, spec.get("parent_dev_path", "")) + _bytes(19, spec["pretty_size"])
+            + _number(20, spec["offset"]))
+
+
+# nethelpers: LinkType (ARPHRD), OperationalState, Family, Scope numbers.
+_LINK_TYPES = {"ether": 1, "loopback": 772}
+_OPERATIONAL_STATES = {"unknown": 0, "down": 2, "up": 6}
+_FAMILIES = {"inet4": 2, "inet6": 10}
+_SCOPES = {"global": 0, "link": 253, "host": 254}
+
+
+def _hardware_address(text):
+    return bytes(int(part, 16) for part in text.split(":")) if text else b""
+
+
+def link_status(spec):
+    return (_number(1, spec["index"]) + _number(2, _LINK_TYPES[spec["type"]]) + _number(4, spec["flags"])
+            + _bytes(5, _hardware_address(spec["hardwareAddr"])) + _bytes(6, _hardware_address(spec["broadcastAddr"]))
+            + _number(7, spec["mtu"]) + _bytes(8, spec["queueDisc"])
+            + _number(10, _OPERATIONAL_STATES[spec["operationalState"]]) + _bytes(11, spec["kind"])
+            + _bytes(15, spec.get("driver", "")) + _number(22, spec["linkState"]))
+
+
+def address_status(spec):
+    return (_message(1, _net_ip_prefix(spec["address"])) + _message(2, _net_ip(spec["local"])) + _number(6, spec["linkIndex"])
+            + _bytes(7, spec["linkName"]) + _number(8, _FAMILIES[spec["family"]]) + _number(9, _SCOPES[spec["scope"]])
+            + _number(10, spec["flags"]))
+
+
+# network.ConfigLayer: default, cmdline, platform, operator, configuration.
+_CONFIG_LAYERS = {"default": 0, "cmdline": 1, "platform": 2, "operator": 3, "configuration": 4}
+
+
+def hostname_spec(spec):
+    return _bytes(1, spec["hostname"]) + _bytes(2, spec["domainname"]) + _number(3, _CONFIG_LAYERS[spec["layer"]])
+
+
+def os_root(spec):
+    # PEM blocks are base64 in the YAML (Go's []byte), raw in the protobuf.
+    issuing = spec["issuingCA"]
+    return (_message(1, _bytes(1, base64.b64decode(issuing["crt"])) + _bytes(2, base64.b64decode(issuing.get("key", ""))))
+            + b"".join(_message(2, _net_ip(address)) for address in spec["certSANIPs"])
+            + b"".join(_bytes(3, name) for name in spec["certSANDNSNames"]) + _bytes(4, spec["token"])
+            + b"".join(_message(5, _bytes(1, base64.b64decode(accepted["crt"]))) for accepted in spec["acceptedCAs"]))
 
 
 # Talos's k8s.proto: KubeletSpecSpec, APIServerConfigSpec, ControllerManagerConfigSpec, SchedulerConfigSpec,

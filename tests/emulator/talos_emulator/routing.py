@@ -12,6 +12,7 @@ authorization and the audit log, then runs the RPC handler.
 import asyncio
 import ipaddress
 
+from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.exceptions import GRPCError
@@ -23,6 +24,7 @@ from .audit import MUTATING_METHODS
 from .codes import status_name
 from .context import CallContext, enter_call, leave_call
 from .services import machined_handlers
+from .services.cosi import discovery_members, resolves_member_names
 from .versions import older_than
 
 _ONE_TO_MANY_PREFIXES = (
@@ -169,7 +171,10 @@ class Machined:
                 raise GRPCError(Status.UNIMPLEMENTED, "API is not implemented in maintenance mode")
             if not method.startswith(_V112_MAINTENANCE_SERVED):
                 raise GRPCError(Status.UNIMPLEMENTED, "method %s not implemented" % method.rsplit("/", 1)[1])
-        return self.handlers[method]
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise GRPCError(Status.UNIMPLEMENTED, _unknown_path(path, self.handlers))
+        return handler
 
 
 class Apid:
@@ -179,10 +184,14 @@ class Apid:
         self.node = node
 
     def __mapping__(self):
-        return {
+        return _EveryPath({
             method: Handler(self._route_function(method), handler.cardinality, handler.request_type, handler.reply_type)
             for method, handler in self.node.machined.handlers.items()
-        }
+        }, self._unknown_path_handler)
+
+    def _unknown_path_handler(self, method):
+        # Routed like any call: the node that would serve it answers Unimplemented (Machined._handler).
+        return Handler(self._route_function(method), Cardinality.UNARY_UNARY, empty_pb2.Empty, empty_pb2.Empty)
 
     def _route_function(self, method):
         async def route(stream):
@@ -213,9 +222,11 @@ class Apid:
             raise GRPCError(Status.PERMISSION_DENIED, "no request forwarding")
         if many:
             self._check_one_to_many(method)
+            if method not in node.machined.handlers:
+                raise GRPCError(Status.UNIMPLEMENTED, _unknown_path(method.lstrip("/"), node.machined.handlers))
             return await self._one_to_many(method, stream, roles, many)
         if targets:
-            return await self._resolve(targets[0]).machined.serve(method, stream, roles)
+            return await self.resolve_target(targets[0]).machined.serve(method, stream, roles)
         return await node.machined.serve(method, stream, roles)
 
     def _is_self(self, target):
@@ -229,7 +240,7 @@ class Apid:
         elif not method.startswith(_ONE_TO_MANY_PREFIXES):
             raise GRPCError(Status.INVALID_ARGUMENT, "one-2-many proxying is not supported for method %s" % method)
 
-    def _resolve(self, target):
+    def resolve_target(self, target):
         """The node a target string names, as apid would reach it on port 50000."""
         if self._is_self(target) or target in ("127.0.0.1", "localhost"):
             # apid dials <target>:50000, which for a loopback target is itself.
@@ -241,6 +252,8 @@ class Apid:
         if node is None and not _looks_like_ip(target):
             # apid dials the name: the network's DNS resolves the names it registers, not other nodes' bare names.
             node = self.node.cluster.resolve(target)
+        if node is None and not _looks_like_ip(target):
+            node = self._member_named(target)
         if node is None and not _looks_like_ip(target):
             raise GRPCError(
                 Status.UNAVAILABLE,
@@ -259,6 +272,16 @@ class Apid:
                 'tls: failed to verify certificate: x509: certificate signed by unknown authority"',
             )
         return node
+
+    def _member_named(self, target):
+        """The cluster member a bare name resolves to through this node's host DNS, which answers the members'
+        hostnames when the config says so (``resolveMemberNames``); None otherwise."""
+        if not resolves_member_names(self.node):
+            return None
+        for member_id, spec in discovery_members(self.node):
+            if target in (member_id, spec["hostname"]):
+                return self.node.cluster.node_at(spec["addresses"][0])
+        return None
 
     async def _one_to_many(self, method, stream, roles, targets):
         handler = self.node.machined.handlers[method]
@@ -284,7 +307,7 @@ class Apid:
 
         leg = _RelayedStream(requests, collect, stream.peer, stream.metadata)
         try:
-            await self._resolve(target).machined.serve(method, leg, roles)
+            await self.resolve_target(target).machined.serve(method, leg, roles)
         except GRPCError as error:
             item = handler.reply_type().messages.add()
             _set_error(item.metadata, target, error)
@@ -305,7 +328,7 @@ class Apid:
 
         leg = _RelayedStream(requests, relay, stream.peer, stream.metadata)
         try:
-            await self._resolve(target).machined.serve(method, leg, roles)
+            await self.resolve_target(target).machined.serve(method, leg, roles)
         except GRPCError as error:
             frame = handler.reply_type()
             if "metadata" in frame.DESCRIPTOR.fields_by_name:
@@ -321,6 +344,28 @@ def _unknown_api(path, talos_version):
     if all(rpc.first_version(other) and older_than(talos_version, rpc.first_version(other)) for other in siblings):
         return "unknown service %s" % service
     return "unknown method %s for service %s" % (name, service)
+
+
+class _EveryPath(dict):
+    """The paths a node serves, and a handler for any other: grpclib answers a path it does not know without the
+    content-type header, which grpc-go rejects ("malformed header: missing HTTP content-type"); a grpc-go server
+    answers Unimplemented as a normal gRPC response."""
+
+    def __init__(self, handlers, unknown):
+        super(_EveryPath, self).__init__(handlers)
+        self._unknown = unknown
+
+    def get(self, path, default=None):
+        handler = super(_EveryPath, self).get(path)
+        return handler if handler is not None else self._unknown(path)
+
+
+def _unknown_path(path, handlers):
+    """grpc-go's answer to a path its server does not register: an unknown service, or a service's unknown method."""
+    service, _slash, name = path.partition("/")
+    if any(served.startswith("/%s/" % service) for served in handlers):
+        return "unknown method %s for service %s" % (name, service)
+    return "unknown service %s" % service
 
 
 def _looks_like_ip(target):

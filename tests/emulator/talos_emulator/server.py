@@ -37,6 +37,10 @@ from . import pki
 from .routing import Apid
 
 
+# Talos's API port (constants.ApidPort).
+API_PORT = 50000
+
+
 class _CheckedH2Protocol(H2Protocol):
     """grpclib's HTTP/2 protocol with Talos's client-certificate EKU check and connection tracking."""
 
@@ -63,8 +67,10 @@ class _CheckedH2Protocol(H2Protocol):
 
 
 class _Listener(Server):
-    def __init__(self, handlers, mutual):
-        super(_Listener, self).__init__(handlers)
+    def __init__(self, apid, mutual):
+        super(_Listener, self).__init__([apid])
+        # Apid's own mapping, which answers every path (grpclib copies mappings into a plain dict).
+        self._mapping = apid.__mapping__()
         self.mutual = mutual
         self.connections = set()
 
@@ -93,7 +99,7 @@ class NodeServer:
 
     def __init__(self, node):
         self.node = node
-        self._listener = None
+        self._listeners = []
         self._silent = None
         self._silent_transports = set()
         self.ca_pem = None
@@ -140,9 +146,18 @@ class NodeServer:
         if mutual:
             self._current = context
             context.sni_callback = self._context_for_handshake
-        listener = _Listener([Apid(self.node)], mutual)
+        listener = _Listener(Apid(self.node), mutual)
         await listener.start(self.node.address, self.node.port, ssl=context, reuse_address=True)
-        self._listener = listener
+        self._listeners = [listener]
+        if self.node.port != API_PORT:
+            # Also where Talos listens, where a client with a bare address dials (talosctl --insecure in maintenance
+            # mode, an endpoint without a port), while that port of the node's address is free on this machine.
+            on_api_port = _Listener(Apid(self.node), mutual)
+            try:
+                await on_api_port.start(self.node.address, API_PORT, ssl=context, reuse_address=True)
+            except OSError:
+                return
+            self._listeners.append(on_api_port)
 
     async def listen_silently(self):
         """Accept connections on the node's address and never answer them (an API that hangs or a dropping firewall)."""
@@ -162,20 +177,23 @@ class NodeServer:
     async def stop(self):
         """Stop listening and drop every open connection, as a powered-off node does."""
         await self.stop_listening_silently()
-        listener, self._listener = self._listener, None
-        if listener is None:
-            return
-        listener.close()
-        # From Python 3.12 the server waits for every connection to end, also one still in its TLS handshake when
-        # the node went down (not yet tracked here): those are aborted as they appear, and on 3.13 by asyncio itself.
-        closed = asyncio.ensure_future(listener.wait_closed())
-        while True:
-            for protocol in list(listener.connections):
-                if protocol.transport is not None:
-                    protocol.transport.abort()
-            abort_clients = getattr(listener._server, "abort_clients", None)  # grpclib's asyncio server
-            if abort_clients is not None:
-                abort_clients()
-            done, _pending = await asyncio.wait({closed}, timeout=0.5)
-            if done:
-                return closed.result()
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            await _close(listener)
+
+
+async def _close(listener):
+    listener.close()
+    # From Python 3.12 the server waits for every connection to end, also one still in its TLS handshake when
+    # the node went down (not yet tracked here): those are aborted as they appear, and on 3.13 by asyncio itself.
+    closed = asyncio.ensure_future(listener.wait_closed())
+    while True:
+        for protocol in list(listener.connections):
+            if protocol.transport is not None:
+                protocol.transport.abort()
+        abort_clients = getattr(listener._server, "abort_clients", None)  # grpclib's asyncio server
+        if abort_clients is not None:
+            abort_clients()
+        done, _pending = await asyncio.wait({closed}, timeout=0.5)
+        if done:
+            return closed.result()

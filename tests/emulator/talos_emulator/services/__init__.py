@@ -8,6 +8,7 @@ from .image import ImageService
 from .inspect import InspectService
 from .lifecycle import LifecycleService
 from .machine import MachineService
+from .monitoring import TimeService
 from .storage import StorageService
 
 
@@ -15,7 +16,7 @@ def machined_handlers(node):
     """gRPC path -> grpclib Handler for every API the node serves."""
     handlers = {}
     services = (MachineService(node), StorageService(node), LifecycleService(node), ImageService(node), CosiStateService(node),
-                ClusterService(node), InspectService(node))
+                ClusterService(node), InspectService(node), TimeService(node))
     for service in services:
         handlers.update(service.__mapping__())
     return handlers

@@ -9,6 +9,7 @@ are ``NotFound`` as the COSI server reports them.
 
 import asyncio
 import functools
+import ipaddress
 import re
 import time
 
@@ -21,7 +22,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.r
 
 from .. import authz, configgen, image_factory, kubernetes, resource_specs
 from ..context import current_call
-from . import volumes
+from . import storage, volumes
 
 _NAMESPACES = frozenset([
     "meta", "runtime", "config", "network", "k8s", "controlplane", "cluster", "secrets", "etcd", "v1alpha1", "hardware",
@@ -91,13 +92,33 @@ def _discovery_enabled(node):
     return _has_discovery_service_document(node.config_bytes)
 
 
+def resolves_member_names(node):
+    """Whether the node's host DNS answers the cluster members' names: host DNS on with ``resolveMemberNames``, in the
+    v1alpha1 ``machine.features.hostDNS`` or the v1.14 ``ResolverConfig`` document's ``hostDNS``; it needs discovery."""
+    if not _discovery_enabled(node):
+        return False
+    return _resolves_member_names(node.config_bytes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolves_member_names(config_bytes):
+    settings = {}
+    for document in configgen.parse_documents(config_bytes):
+        if document.get("kind") is None:
+            settings.update(((((document.get("machine") or {}).get("features")) or {}).get("hostDNS")) or {})
+    for document in configgen.parse_documents(config_bytes):
+        if document.get("kind") == "ResolverConfig":
+            settings.update(document.get("hostDNS") or {})
+    return bool(settings.get("enabled") and settings.get("resolveMemberNames"))
+
+
 @functools.lru_cache(maxsize=1024)
 def _has_discovery_service_document(config_bytes):
     # Cached per config: Members asks every node of the cluster on every read.
     return any(document.get("kind") == "DiscoveryServiceConfig" for document in configgen.parse_documents(config_bytes))
 
 
-def _members(node):
+def discovery_members(node):
     """The configured nodes that take part in discovery, named by nodename as Talos's MemberController does.
 
     A node that is off stays a member, as the discovery service keeps it until
@@ -134,6 +155,59 @@ def _diagnostics(node):
     return sorted(node.diagnostics.items())
 
 
+def _link_names(node):
+    return ["lo", "eth0"] + ["eth%d" % (index + 1) for index in range(len(node.extra_addresses))]
+
+
+def _links(node):
+    """LinkStatuses: the loopback and one Ethernet link per address (MAC from the address, as a VM's would be)."""
+    links = [("lo", {"index": 1, "type": "loopback", "flags": 0x49, "hardwareAddr": "00:00:00:00:00:00",
+                     "broadcastAddr": "00:00:00:00:00:00", "mtu": 65536, "queueDisc": "noqueue", "operationalState": "unknown",
+                     "kind": "", "linkState": True})]
+    for index, (name, address) in enumerate(zip(_link_names(node)[1:], [node.address] + node.extra_addresses)):
+        mac = "52:54:00:%02x:%02x:%02x" % tuple(ipaddress.ip_address(address).packed[1:])
+        links.append((name, {"index": index + 2, "type": "ether", "flags": 0x11043, "hardwareAddr": mac,
+                             "broadcastAddr": "ff:ff:ff:ff:ff:ff", "mtu": 1500, "queueDisc": "pfifo_fast", "operationalState": "up",
+                             "kind": "", "driver": "virtio_net", "linkState": True}))
+    return links
+
+
+def _addresses(node):
+    """AddressStatuses: ``<link>/<address>/<prefix>`` for the loopback, the node's address and its extra ones."""
+    entries = [("lo", "127.0.0.1/8", "host")] + [("eth0", "%s/8" % node.address, "global")]
+    entries += [(name, "%s/32" % address, "global") for name, address in zip(_link_names(node)[2:], node.extra_addresses)]
+    link_index = {name: index + 1 for index, name in enumerate(_link_names(node))}
+    return [("%s/%s" % (link, prefix), {"address": prefix, "local": prefix.split("/")[0], "linkIndex": link_index[link],
+                                          "linkName": link, "family": "inet4", "scope": scope, "flags": 0x80})
+            for link, prefix, scope in entries]
+
+
+def _hostname_spec(node):
+    layer = "configuration" if node.configured_hostname else "default"
+    return [("hostname", {"hostname": node.hostname, "domainname": "", "layer": layer})]
+
+
+def _os_root(node):
+    """OSRootSecrets ``os``: the CA apid's certificate comes from (with its key on a control plane), the accepted CAs,
+    the certificate's SANs and the trustd token."""
+    if node.maintenance:
+        return []
+    machine = node.config.get("machine") or {}
+    issuing = {key: value for key, value in (machine.get("ca") or {}).items() if key in ("crt", "key") and value}
+    ips = sorted({node.address, "127.0.0.1"} | {san for san in node.cert_sans if _is_ip(san)}, key=ipaddress.ip_address)
+    names = sorted({node.hostname} | {san for san in node.cert_sans if not _is_ip(san)})
+    return [("os", {"issuingCA": issuing, "acceptedCAs": [{"crt": entry["crt"]} for entry in machine.get("acceptedCAs") or []],
+                    "certSANIPs": ips, "certSANDNSNames": names, "token": machine.get("token", "")})]
+
+
+def _is_ip(value):
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _node_addresses(node):
     addresses = {"addresses": ["%s/8" % node.address] + ["%s/32" % address for address in node.extra_addresses]}
     return [(name, addresses) for name in ("accumulative", "current", "default", "routed")]
@@ -148,7 +222,7 @@ _KINDS = [
           _hostname_status, resource_specs.hostname_status),
     _Kind("Nodenames.kubernetes.talos.dev", "k8s", ["nodename"], [("Nodename", "{.nodename}")], _nodename, resource_specs.nodename),
     _Kind("Members.cluster.talos.dev", "cluster", ["member"], [("Hostname", "{.hostname}"), ("Machine Type", "{.machineType}")],
-          _members, resource_specs.member),
+          discovery_members, resource_specs.member),
     _Kind("NodeAddresses.net.talos.dev", "network", ["nodeaddress"], [("Addresses", "{.addresses}")], _node_addresses, resource_specs.node_address),
     _Kind("Services.v1alpha1.talos.dev", "runtime", ["service", "svc"], [("Running", "{.running}"), ("Healthy", "{.healthy}")],
           _services, resource_specs.service),
@@ -161,7 +235,21 @@ _KINDS = [
     _Kind("SecurityStates.talos.dev", "runtime", [], [("SecureBoot", "{.secureBoot}")], image_factory.security_states,
           resource_specs.security_state),
     _Kind("VolumeStatuses.block.talos.dev", "runtime", ["volumestatus"], [("Type", "{.type}"), ("Phase", "{.phase}"),
-          ("Location", "{.location}")], volumes.volume_statuses, resource_specs.volume_status),
+          ("Location", "{.location}"), ("Size", "{.prettySize}")], volumes.volume_statuses, resource_specs.volume_status),
+    _Kind("Disks.block.talos.dev", "runtime", [], [("Size", "{.pretty_size}"), ("Read Only", "{.readonly}"),
+          ("Transport", "{.transport}"), ("Rotational", "{.rotational}"), ("WWID", "{.wwid}"), ("Model", "{.model}"),
+          ("Serial", "{.serial}")], storage.disk_specs, resource_specs.disk),
+    _Kind("SystemDisks.block.talos.dev", "runtime", [], [("Disk", "{.diskID}")], storage.system_disk, resource_specs.system_disk),
+    _Kind("DiscoveredVolumes.block.talos.dev", "runtime", [], [("Type", "{.type}"), ("Size", "{.pretty_size}"),
+          ("Discovered", "{.name}"), ("Label", "{.label}"), ("PartitionLabel", "{.partition_label}")],
+          volumes.discovered_volumes, resource_specs.discovered_volume),
+    _Kind("LinkStatuses.net.talos.dev", "network", ["link", "links"], [("Alias", "{.alias}"), ("Type", "{.type}"),
+          ("Kind", "{.kind}"), ("Hw Addr", "{.hardwareAddr}"), ("Oper State", "{.operationalState}"),
+          ("Link State", "{.linkState}")], _links, resource_specs.link_status),
+    _Kind("AddressStatuses.net.talos.dev", "network", ["address", "addresses"], [("Address", "{.address}"), ("Link", "{.linkName}")],
+          _addresses, resource_specs.address_status),
+    _Kind("HostnameSpecs.net.talos.dev", "network", [], [], _hostname_spec, resource_specs.hostname_spec),
+    _Kind("OSRootSecrets.secrets.talos.dev", "secrets", [], [], _os_root, resource_specs.os_root, sensitive=True),
     _Kind("KubeletSpecs.kubernetes.talos.dev", "k8s", [], [], kubernetes.kubelet_specs, resource_specs.kubelet_spec, sensitive=True),
     _Kind(kubernetes.CONFIG_TYPES["kube-apiserver"], "controlplane", [], [], kubernetes.apiserver_configs,
           resource_specs.apiserver_config, sensitive=True),

@@ -27,8 +27,10 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
+from ..runners import GOROUTINES, service_pid
 from .common import CHUNK_SIZE
 from .logs import container_ids, container_log
+from .monitoring import system_containers
 
 # Go's os.FileMode type bits, which FileInfo.mode carries (not the POSIX st_mode).
 GO_MODE_DIR = 1 << 31
@@ -72,6 +74,14 @@ class Entry:
             yield block[start:start + min(size, self.size - offset)]
 
 
+# /proc/cpuinfo of the two CPUs the CPUInfo RPC reports.
+_CPUINFO = "".join(
+    "processor\t: %d\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\n"
+    "model name\t: Intel Xeon Processor (Cascadelake)\nstepping\t: 6\ncpu MHz\t\t: 2793.438\ncache size\t: 16384 KB\n"
+    "physical id\t: 0\nsiblings\t: 2\ncore id\t\t: %d\ncpu cores\t: 2\nfpu\t\t: yes\nflags\t\t: fpu vme sse2\n"
+    "bogomips\t: 5586.87\naddress sizes\t: 46 bits physical, 48 bits virtual\n\n" % (index, index) for index in range(2))
+
+
 def node_tree(node):
     """``{absolute path: Entry}`` of the node's files now."""
     booted = node.booted_at or 0
@@ -94,6 +104,7 @@ def node_tree(node):
     add("/etc/os-release", Entry("file", 0o644, booted, os_release.encode()))
     add("/etc/mtab", Entry("symlink", 0o777, booted, link="/proc/mounts"))
     add("/proc/mounts", Entry("file", 0o444, booted, b"/dev/sda5 /system/state xfs rw 0 0\n/dev/sda6 /var xfs rw 0 0\n"))
+    add("/proc/cpuinfo", Entry("file", 0o444, booted, _CPUINFO.encode()))
     add("/proc/sys/kernel/random/boot_id", Entry("file", 0o444, booted, ((node.boot_id or "") + "\n").encode()))
     add("/proc/bus/pci/devices", Entry("file", 0o444, booted, b"0000\t80861237\t0\n0008\t1af41000\t0b\n"))
     add("/dev/null", Entry("char", 0o666, booted))
@@ -222,16 +233,18 @@ def _tar_pieces(tree, root):
 
 
 def _process_list(node):
-    """Processes as miniprocfs reads them: machined as PID 1, one process per running service and static pod."""
+    """Processes as miniprocfs reads them: machined as PID 1, one process per running service (but those machined
+    runs as goroutines) and static pod, with the PIDs Containers and Netstat report."""
     uptime = time.time() - node.booted_at if node.booted_at else 0.0
     processes = [machine_pb2.ProcessInfo(pid=1, ppid=0, state="S", threads=24, cpu_time=round(0.01 * uptime, 2),
                                          virtual_memory=1500000000, resident_memory=120000000,
                                          command="init", executable="/sbin/init", args="/sbin/init")]
-    running = [service_id for service_id, service in node.services.items() if service.running and service_id != "machined"]
+    # Services machined runs as goroutines live in PID 1.
+    running = [service_id for service_id, service in node.services.items() if service.running and service_id not in GOROUTINES]
     running += [container_id.rsplit(":", 1)[-1] for container_id in container_ids(node)]
     for index, name in enumerate(running):
         processes.append(machine_pb2.ProcessInfo(
-            pid=1000 + 7 * index, ppid=1, state="S", threads=8 + index % 5, cpu_time=0.5 * (index + 1),
+            pid=service_pid(name), ppid=1, state="S", threads=8 + index % 5, cpu_time=0.5 * (index + 1),
             virtual_memory=700000000 + index * 1000000, resident_memory=40000000 + index * 100000,
             command=name[:15], executable="/usr/local/bin/%s" % name, args="/usr/local/bin/%s --boot-id=%s" % (name, node.boot_id),
         ))
@@ -304,7 +317,13 @@ class FileRPCs:
         if not request.namespace:
             raise GRPCError(Status.INVALID_ARGUMENT, "namespace can't be empty")
         containers = []
-        if request.namespace == "k8s.io" and request.driver == common_pb2.CRI:
+        if request.namespace == "system" and request.driver == common_pb2.CONTAINERD:
+            # The services machined runs as containers, each its own pod as the containerd inspector groups them.
+            for service_id, image in system_containers(self.node):
+                containers.append(machine_pb2.ContainerInfo(
+                    namespace="system", id=service_id, internal_id=service_id, pod_id=service_id, name=service_id, image=image,
+                    pid=service_pid(service_id), status="RUNNING"))
+        elif request.namespace == "k8s.io" and request.driver == common_pb2.CRI:
             for index, container_id in enumerate(container_ids(self.node)):
                 pod_id, name = container_id.split(":")
                 # Every pod has its pause sandbox beside its containers, as CRI lists them.

@@ -22,10 +22,13 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_grpc, image_pb2, machine_pb2
 
+from .. import kubernetes
 from ..context import current_call
 
 LayerStatus = image_pb2.ImageServicePullLayerProgress.Status
 
+# Talos's etcd image when the config names none (constants.EtcdImage and DefaultEtcdVersion of v1.14).
+DEFAULT_ETCD_IMAGE = "registry.k8s.io/etcd:3.7.1"
 LAYER_SIZE = 1048576
 _LAYERS = 2
 
@@ -113,9 +116,7 @@ async def pull(node, namespace, ref, send_progress=None):
     if not node.cluster.registry_has(ref):
         raise GRPCError(Status.NOT_FOUND, 'error pulling image: failed to pull image "%s": %s: not found'
                         % (normalized(ref), normalized(ref)))
-    digest = digest or "sha256:" + hashlib.sha256(normalized(ref).encode()).hexdigest()
-    images = store(node, namespace)
-    present = normalized(ref) in images
+    present = normalized(ref) in store(node, namespace)
     if send_progress is not None:
         layers = ["sha256:%064x" % (index + 1) for index in range(_LAYERS)]
         statuses = ([LayerStatus.ALREADY_EXISTS] if present else
@@ -123,10 +124,37 @@ async def pull(node, namespace, ref, send_progress=None):
         for layer in layers:
             for status in statuses:
                 await send_progress(layer, status)
+    return add_image(node, namespace, ref)
+
+
+def add_image(node, namespace, ref):
+    """Store ``ref`` under the three names containerd gives a pulled image; returns the pinned ``name@digest``."""
+    name, tag, digest = parse_reference(ref)
+    digest = digest or "sha256:" + hashlib.sha256(normalized(ref).encode()).hexdigest()
+    images = store(node, namespace)
     aliases = [digest, "%s@%s" % (name, digest)] + (["%s:%s" % (name, tag)] if tag else [])
     for alias in aliases:
         images.setdefault(alias, ImageRecord(alias, digest))
     return "%s@%s" % (name, digest)
+
+
+def pull_boot_images(node):
+    """What machined pulls into the system namespace of the CRI containerd as a configured node boots: the kubelet's
+    image and, on a control plane, etcd's (``system/services/kubelet.go``, ``etcd.go``); one the registry lacks is
+    not there (its service cannot start)."""
+    for ref in boot_images(node):
+        if node.cluster.registry_has(ref):
+            add_image(node, "NS_SYSTEM", ref)
+
+
+def boot_images(node):
+    """The images of the services machined runs from images: the kubelet's and, on a control plane, etcd's."""
+    if node.maintenance:
+        return []
+    refs = [kubernetes.settings(node.config_bytes)["images"]["kubelet"]]
+    if node.is_control_plane:
+        refs.append(((node.config.get("cluster") or {}).get("etcd") or {}).get("image") or DEFAULT_ETCD_IMAGE)
+    return refs
 
 
 class ImageService(image_grpc.ImageServiceBase):

@@ -29,6 +29,7 @@ from .etcd import EtcdRPCs
 from .files import FileRPCs
 from .image import LegacyImageRPCs
 from .logs import LogRPCs
+from .monitoring import MonitoringRPCs
 from . import volumes
 from .storage import SYSTEM_DISK, USER_DISKS
 
@@ -37,9 +38,16 @@ from .storage import SYSTEM_DISK, USER_DISKS
 _SYSTEM_VOLUMES = ("EFI", "BOOT", "META", "STATE", "EPHEMERAL")
 
 
-class MachineService(ApplyConfigurationRPC, EtcdRPCs, FileRPCs, LegacyImageRPCs, LogRPCs, machine_grpc.MachineServiceBase):
+class MachineService(ApplyConfigurationRPC, EtcdRPCs, FileRPCs, LegacyImageRPCs, LogRPCs, MonitoringRPCs,
+                     machine_grpc.MachineServiceBase):
     def __init__(self, node):
         self.node = node
+
+    def __mapping__(self):
+        # The generated mapping, and the RPCs whose messages the collection's protos leave out (monitoring.py).
+        mapping = super(MachineService, self).__mapping__()
+        mapping.update(self.monitoring_handlers())
+        return mapping
 
     # Identity.
 
