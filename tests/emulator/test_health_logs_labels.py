@@ -23,6 +23,8 @@ def _health(client, cluster, seconds, node=None):
 
 def test_health_check_passes_then_names_the_failing_check(emulator, api):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True)
+    # As when a Kubernetes API runs with the nodes as its kubelets (run_kubelets): the Kubernetes checks pass.
+    cluster.model.kubernetes_api_serving = True
     client = api(cluster)
     messages = [reply.message for reply in _health(client, cluster, 5)]
     assert messages[0] == 'discovered nodes: ["%s" "%s"]' % (cluster.controlplanes[0].address, cluster.workers[0].address)
@@ -42,12 +44,18 @@ def test_health_check_without_nodes_asks_discovery_and_words_errors_as_go(emulat
     cluster = emulator(controlplanes=2, workers=1, bootstrapped=True)
     client = api(cluster)
     request = cluster_pb2.HealthCheckRequest()
-    request.wait_timeout.FromSeconds(5)
-    messages = [reply.message for reply in client.call("cluster.ClusterService/HealthCheck", request, timeout=15)]
+    request.wait_timeout.FromSeconds(2)
+    replies = []
+    with pytest.raises(GRPCError):
+        client.loop.run_until_complete(_collect(client, cluster, replies, request))
     # As Talos: the discovered members, control planes and worker, each by its first address.
     addresses = sorted('"%s"' % node.address for node in cluster.nodes)
-    assert messages[0].startswith("discovered nodes: [") and sorted(messages[0][len("discovered nodes: ["):-1].split(" ")) == addresses
-    assert messages[-1] == "waiting for all k8s nodes to report schedulable: OK"
+    assert replies[0].startswith("discovered nodes: [") and sorted(replies[0][len("discovered nodes: ["):-1].split(" ")) == addresses
+    # The Talos checks pass; without a Kubernetes API where the kubeconfig points, the first Kubernetes check cannot.
+    assert "waiting for all nodes to finish boot sequence: OK" in replies
+    endpoint = "https://%s:6443" % cluster.controlplanes[0].address
+    assert replies[-1] == ('waiting for all k8s nodes to report: Get "%s/api/v1/nodes": dial tcp %s:6443: connect: connection '
+                           "refused" % (endpoint, cluster.controlplanes[0].address))
 
     # A control plane left out of cluster_info: Go's %q of both lists, not Python's.
     request = cluster_pb2.HealthCheckRequest(cluster_info=cluster_pb2.ClusterInfo(control_plane_nodes=[cluster.controlplanes[0].address]))

@@ -97,7 +97,7 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
         assert cp.boot_id in archive.read("%s/controller-runtime.log" % cp.address).decode()
         assert "STATE    Running" in archive.read("%s/service-logs/etcd.state" % cp.address).decode()
         graph = archive.read("%s/dependencies.dot" % cp.address).decode()
-        assert graph.startswith("digraph {") and '"controller:etcd.SpecController" -> "resource:etcd/Specs.etcd.talos.dev"' in graph
+        assert graph.startswith("digraph {") and '"controller:etcd.SpecController" -> "resource:etcd/EtcdSpecs.etcd.talos.dev"' in graph
         report = yaml.safe_load(archive.read("support-bundle.yaml"))
         assert report["missed_nodes"] == [off] and report["missed"] == result["missed"]
         assert_no_secret_in(archive, cluster_secrets(cluster))

@@ -64,6 +64,8 @@ class ClusterModel:
         self.etcd = EtcdCluster()
         self.unavailable_images = set()
         self.upgrade_lock = None
+        # Whether a Kubernetes API runs with the nodes as its kubelets (kubelets.py).
+        self.kubernetes_api_serving = False
         # Every call a node served (reads included): tests wait on it to act while a client is polling.
         self.calls_served = 0
         self._authorities = {self.secrets.os_ca.crt_pem: self.secrets.os_ca}

@@ -137,6 +137,8 @@ class Kubelets:
         self._rollouts = {}
 
     def start(self):
+        # The nodes are a Kubernetes API's kubelets now: what the server-side health check sees of Kubernetes.
+        self._cluster.model.kubernetes_api_serving = True
         self._thread = threading.Thread(target=self._run, name="kubelets-%s" % self._cluster.name, daemon=True)
         self._thread.start()
         return self
@@ -144,6 +146,7 @@ class Kubelets:
     def stop(self):
         """Stop the thread (the objects it wrote stay in the API server). Safe to call twice."""
         self._stopping.set()
+        self._cluster.model.kubernetes_api_serving = False
         if self._thread is not None:
             self._thread.join(timeout=30)
 

@@ -122,6 +122,7 @@ def settings(config_bytes):
         },
         "kubelet_feature_gates": dict(kubelet_extra_config.get("featureGates") or {}),
         "dns_domain": network.get("dnsDomain") or "cluster.local",
+        "cni": (network.get("cni") or {}).get("name") or "flannel",
         "pod_subnets": list(network.get("podSubnets") or ["10.244.0.0/16"]),
         "service_subnets": list(network.get("serviceSubnets") or ["10.96.0.0/12"]),
         "bootstrap_token": cluster.get("token") or "",
@@ -406,6 +407,29 @@ scheduler_configs = _static_pod_configs("kube-scheduler")
 def static_pod_statuses(node):
     return [("kube-system/%s-%s" % (component, node.hostname), pod_status(node, component, state))
             for component, state in node.kubernetes.static_pods()]
+
+
+def kubelet_configs(node):
+    """KubeletConfigs ``kubelet``: what the config asks of the kubelet (the health check's "kubelet enabled")."""
+    if node.maintenance:
+        return []
+    config = settings(node.config_bytes)
+    return [("kubelet", {"image": config["images"]["kubelet"], "clusterDNS": [_service_ip(config["service_subnets"], 10)],
+                         "clusterDomain": config["dns_domain"]})]
+
+
+def bootstrap_manifests_configs(node):
+    """BootstrapManifestsConfigs ``manifests`` on control planes: what the bootstrap manifests are rendered from."""
+    if not node.is_control_plane:
+        return []
+    config = settings(node.config_bytes)
+    return [("manifests", {
+        "string": config["endpoint"], "clusterDomain": config["dns_domain"], "podCIDRs": config["pod_subnets"],
+        "proxyEnabled": config["enabled"]["kube-proxy"], "proxyImage": config["images"]["kube-proxy"],
+        "coreDNSEnabled": config["enabled"]["coredns"], "coreDNSImage": config["images"]["coredns"],
+        "dnsServiceIP": _service_ip(config["service_subnets"], 10), "flannelEnabled": config["cni"] == "flannel",
+        "cniName": config["cni"],
+    })]
 
 
 def manifests(node):

@@ -250,7 +250,8 @@ def accepted_client_cas(config):
 
 
 def spki_fingerprint(crt_pem):
-    """Hex SHA-256 of the certificate's SubjectPublicKeyInfo, as printed for maintenance mode."""
+    """SHA-256 of the certificate's SubjectPublicKeyInfo in standard base64, as Talos prints it for maintenance mode and
+    talosctl --cert-fingerprint takes it (siderolabs/crypto ``x509.Fingerprint``)."""
     cert = x509.load_pem_x509_certificate(crt_pem)
     spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(spki).hexdigest()
+    return base64.b64encode(hashlib.sha256(spki).digest()).decode()

@@ -267,3 +267,24 @@ def static_pod_status(pod_status):
 def manifest(objects):
     # SingleManifest{object = 1}, one per item.
     return b"".join(_message(1, _struct(1, obj)) for obj in objects)
+
+
+def kubelet_config(spec):
+    return _bytes(1, spec["image"]) + _strings(2, spec["clusterDNS"]) + _bytes(3, spec["clusterDomain"])
+
+
+def bootstrap_manifests_config(spec):
+    return (_bytes(1, spec["string"]) + _bytes(2, spec["clusterDomain"]) + _strings(3, spec["podCIDRs"])
+            + _number(4, spec["proxyEnabled"]) + _bytes(5, spec["proxyImage"]) + _number(7, spec["coreDNSEnabled"])
+            + _bytes(8, spec["coreDNSImage"]) + _bytes(9, spec["dnsServiceIP"]) + _number(11, spec["flannelEnabled"])
+            + _bytes(21, spec["cniName"]))
+
+
+def etcd_config(spec):
+    return _bytes(3, spec["image"])
+
+
+def etcd_spec(spec):
+    return (_bytes(1, spec["name"]) + b"".join(_message(2, _net_ip(address)) for address in spec["advertisedAddresses"])
+            + _bytes(3, spec["image"]) + b"".join(_message(5, _net_ip(address)) for address in spec["listenPeerAddresses"])
+            + b"".join(_message(6, _net_ip(address)) for address in spec["listenClientAddresses"]))

@@ -159,6 +159,11 @@ class NodeServer:
                 return
             self._listeners.append(on_api_port)
 
+    @property
+    def on_api_port(self):
+        """Whether the node also listens on port 50000 of its address (free on this machine when it booted)."""
+        return len(self._listeners) > 1
+
     async def listen_silently(self):
         """Accept connections on the node's address and never answer them (an API that hangs or a dropping firewall)."""
         loop = asyncio.get_running_loop()

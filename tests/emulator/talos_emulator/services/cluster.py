@@ -10,17 +10,20 @@ each until it passes or ``wait_timeout`` ends (then ``DeadlineExceeded`` "contex
 change of a check's status line is streamed as "waiting for <check>: <status>" ("..." while it runs without an
 error yet, its error, "OK", or "SKIP"). Each check asks the nodes as upstream's does, through this node's apid, and
 words its errors as upstream (Go's formatting: ``%q``, ``%v`` of lists, multierror and errors.Join). The emulator
-has no Kubernetes here: its Kubernetes checks pass as soon as the Talos ones have.
+does not ask the Kubernetes API its questions: its Kubernetes checks pass once the Talos ones have while a Kubernetes
+API runs with the nodes as its kubelets (``run_kubelets``), and fail as Talos's do where the endpoint does not answer
+otherwise.
 """
 
 import asyncio
+import urllib.parse
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc, cluster_pb2
 
-from .. import routing
+from .. import kubernetes, routing
 from .common import require_control_plane
 from .cosi import discovery_members
 from .volumes import PARTITIONS
@@ -224,7 +227,17 @@ class _Checker:
             ("kubelet to be healthy", self.kubelet_healthy),
             ("all nodes to finish boot sequence", self.booted),
         ]
-        return talos + [(name, lambda: None) for name in _KUBERNETES_CHECKS]
+        return talos + [(name, self.kubernetes_api) for name in _KUBERNETES_CHECKS]
+
+    def kubernetes_api(self):
+        """The Kubernetes checks as far as the emulator sees them: a Kubernetes API runs with the nodes as its kubelets
+        (``run_kubelets``); their own questions (nodes, pods) are not asked. Without one, they fail as Talos's do where
+        the cluster's endpoint does not answer."""
+        if self.apid.node.cluster.kubernetes_api_serving:
+            return None
+        endpoint = kubernetes.settings(self.apid.node.config_bytes)["endpoint"]
+        address = urllib.parse.urlsplit(endpoint)
+        return 'Get "%s/api/v1/nodes": dial tcp %s:%d: connect: connection refused' % (endpoint, address.hostname, address.port or 443)
 
 
 # runtime.MachineStage order (the enum's numbers), by which upstream sorts the stages it names.

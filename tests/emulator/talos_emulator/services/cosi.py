@@ -23,6 +23,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.r
 from .. import authz, configgen, image_factory, kubernetes, resource_specs
 from ..context import current_call
 from . import storage, volumes
+from .image import DEFAULT_ETCD_IMAGE
 
 _NAMESPACES = frozenset([
     "meta", "runtime", "config", "network", "k8s", "controlplane", "cluster", "secrets", "etcd", "v1alpha1", "hardware",
@@ -200,6 +201,25 @@ def _os_root(node):
                     "certSANIPs": ips, "certSANDNSNames": names, "token": machine.get("token", "")})]
 
 
+def _etcd_image(node):
+    return (((node.config.get("cluster") or {}).get("etcd")) or {}).get("image") or DEFAULT_ETCD_IMAGE
+
+
+def _etcd_configs(node):
+    """EtcdConfigs ``etcd`` on control planes whose config has an etcd CA: what the config asks of etcd."""
+    if not node.is_control_plane or not node.has_etcd_ca:
+        return []
+    return [("etcd", {"advertiseExcludeSubnets": [], "listenExcludeSubnets": [], "image": _etcd_image(node), "extraArgs": {}})]
+
+
+def _etcd_specs(node):
+    """EtcdSpecs ``etcd``: the member's name and the addresses it advertises and listens on."""
+    if not _etcd_configs(node):
+        return []
+    return [("etcd", {"name": node.hostname, "advertisedAddresses": [node.address], "listenPeerAddresses": [node.address],
+                      "listenClientAddresses": ["127.0.0.1", node.address], "image": _etcd_image(node), "extraArgs": {}})]
+
+
 def _is_ip(value):
     try:
         ipaddress.ip_address(value)
@@ -249,8 +269,14 @@ _KINDS = [
     _Kind("AddressStatuses.net.talos.dev", "network", ["address", "addresses"], [("Address", "{.address}"), ("Link", "{.linkName}")],
           _addresses, resource_specs.address_status),
     _Kind("HostnameSpecs.net.talos.dev", "network", [], [], _hostname_spec, resource_specs.hostname_spec),
+    _Kind("EtcdConfigs.etcd.talos.dev", "etcd", [], [], _etcd_configs, resource_specs.etcd_config),
+    _Kind("EtcdSpecs.etcd.talos.dev", "etcd", [], [], _etcd_specs, resource_specs.etcd_spec),
     _Kind("OSRootSecrets.secrets.talos.dev", "secrets", [], [], _os_root, resource_specs.os_root, sensitive=True),
     _Kind("KubeletSpecs.kubernetes.talos.dev", "k8s", [], [], kubernetes.kubelet_specs, resource_specs.kubelet_spec, sensitive=True),
+    _Kind("KubeletConfigs.kubernetes.talos.dev", "k8s", [], [], kubernetes.kubelet_configs, resource_specs.kubelet_config,
+          sensitive=True),
+    _Kind("BootstrapManifestsConfigs.kubernetes.talos.dev", "controlplane", [], [], kubernetes.bootstrap_manifests_configs,
+          resource_specs.bootstrap_manifests_config),
     _Kind(kubernetes.CONFIG_TYPES["kube-apiserver"], "controlplane", [], [], kubernetes.apiserver_configs,
           resource_specs.apiserver_config, sensitive=True),
     _Kind(kubernetes.CONFIG_TYPES["kube-controller-manager"], "controlplane", [], [], kubernetes.controller_manager_configs,

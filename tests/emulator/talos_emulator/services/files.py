@@ -28,6 +28,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 from ..runners import GOROUTINES, service_pid
+from . import volumes
 from .common import CHUNK_SIZE
 from .logs import container_ids, container_log
 from .monitoring import system_containers
@@ -103,7 +104,8 @@ def node_tree(node):
     os_release = 'NAME="Talos"\nID=talos\nVERSION_ID=%s\nPRETTY_NAME="Talos (%s)"\n' % (node.talos_version, node.talos_version)
     add("/etc/os-release", Entry("file", 0o644, booted, os_release.encode()))
     add("/etc/mtab", Entry("symlink", 0o777, booted, link="/proc/mounts"))
-    add("/proc/mounts", Entry("file", 0o444, booted, b"/dev/sda5 /system/state xfs rw 0 0\n/dev/sda6 /var xfs rw 0 0\n"))
+    add("/proc/mounts", Entry("file", 0o444, booted, "".join("%s %s xfs rw 0 0\n" % (device, target)
+                                                             for device, target, _size, _used in volumes.mounts(node)).encode()))
     add("/proc/cpuinfo", Entry("file", 0o444, booted, _CPUINFO.encode()))
     add("/proc/sys/kernel/random/boot_id", Entry("file", 0o444, booted, ((node.boot_id or "") + "\n").encode()))
     add("/proc/bus/pci/devices", Entry("file", 0o444, booted, b"0000\t80861237\t0\n0008\t1af41000\t0b\n"))

@@ -29,6 +29,8 @@ LayerStatus = image_pb2.ImageServicePullLayerProgress.Status
 
 # Talos's etcd image when the config names none (constants.EtcdImage and DefaultEtcdVersion of v1.14).
 DEFAULT_ETCD_IMAGE = "registry.k8s.io/etcd:3.7.1"
+# The pod sandbox image of Talos's CRI configuration.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 LAYER_SIZE = 1048576
 _LAYERS = 2
 
@@ -139,22 +141,26 @@ def add_image(node, namespace, ref):
 
 
 def pull_boot_images(node):
-    """What machined pulls into the system namespace of the CRI containerd as a configured node boots: the kubelet's
-    image and, on a control plane, etcd's (``system/services/kubelet.go``, ``etcd.go``); one the registry lacks is
-    not there (its service cannot start)."""
-    for ref in boot_images(node):
-        if node.cluster.registry_has(ref):
-            add_image(node, "NS_SYSTEM", ref)
+    """What a configured node pulls as it boots, where the registry has it (one it lacks is not there, and the
+    service or pod cannot start): machined pulls the kubelet's and, on a control plane, etcd's image into the system
+    namespace of the CRI containerd (``system/services/kubelet.go``, ``etcd.go``); the kubelet pulls the pod sandbox's
+    and, on a control plane, the static pods' images into the CRI namespace ``k8s.io``."""
+    for namespace, refs in boot_images(node).items():
+        for ref in refs:
+            if node.cluster.registry_has(ref):
+                add_image(node, namespace, ref)
 
 
 def boot_images(node):
-    """The images of the services machined runs from images: the kubelet's and, on a control plane, etcd's."""
+    """``{namespace: [image]}`` of what a configured node pulls as it boots (none in maintenance mode)."""
     if node.maintenance:
-        return []
-    refs = [kubernetes.settings(node.config_bytes)["images"]["kubelet"]]
+        return {}
+    images = kubernetes.settings(node.config_bytes)["images"]
+    system, cri = [images["kubelet"]], [PAUSE_IMAGE]
     if node.is_control_plane:
-        refs.append(((node.config.get("cluster") or {}).get("etcd") or {}).get("image") or DEFAULT_ETCD_IMAGE)
-    return refs
+        system.append(((node.config.get("cluster") or {}).get("etcd") or {}).get("image") or DEFAULT_ETCD_IMAGE)
+        cri += [images[component] for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")]
+    return {"NS_SYSTEM": system, "NS_CRI": cri}
 
 
 class ImageService(image_grpc.ImageServiceBase):

@@ -3,7 +3,8 @@
 """inspect.InspectService: the controller-runtime dependency graph (``talosctl inspect dependencies``).
 
 A real node reports several hundred edges between its controllers and the resource types they read and write;
-the emulator reports a few of them, and a control plane's etcd and static pod controllers besides a worker's.
+the emulator reports a few of them, and a control plane's etcd, static pod and manifest controllers besides a worker's,
+each between resource types it serves (talosctl resolves every type of the graph).
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.inspect import inspect_grpc, inspect_pb2
@@ -19,16 +20,16 @@ _EVERY_NODE = (
     ("k8s.KubeletSpecController", _EDGE.OUTPUT_EXCLUSIVE, "k8s", "KubeletSpecs.kubernetes.talos.dev"),
     ("k8s.NodenameController", _EDGE.INPUT_WEAK, "network", "HostnameStatuses.net.talos.dev"),
     ("k8s.NodenameController", _EDGE.OUTPUT_EXCLUSIVE, "k8s", "Nodenames.kubernetes.talos.dev"),
-    ("runtime.MachineStatusController", _EDGE.INPUT_WEAK, "v1alpha1", "Services.v1alpha1.talos.dev"),
+    ("runtime.MachineStatusController", _EDGE.INPUT_WEAK, "runtime", "Services.v1alpha1.talos.dev"),
     ("runtime.MachineStatusController", _EDGE.OUTPUT_EXCLUSIVE, "runtime", "MachineStatuses.runtime.talos.dev"),
 )
 _CONTROL_PLANE = (
-    ("etcd.SpecController", _EDGE.INPUT_WEAK, "etcd", "Configs.etcd.talos.dev"),
-    ("etcd.SpecController", _EDGE.OUTPUT_EXCLUSIVE, "etcd", "Specs.etcd.talos.dev"),
+    ("etcd.SpecController", _EDGE.INPUT_WEAK, "etcd", "EtcdConfigs.etcd.talos.dev"),
+    ("etcd.SpecController", _EDGE.OUTPUT_EXCLUSIVE, "etcd", "EtcdSpecs.etcd.talos.dev"),
     ("k8s.ControlPlaneStaticPodController", _EDGE.INPUT_STRONG, "controlplane", "APIServerConfigs.kubernetes.talos.dev"),
     ("k8s.ControlPlaneStaticPodController", _EDGE.OUTPUT_EXCLUSIVE, "k8s", "StaticPods.kubernetes.talos.dev"),
-    ("k8s.StaticPodServerController", _EDGE.INPUT_STRONG, "k8s", "StaticPods.kubernetes.talos.dev"),
-    ("k8s.StaticPodServerController", _EDGE.OUTPUT_SHARED, "k8s", "StaticPodServerStatuses.kubernetes.talos.dev"),
+    ("k8s.ManifestController", _EDGE.INPUT_STRONG, "controlplane", "BootstrapManifestsConfigs.kubernetes.talos.dev"),
+    ("k8s.ManifestController", _EDGE.OUTPUT_EXCLUSIVE, "controlplane", "Manifests.kubernetes.talos.dev"),
 )
 
 

@@ -283,10 +283,8 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, FileRPCs, LegacyImageRPCs,
 
     async def Mounts(self, stream):
         await stream.recv_message()
-        stats = [
-            machine_pb2.MountStat(filesystem="/dev/sda5", size=10726932480, available=10632294400, mounted_on="/system/state"),
-            machine_pb2.MountStat(filesystem="/dev/sda6", size=96636764160, available=90106458112, mounted_on="/var"),
-        ]
+        stats = [machine_pb2.MountStat(filesystem=device, size=size, available=size - used, mounted_on=target)
+                 for device, target, size, used in volumes.mounts(self.node)]
         await stream.send_message(machine_pb2.MountsResponse(messages=[machine_pb2.Mounts(stats=stats)]))
 
 

@@ -26,14 +26,23 @@ from .image import boot_images
 from .logs import container_ids
 
 _DEFAULT_NTP_SERVER = "time.cloudflare.com"
-# Sockets a node's services listen on: (service, protocol, local address or None for the node's, port); control
-# planes only for trustd, etcd and the API server.
+# Sockets a node's services listen on: (service, protocol, local address or None for the node's, port or the etcd URL
+# it is the port of, control planes only).
 _LISTENERS = (
-    ("apid", "tcp6", "::", 50000, False), ("trustd", "tcp6", "::", 50001, True), ("etcd", "tcp", None, 2379, True),
-    ("etcd", "tcp", "127.0.0.1", 2379, True), ("etcd", "tcp", None, 2380, True), ("kubelet", "tcp6", "::", 10250, False),
-    ("kubelet", "tcp", "127.0.0.1", 10248, False), ("machined", "tcp", "127.0.0.53", 53, False),
-    ("machined", "udp", "127.0.0.53", 53, False), ("kube-apiserver", "tcp6", "::", 6443, True),
+    ("apid", "tcp6", "::", 50000, False), ("trustd", "tcp6", "::", 50001, True), ("etcd", "tcp", None, "client", True),
+    ("etcd", "tcp", None, "peer", True), ("kubelet", "tcp6", "::", 10250, False), ("kubelet", "tcp", "127.0.0.1", 10248, False),
+    ("machined", "tcp", "127.0.0.53", 53, False), ("machined", "udp", "127.0.0.53", 53, False),
+    ("kube-apiserver", "tcp6", "::", 6443, True),
 )
+# /proc/net's socket states: an unconnected UDP socket is CLOSE.
+_UDP_CLOSE = 7
+
+
+def _etcd_port(node, which):
+    """The port of the node's etcd member: 2379 and 2380, or where a real member listens (real_etcd.py)."""
+    etcd = node.cluster.etcd
+    url_of = getattr(etcd, "client_url" if which == "client" else "peer_url", None)
+    return int(url_of(node).rsplit(":", 1)[1]) if url_of is not None else {"client": 2379, "peer": 2380}[which]
 
 
 def time_servers(node):
@@ -81,7 +90,7 @@ class TimeService:
 def system_containers(node):
     """``[(id, image)]`` of the system namespace's containers: the services machined runs with containerd that run
     now. apid and trustd run from Talos's own root file system, so they have no image."""
-    images = dict(zip(("kubelet", "etcd"), boot_images(node)))
+    images = dict(zip(("kubelet", "etcd"), boot_images(node).get("NS_SYSTEM", [])))
     return [(service_id, images.get(service_id, "")) for service_id in ("apid", "etcd", "kubelet", "trustd")
             if service_id in node.services and node.services[service_id].running]
 
@@ -95,14 +104,16 @@ def _netstat_records(node):
             continue
         if service_id not in ("machined", "kube-apiserver") and not (service_id in node.services and node.services[service_id].running):
             continue
+        if not isinstance(port, int):
+            port = _etcd_port(node, port)
         records.append((protocol, local or node.address, port, "::" if protocol.endswith("6") else "0.0.0.0", 0,
-                        0 if protocol.startswith("udp") else extra_api.TCP_LISTEN, service_id))
+                        _UDP_CLOSE if protocol.startswith("udp") else extra_api.TCP_LISTEN, service_id))
     # etcd's peers: a control plane whose member runs keeps a connection to every other running member.
     if node.is_control_plane and node.etcd_running:
         for other in node.cluster.controlplanes:
             if other is not node and other.etcd_running:
-                records.append(("tcp", node.address, 40000 + int(other.address.rsplit(".", 1)[1]), other.address, 2380,
-                                extra_api.TCP_ESTABLISHED, "etcd"))
+                records.append(("tcp", node.address, 40000 + int(other.address.rsplit(".", 1)[1]), other.address,
+                                _etcd_port(other, "peer"), extra_api.TCP_ESTABLISHED, "etcd"))
     return records
 
 

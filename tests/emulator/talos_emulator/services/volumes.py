@@ -51,6 +51,18 @@ def volume_statuses(node):
     return statuses
 
 
+def mounts(node):
+    """``[(device, mount point, size, bytes used)]`` of the node's mounted partitions (STATE and EPHEMERAL)."""
+    if not node.installed:
+        return []
+    found = []
+    for volume_id, (index, mount_point, _filesystem, size) in PARTITIONS.items():
+        if mount_point:
+            used = size // 100 * (1 if volume_id == "STATE" else 6)
+            found.append(("%s%d" % (SYSTEM_DISK, index), mount_point, size, used))
+    return found
+
+
 def discovered_volumes(node):
     """``[(id, DiscoveredVolumes.block.talos.dev spec)]``: what blkid finds on the disks (an installed node's system
     disk is a GPT with the EFI, META, STATE and EPHEMERAL partitions; the user disk is blank)."""
