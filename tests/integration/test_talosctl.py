@@ -316,7 +316,7 @@ def test_support_bundle_holds_what_talos_support_bundle_holds(demo, support_bund
     assert "Support bundle is written to" in theirs.stderr
     if demo.kubernetes:
         assert theirs.returncode == 0, theirs.stderr
-        assert {"cluster/kubernetesResources/nodes.yaml", "cluster/kubernetesResources/systemPods.yaml"} <= theirs_names
+        assert {"kubernetesResources/nodes.yaml", "kubernetesResources/systemPods.yaml"} <= theirs_names
     else:
         # talosctl support asks the Kubernetes API for its cluster section and exits 1 when it cannot reach it; every
         # node's section is collected all the same.
@@ -333,7 +333,7 @@ def test_support_bundle_holds_what_talos_support_bundle_holds(demo, support_bund
 # What talosctl support writes of the sensitive types (their metadata, the spec "<REDACTED>").
 SENSITIVE_RESOURCE_FILES = {"resources/%s.yaml" % name for name in (
     "apiserverconfigs.kubernetes.talos.dev", "kubeletconfigs.kubernetes.talos.dev", "kubeletspecs.kubernetes.talos.dev",
-    "machineconfigs.config.talos.dev", "osrootsecrets.secrets.talos.dev")}
+    "kubernetesrootsecrets.secrets.talos.dev", "machineconfigs.config.talos.dev", "osrootsecrets.secrets.talos.dev")}
 
 
 @pytest.mark.xfail(strict=True, reason="talos_support_bundle (plugins/module_utils/support_bundle.py) names a static pod's log "
@@ -368,8 +368,21 @@ def test_upgrade_k8s_dry_run_plans_what_talos_kubernetes_upgrade_plans(demo, run
         assert out.returncode != 0 and ours["failed"]
         return
     assert out.returncode == 0, out.stderr + out.stdout
-    assert "> Dry-run mode enabled" in out.stdout + out.stderr
-    assert ours["to_version"] == "1.35.1" and ours["plan"]
+    # talosctl's plan: every component it would update on each node ("updating X", then "> "node": starting update").
+    theirs, component = set(), None
+    for line in out.stdout.splitlines():
+        updating = re.match(r'^updating "?([a-z-]+)"? to version', line)
+        if updating:
+            component = updating.group(1)
+        starting = re.match(r'^ > "([^"]+)": starting update', line)
+        if starting:
+            theirs.add((component, starting.group(1)))
+    assert ours["from_version"] == "1.35.0" and ours["to_version"] == "1.35.1"
+    assert {(step["component"], step["node"]) for step in ours["plan"]} == theirs and len(theirs) == 17
+    # Neither would change a bootstrap manifest: the cluster runs the ones Talos renders.
+    manifests = out.stdout.split("updating manifests (dry run)", 1)[1].strip().splitlines()
+    assert manifests and all(line.strip().startswith("< unchanged ") for line in manifests)
+    assert ours["manifests"] == []
 
 
 def test_node_names_resolve_as_the_config_says(demo, run):

@@ -203,6 +203,16 @@ def hostname_spec(spec):
     return _bytes(1, spec["hostname"]) + _bytes(2, spec["domainname"]) + _number(3, _CONFIG_LAYERS[spec["layer"]])
 
 
+def _certificate_and_key(field, pair):
+    return _message(field, _bytes(1, base64.b64decode(pair["crt"])) + _bytes(2, base64.b64decode(pair.get("key", ""))))
+
+
+def kubernetes_root(spec):
+    return (_bytes(1, spec["name"]) + _message(2, _bytes(1, spec["endpoint"])) + _bytes(6, spec["dnsDomain"])
+            + _certificate_and_key(7, spec["issuingCA"])
+            + b"".join(_message(15, _bytes(1, base64.b64decode(accepted["crt"]))) for accepted in spec["acceptedCAs"]))
+
+
 def os_root(spec):
     # PEM blocks are base64 in the YAML (Go's []byte), raw in the protobuf.
     issuing = spec["issuingCA"]

@@ -8,6 +8,7 @@ are ``NotFound`` as the COSI server reports them.
 """
 
 import asyncio
+import base64
 import functools
 import ipaddress
 import re
@@ -201,6 +202,19 @@ def _os_root(node):
                     "certSANIPs": ips, "certSANDNSNames": names, "token": machine.get("token", "")})]
 
 
+def _kubernetes_root(node):
+    """KubernetesRootSecrets ``k8s`` on control planes: the cluster's name and endpoint, and the Kubernetes API CA the
+    kube-apiserver's certificates are issued from (with its key) and the CAs it accepts."""
+    if not node.is_control_plane:
+        return []
+    config = kubernetes.settings(node.config_bytes)
+    issuing = {"crt": base64.b64encode(config["ca_crt"]).decode()}
+    if config["ca_key"]:
+        issuing["key"] = base64.b64encode(config["ca_key"]).decode()
+    return [("k8s", {"name": config["cluster_name"], "endpoint": config["endpoint"], "dnsDomain": config["dns_domain"],
+                     "issuingCA": issuing, "acceptedCAs": [{"crt": base64.b64encode(crt).decode()} for crt in config["accepted_crts"]]})]
+
+
 def _etcd_image(node):
     return (((node.config.get("cluster") or {}).get("etcd")) or {}).get("image") or DEFAULT_ETCD_IMAGE
 
@@ -272,6 +286,8 @@ _KINDS = [
     _Kind("EtcdConfigs.etcd.talos.dev", "etcd", [], [], _etcd_configs, resource_specs.etcd_config),
     _Kind("EtcdSpecs.etcd.talos.dev", "etcd", [], [], _etcd_specs, resource_specs.etcd_spec),
     _Kind("OSRootSecrets.secrets.talos.dev", "secrets", [], [], _os_root, resource_specs.os_root, sensitive=True),
+    _Kind("KubernetesRootSecrets.secrets.talos.dev", "secrets", [], [], _kubernetes_root, resource_specs.kubernetes_root,
+          sensitive=True),
     _Kind("KubeletSpecs.kubernetes.talos.dev", "k8s", [], [], kubernetes.kubelet_specs, resource_specs.kubelet_spec, sensitive=True),
     _Kind("KubeletConfigs.kubernetes.talos.dev", "k8s", [], [], kubernetes.kubelet_configs, resource_specs.kubelet_config,
           sensitive=True),
