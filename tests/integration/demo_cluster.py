@@ -26,10 +26,9 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 TALOS_VERSION = "v1.14.0"
 KUBERNETES_VERSION = "v1.35.0"
 
-# ``controlplanes``, ``workers``: [(name, address)]; ``directory``: where the files are; ``emulated``: the
-# EmulatedCluster serving it (for a test's fault or state check).
-DemoCluster = collections.namedtuple("DemoCluster", "directory inventory talosconfig kubeconfig secrets controlplanes workers "
-                                                    "kubernetes emulated")
+# ``directory``: the cluster's directory (where the other files are); ``controlplanes``, ``workers``: [(name, address)].
+# Only what tests/run-demo leaves a user, so that the fixture can start the cluster through it.
+DemoCluster = collections.namedtuple("DemoCluster", "directory inventory talosconfig kubeconfig secrets controlplanes workers kubernetes")
 
 
 def _nodes(cluster, role):
@@ -43,8 +42,7 @@ def demo_cluster(workdir, kubernetes=False):
         with provisioned(workdir, "demo", TALOS_VERSION, KUBERNETES_VERSION) as (cluster, _server, inventory, _secrets):
             generated = workdir / "generated"
             yield DemoCluster(str(generated), str(inventory), str(generated / "talosconfig"), str(generated / "kubeconfig"),
-                              str(generated / "secrets.yaml"), _nodes(cluster, "controlplane"), _nodes(cluster, "worker"), True,
-                              cluster)
+                              str(generated / "secrets.yaml"), _nodes(cluster, "controlplane"), _nodes(cluster, "worker"), True)
         return
     cluster = EmulatedCluster.start(str(workdir / "emulator"), controlplanes=3, workers=2, maintenance=True,
                                     talos_version=TALOS_VERSION, reboot_seconds=0.1, name="demo", etcd="real")
@@ -60,6 +58,6 @@ def demo_cluster(workdir, kubernetes=False):
         assert run.rc == 0, run.stdout[-6000:] + run.stderr[-3000:]
         yield DemoCluster(str(directory), str(directory / "inventory.yml"), str(directory / "talosconfig"),
                           str(directory / "kubeconfig"), str(directory / "secrets.yaml"), _nodes(cluster, "controlplane"),
-                          _nodes(cluster, "worker"), False, cluster)
+                          _nodes(cluster, "worker"), False)
     finally:
         cluster.stop()
