@@ -24,6 +24,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 from emulator_client import ApiClient
 from talos_emulator import configgen, kubernetes
 from talos_emulator.pki import to_standard_pem
+from talos_emulator.runners import started_message
 
 K8S_VERSION = "v1.36.3"
 NEXT = "v1.37.2"
@@ -299,7 +300,7 @@ def test_a_kubernetes_ca_change_restarts_the_kubelet_and_other_changes_do_not(ku
     accepted = SecretsBundle.generate("v1.14").cas["k8s"].crt_pem
     restarted = change(lambda config: config["cluster"].setdefault("acceptedCAs", []).append(
         {"crt": base64.b64encode(accepted.encode()).decode()}))
-    assert restarted == [("Service finished successfully", "Finished"), ("Service started as goroutine", "Running")]
+    assert restarted == [("Service finished successfully", "Finished"), (started_message("kubelet"), "Running")]
     _wait_for(lambda: kube.node_object("worker-1"), lambda found: kube.ready(found) == "False")
     _wait_for(lambda: kube.node_object("worker-1"), lambda found: kube.ready(found) == "True")
 

@@ -19,7 +19,7 @@ from .versions import older_than
 ADMIN = rpc.ADMIN
 READER = rpc.READER
 # Rules of machined.go for RPCs the collection does not call (so its catalogue has no row for them).
-_NOT_IN_CATALOGUE = {
+NOT_IN_CATALOGUE = {
     "machine.MachineService/Netstat": (rpc.ADMIN, rpc.OPERATOR, rpc.READER),
     "machine.MachineService/Stats": (rpc.ADMIN, rpc.OPERATOR, rpc.READER),
     "time.TimeService/Time": (rpc.ADMIN, rpc.OPERATOR, rpc.READER),
@@ -30,8 +30,8 @@ _NOT_IN_CATALOGUE = {
 def allowed_roles(method, talos_version):
     """The roles that may call ``method`` (a full gRPC path) on a node of ``talos_version``."""
     path = method.lstrip("/")
-    if path in _NOT_IN_CATALOGUE:
-        return frozenset(_NOT_IN_CATALOGUE[path])
+    if path in NOT_IN_CATALOGUE:
+        return frozenset(NOT_IN_CATALOGUE[path])
     for widened_in, roles_before in rpc.role_history(path):
         if older_than(talos_version, widened_in):
             return frozenset(roles_before)

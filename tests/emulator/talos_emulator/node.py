@@ -230,10 +230,7 @@ class EmulatedNode:
 
     def server_tls_material(self):
         """``(ca_crt_pem, crt_pem, key_pem, client_ca_pem or None)`` for this boot."""
-        ips = [self.address, "127.0.0.1"]
-        names = [self.hostname]
-        for san in self.cert_sans:
-            (ips if _is_ip(san) else names).append(san)
+        ips, names = self.api_certificate_sans()
         if self.maintenance:
             ca_crt, crt, key = pki.maintenance_certificate([self.address], [self.hostname])
             return ca_crt, crt, key, None
@@ -241,6 +238,14 @@ class EmulatedNode:
         authority = self.cluster.issuing_authority(crt_pem, key_pem)
         server_crt, server_key = authority.issue_server(self.hostname, ip_addresses=ips, dns_names=names)
         return crt_pem, server_crt, server_key, pki.accepted_client_cas(self.config)
+
+    def api_certificate_sans(self):
+        """``(IP addresses, DNS names)`` of apid's certificate: the node's address, 127.0.0.1 and its hostname, then
+        the config's ``machine.certSANs``."""
+        ips, names = [self.address, "127.0.0.1"], [self.hostname]
+        for san in self.cert_sans:
+            (ips if _is_ip(san) else names).append(san)
+        return ips, names
 
     def server_tls_inputs(self):
         """What apid's certificates are made from: when it changes, Talos issues new ones (no reboot)."""

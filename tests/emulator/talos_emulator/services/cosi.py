@@ -196,8 +196,8 @@ def _os_root(node):
         return []
     machine = node.config.get("machine") or {}
     issuing = {key: value for key, value in (machine.get("ca") or {}).items() if key in ("crt", "key") and value}
-    ips = sorted({node.address, "127.0.0.1"} | {san for san in node.cert_sans if _is_ip(san)}, key=ipaddress.ip_address)
-    names = sorted({node.hostname} | {san for san in node.cert_sans if not _is_ip(san)})
+    ips, names = node.api_certificate_sans()
+    ips, names = sorted(set(ips), key=ipaddress.ip_address), sorted(set(names))
     return [("os", {"issuingCA": issuing, "acceptedCAs": [{"crt": entry["crt"]} for entry in machine.get("acceptedCAs") or []],
                     "certSANIPs": ips, "certSANDNSNames": names, "token": machine.get("token", "")})]
 
@@ -232,14 +232,6 @@ def _etcd_specs(node):
         return []
     return [("etcd", {"name": node.hostname, "advertisedAddresses": [node.address], "listenPeerAddresses": [node.address],
                       "listenClientAddresses": ["127.0.0.1", node.address], "image": _etcd_image(node), "extraArgs": {}})]
-
-
-def _is_ip(value):
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _node_addresses(node):
