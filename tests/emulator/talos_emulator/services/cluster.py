@@ -24,8 +24,9 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_grpc, cluster_pb2
 
 from .. import kubernetes, routing
-from .common import require_control_plane
+from .common import MEMTOTAL_KIB, require_control_plane
 from .cosi import discovery_members
+from .storage import SYSTEM_DISK
 from .volumes import PARTITIONS
 
 # Talos's report interval (check.Wait's updateInterval) is 100 ms; the emulator polls as often.
@@ -39,7 +40,6 @@ _KUBERNETES_CHECKS = (
 # leaves beside the UKI EFI (2101 MiB), STATE and META partitions and the GPT's 10 MiB.
 _MINIMUM_MEMORY_MIB = {"controlplane": 1848 - 150, "worker": 1024 - 150}
 _MINIMUM_EPHEMERAL_BYTES = (6144 - (2101 + 100 + 1 + 10)) * 1048576
-_MEMTOTAL_KIB = 8148892
 
 
 def go_quoted(values):
@@ -154,9 +154,9 @@ class _Checker:
         for target in reachable:
             machine_type = next(kind for kind, addresses in self.nodes.items() if target in addresses)
             minimum = _MINIMUM_MEMORY_MIB.get(machine_type, 1024)
-            if _MEMTOTAL_KIB // 1024 < minimum:
+            if MEMTOTAL_KIB // 1024 < minimum:
                 errors.append('node "%s" does not meet memory requirements: expected at least %d MiB, actual %d MiB'
-                              % (target, minimum, _MEMTOTAL_KIB // 1024))
+                              % (target, minimum, MEMTOTAL_KIB // 1024))
         return multierror(errors)
 
     def disk_sizes(self):
@@ -170,10 +170,10 @@ class _Checker:
                 errors.append('error getting volume status for node "%s": rpc error: code = NotFound desc = resource '
                               "VolumeStatuses.block.talos.dev(runtime/EPHEMERAL@undefined) doesn't exist" % target)
                 continue
-            size = PARTITIONS["EPHEMERAL"][3]
+            index, _mount_point, _filesystem, size = PARTITIONS["EPHEMERAL"]
             if size < _MINIMUM_EPHEMERAL_BYTES:
-                errors.append('ephemeral partition "%s4" for node "%s" is too small, expected at least %s, actual %s'
-                              % ("/dev/sda", target, _i_bytes(_MINIMUM_EPHEMERAL_BYTES), _i_bytes(size)))
+                errors.append('ephemeral partition "%s%d" for node "%s" is too small, expected at least %s, actual %s'
+                              % (SYSTEM_DISK, index, target, _i_bytes(_MINIMUM_EPHEMERAL_BYTES), _i_bytes(size)))
         return multierror(errors)
 
     def _non_container_nodes(self):

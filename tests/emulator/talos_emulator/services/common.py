@@ -10,6 +10,8 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 
 CHUNK_SIZE = 1024
+# The emulated machines' memory in kB, as /proc/meminfo reports it (Memory, the health check's memory sizes).
+MEMTOTAL_KIB = 8148892
 
 
 def new_actor_id():

@@ -24,7 +24,7 @@ from ..context import current_call
 from ..kubernetes import admin_kubeconfig
 from ..versions import older_than
 from .apply import ApplyConfigurationRPC
-from .common import new_actor_id, require_machine_type
+from .common import MEMTOTAL_KIB, new_actor_id, require_machine_type
 from .etcd import EtcdRPCs
 from .files import FileRPCs
 from .image import LegacyImageRPCs
@@ -250,7 +250,7 @@ class MachineService(ApplyConfigurationRPC, EtcdRPCs, FileRPCs, LegacyImageRPCs,
     async def Memory(self, stream):
         await stream.recv_message()
         meminfo = machine_pb2.MemInfo(
-            memtotal=8148892, memfree=5210344, memavailable=7012456, buffers=62300, cached=1873220,
+            memtotal=MEMTOTAL_KIB, memfree=5210344, memavailable=7012456, buffers=62300, cached=1873220,
             swapcached=0, active=1321048, inactive=1201880, swaptotal=0, swapfree=0, hugepagesize=2048,
         )
         await stream.send_message(machine_pb2.MemoryResponse(messages=[machine_pb2.Memory(meminfo=meminfo)]))
