@@ -338,25 +338,20 @@ def test_support_bundle_holds_what_talos_support_bundle_holds(demo, support_bund
         # talosctl support asks the Kubernetes API for its cluster section and exits 1 when it cannot reach it; every
         # node's section is collected all the same.
         assert theirs.returncode == 1 and "failed to create kubernetes client" in theirs.stderr
-    # Besides the two differences test_support_bundle_file_lists_are_talosctls names, the same files per node.
+    # Besides the difference test_support_bundle_file_lists_are_talosctls names, the same files per node: the sensitive
+    # resource types included, their specs redacted.
     for node in nodes:
-        expected = {name for name in _per_node(theirs_names, node) if not name.startswith("kubernetes-logs/")
-                    and name not in SENSITIVE_RESOURCE_FILES}
-        assert expected == {name for name in _per_node(ours_names, node) if not name.startswith("kubernetes-logs/")}
-        assert len({name for name in _per_node(theirs_names, node) if name.startswith("kubernetes-logs/")}) == len(
-            {name for name in _per_node(ours_names, node) if name.startswith("kubernetes-logs/")})
-
-
-# What talosctl support writes of the sensitive types (their metadata, the spec "<REDACTED>").
-SENSITIVE_RESOURCE_FILES = {"resources/%s.yaml" % name for name in (
-    "apiserverconfigs.kubernetes.talos.dev", "kubeletconfigs.kubernetes.talos.dev", "kubeletspecs.kubernetes.talos.dev",
-    "kubernetesrootsecrets.secrets.talos.dev", "machineconfigs.config.talos.dev", "osrootsecrets.secrets.talos.dev")}
+        theirs_files, ours_files = _per_node(theirs_names, node), _per_node(ours_names, node)
+        assert "resources/osrootsecrets.secrets.talos.dev.yaml" in theirs_files
+        assert {name for name in theirs_files if not name.startswith("kubernetes-logs/")} == {
+            name for name in ours_files if not name.startswith("kubernetes-logs/")}
+        assert len({name for name in theirs_files if name.startswith("kubernetes-logs/")}) == len(
+            {name for name in ours_files if name.startswith("kubernetes-logs/")})
 
 
 @pytest.mark.xfail(strict=True, reason="talos_support_bundle (plugins/module_utils/support_bundle.py) names a static pod's log "
                                        "kubernetes-logs/kube-system/<container>.log where talosctl names it by its pod "
-                                       "(kube-system/<pod>.log), and leaves the sensitive resource types out where talosctl "
-                                       "writes their metadata with the spec redacted")
+                                       "(kube-system/<pod>.log)")
 def test_support_bundle_file_lists_are_talosctls(support_bundles):
     _theirs, theirs_names, ours_names, nodes = support_bundles
     for node in nodes:
