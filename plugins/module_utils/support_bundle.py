@@ -7,7 +7,7 @@ cluster's Kubernetes Nodes and kube-system pods.
 The layout follows talosctl (siderolabs/go-talos-support ``support/collectors``): per node ``<node>/dmesg.log``,
 ``controller-runtime.log``, ``dependencies.dot`` (the controller-runtime graph), ``dns-resolve-cache.log``,
 ``mounts``, ``devices``, ``io``, ``processes``, ``summary``, ``service-logs/<id>.log`` and ``<id>.state``,
-``kubernetes-logs/kube-system/<container>[-exited].log`` and
+``kubernetes-logs/kube-system/<pod>[-exited].log`` and
 ``resources/<definition id>.yaml``; for the cluster ``kubernetesResources/nodes.yaml`` and ``systemPods.yaml``.
 Beside talosctl's files, ``support-bundle.yaml`` says what was collected and what was missed and why: a node that
 cannot be reached, a section a node refused, a Kubernetes API that does not answer.
@@ -252,11 +252,11 @@ class SupportBundle:
         listed = self._each(writer, nodes, "kubernetes-logs", "machine.MachineService/Containers", request)
         for node, items in listed.items():
             for container in items[0].containers:
-                namespace = container.pod_id.split("/")[0]
-                # Pause sandboxes have no log; talosctl keeps kube-system's containers only.
+                namespace, _slash, pod = container.pod_id.partition("/")
+                # Pause sandboxes have no log; talosctl keeps kube-system's containers only, named by their pod.
                 if container.status == "SANDBOX_READY" or namespace != "kube-system":
                     continue
-                path = "kubernetes-logs/kube-system/%s%s.log" % (container.name, "" if container.pid else "-exited")
+                path = "kubernetes-logs/kube-system/%s%s.log" % (pod, "" if container.pid else "-exited")
                 logs = machine_pb2.LogsRequest(namespace="k8s.io", id=container.id, driver=common_pb2.CRI, tail_lines=-1)
                 answer = self.client.stream_many("machine.MachineService/Logs", logs, nodes=[node],
                                                  max_concurrency=self.max_concurrency)[node]

@@ -13,7 +13,7 @@ version_added: 0.1.0
 description:
   - Collects what C(talosctl support) collects, in its layout, into one zip file O(dest) on the controller - for each
     node C(<node>/dmesg.log), C(controller-runtime.log), C(dependencies.dot), C(dns-resolve-cache.log), C(service-logs/<service>.log)
-    and C(.state), C(kubernetes-logs/kube-system/<container>.log), C(mounts), C(devices), C(io), C(processes),
+    and C(.state), C(kubernetes-logs/kube-system/<pod>.log), C(mounts), C(devices), C(io), C(processes),
     C(summary) and C(resources/<type>.yaml); for the cluster C(kubernetesResources/nodes.yaml) and
     C(kubernetesResources/systemPods.yaml) read through the admin kubeconfig Talos returns (kept in memory).
   - Beside them, C(support-bundle.yaml) lists the nodes reached and missed and every section missed with the reason.

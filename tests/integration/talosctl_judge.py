@@ -338,24 +338,12 @@ def test_support_bundle_holds_what_talos_support_bundle_holds(demo, support_bund
         # talosctl support asks the Kubernetes API for its cluster section and exits 1 when it cannot reach it; every
         # node's section is collected all the same.
         assert theirs.returncode == 1 and "failed to create kubernetes client" in theirs.stderr
-    # Besides the difference test_support_bundle_file_lists_are_talosctls names, the same files per node: the sensitive
-    # resource types included, their specs redacted.
+    # The same files per node, named as talosctl names them: the sensitive resource types included, their specs
+    # redacted, and the static pods' logs named by their pod.
     for node in nodes:
         theirs_files, ours_files = _per_node(theirs_names, node), _per_node(ours_names, node)
         assert "resources/osrootsecrets.secrets.talos.dev.yaml" in theirs_files
-        assert {name for name in theirs_files if not name.startswith("kubernetes-logs/")} == {
-            name for name in ours_files if not name.startswith("kubernetes-logs/")}
-        assert len({name for name in theirs_files if name.startswith("kubernetes-logs/")}) == len(
-            {name for name in ours_files if name.startswith("kubernetes-logs/")})
-
-
-@pytest.mark.xfail(strict=True, reason="talos_support_bundle (plugins/module_utils/support_bundle.py) names a static pod's log "
-                                       "kubernetes-logs/kube-system/<container>.log where talosctl names it by its pod "
-                                       "(kube-system/<pod>.log)")
-def test_support_bundle_file_lists_are_talosctls(support_bundles):
-    _theirs, theirs_names, ours_names, nodes = support_bundles
-    for node in nodes:
-        assert _per_node(theirs_names, node) == _per_node(ours_names, node)
+        assert theirs_files == ours_files
 
 
 def test_rotate_ca_dry_run_reads_the_os_ca(demo, run):

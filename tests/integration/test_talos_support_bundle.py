@@ -78,7 +78,7 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
             assert [name for name in NODE_FILES if "%s/%s" % (node, name) not in names] == [], (sorted(names), result["missed"])
         assert not [name for name in names if name.startswith(off + "/")]
         cp = cluster.controlplanes[0]
-        assert "%s/kubernetes-logs/kube-system/kube-apiserver.log" % cp.address in names
+        assert "%s/kubernetes-logs/kube-system/kube-apiserver-%s.log" % (cp.address, cp.name) in names
         assert not [name for name in names if name.startswith("kubernetesResources/")]
         # Sensitive types are written as talosctl writes them: each resource's metadata, and its spec replaced whole.
         for node in result["reached_nodes"]:

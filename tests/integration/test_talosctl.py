@@ -21,7 +21,6 @@ from talosctl_judge import (  # noqa: F401
     test_etcd_commands_and_snapshot_match_the_collection,
     test_health_matches_talos_health,
     test_support_bundle_holds_what_talos_support_bundle_holds,
-    test_support_bundle_file_lists_are_talosctls,
     test_rotate_ca_dry_run_reads_the_os_ca,
     test_upgrade_k8s_dry_run_plans_what_talos_kubernetes_upgrade_plans,
     test_node_names_resolve_as_the_config_says,

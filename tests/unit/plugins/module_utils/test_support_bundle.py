@@ -147,7 +147,7 @@ def test_every_section_of_every_reachable_node_at_a_bounded_concurrency(tmp_path
         archive = zipfile.ZipFile(spool)
         names = set(archive.namelist())
         assert {"10.5.0.2/summary", "10.5.0.2/dmesg.log", "10.5.0.2/service-logs/apid.log", "10.5.0.2/service-logs/apid.state",
-                "10.5.0.2/kubernetes-logs/kube-system/kube-proxy-exited.log", "10.5.0.2/mounts", "10.5.0.2/devices",
+                "10.5.0.2/kubernetes-logs/kube-system/kube-proxy-x-exited.log", "10.5.0.2/mounts", "10.5.0.2/devices",
                 "10.5.0.2/io", "10.5.0.2/processes", "10.5.0.2/dependencies.dot", "10.5.0.2/controller-runtime.log",
                 "10.5.0.2/resources/hostnamestatuses.net.talos.dev.yaml", "support-bundle.yaml"} <= names
         assert not [name for name in names if name.startswith("10.5.0.4/")]
