@@ -8,6 +8,7 @@ bootstrap, about a second); Talos's way, the Bootstrap RPC and learners that
 join one at a time, is the recovery test's.
 """
 
+import asyncio
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
 
 from etcd_member import EtcdMemberError, binary as member_binary
+from talos_emulator import real_etcd
 from talos_emulator.pki import to_standard_pem
 
 M = "machine.MachineService/"
@@ -219,6 +221,39 @@ def test_a_join_whose_add_was_applied_unanswered_takes_that_learner(emulator, ap
     cluster.etcd.join(cp3)
     _wait_voting_members(cluster, client, cp1, ["controlplane-1", "controlplane-2", "controlplane-3"], timeout=90)
     assert unanswered["id"] in [member.id for member in _members(client, cp1) if member.hostname == "controlplane-3"]
+
+
+def test_a_member_ready_only_once_its_node_wipes_etcd_does_not_come_back_on_the_wiped_data(emulator, api, monkeypatch):
+    # Under load a joining member can become ready just as its node is reset. Talos stops etcd before it wipes
+    # EPHEMERAL, so the node comes back with an empty data directory and joins afresh as a new member; restarted from
+    # the data of a learner not promoted yet, it would stay a learner for good.
+    cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real", name="real-etcd-wipe", reboot_seconds=0.1)
+    client = api(cluster)
+    cp1, cp2, cp3 = cluster.controlplanes
+    client.call(M + "EtcdLeaveCluster", node=cp3.address, timeout=30)
+    gated = []
+    ready = real_etcd.MemberProcess.wait_ready
+
+    async def ready_once_resetting(process, timeout=60):
+        member_id = await ready(process, timeout)
+        if process.name == cp3.hostname and not gated:
+            gated.append(process)
+        while process in gated and cp3.stage != "resetting":
+            await asyncio.sleep(0.01)
+        return member_id
+
+    monkeypatch.setattr(real_etcd.MemberProcess, "wait_ready", ready_once_resetting)
+    cluster.call(cluster.etcd.join, cp3)
+    cluster.wait_until(lambda: gated and gated[0].member_id is not None, 90)
+    cluster.wipe_etcd(cp3)
+
+    def serving_as_a_new_member():
+        try:
+            return _status(client, cp3).member_id != gated[0].member_id
+        except GRPCError:
+            return False  # not serving yet
+    cluster.wait_until(serving_as_a_new_member, 90, interval=0.1)
+    _wait_voting_members(cluster, client, cp1, ["controlplane-1", "controlplane-2", "controlplane-3"], timeout=90)
 
 
 def test_powered_off_members_stop_and_quorum_is_lost_with_the_second(cluster, api):

@@ -170,7 +170,10 @@ func (m *member) joinCluster(endpoints []string) (string, uint64, error) {
 	return strings.Join(initial, ","), id, nil
 }
 
+// promote makes the learner a voting member, asking until etcd agrees, as Talos's etcd service does. Each refusal
+// that differs from the one before goes to the log, so that a learner that stays one says why.
 func (m *member) promote(endpoints []string, learnerID uint64) {
+	started, refused := time.Now(), ""
 	for {
 		client, err := m.newClient(endpoints)
 		if err == nil {
@@ -179,8 +182,13 @@ func (m *member) promote(endpoints []string, learnerID uint64) {
 			cancel()
 			_ = client.Close()
 			if err == nil {
+				fmt.Fprintf(os.Stderr, "etcd-member: promoted the learner %x after %s\n", learnerID, time.Since(started).Round(time.Millisecond))
 				return
 			}
+		}
+		if err.Error() != refused {
+			refused = err.Error()
+			fmt.Fprintf(os.Stderr, "etcd-member: waiting to promote the learner %x: %v\n", learnerID, err)
 		}
 		// etcd refuses to promote a learner that has not caught up with the leader yet.
 		time.Sleep(100 * time.Millisecond)

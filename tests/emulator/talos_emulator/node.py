@@ -400,6 +400,8 @@ class EmulatedNode:
         self._emit_stage("resetting", False, actor_id)
         self._stop_all_services(actor_id)
         if "EPHEMERAL" in wiped_volumes:
+            # etcd stops before its data is wiped: a member still starting never comes up on data that is gone.
+            await self.cluster.etcd.stop_member(self)
             self.etcd_data = False
             self.images = {}
         if "STATE" in wiped_volumes:

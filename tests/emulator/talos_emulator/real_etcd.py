@@ -157,6 +157,9 @@ class RealEtcdCluster(EtcdCluster):
                         node.etcd_data = False
                     node.set_service("etcd", "Failed", ("failed to recover etcd: %s" if recovering else "%s") % error, False)
                 return
+            if self._stops.get(node, 0) != stops:
+                # Ready just as it was stopped (a reset that wipes its data, a power cut): it never served.
+                return
             self._add_member(node).id = member_id
             node.etcd_ready()
         self._spawn(run())
