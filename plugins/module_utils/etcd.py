@@ -484,7 +484,7 @@ def manage_member(client, node, ref, state="present", method="auto", forfeit=Fal
                 raise
             view = ClusterView([], {})
         before = view.with_health()
-        if not view.is_voter(ref) and await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
+        if not view.is_voter(ref) and await_voter(client, node, ref, wait_timeout, check_mode, warn, progress, probe_seconds):
             view = ClusterView.read(client, node, probe_seconds)
     else:
         view = ClusterView.read(client, node, probe_seconds)
@@ -566,37 +566,83 @@ def remove_member_by_id(client, node, member_id):
     return True
 
 
-def await_voter(client, node, ref, wait_timeout, check_mode, warn, progress):
-    """Wait up to ``wait_timeout`` until ``ref`` is a voting member; True once it is.
+class JoinProgress:
+    """A poll of member ``ref`` on its way into the etcd cluster ``node`` belongs to (waits.Seen, for a Waiter).
 
-    Without a wait it checks once and fails when ``ref`` is not a voting
-    member. In check mode it checks once and only warns, since the steps
-    that would make the node join did not run.
+    The way is etcd's: not a member yet, a learner (added, then started), a
+    learner catching up with the cluster - its applied raft index against
+    the highest committed index of the voting members - and, once caught up,
+    promoted to a voting member by its node's etcd service. A look that
+    finds the member further on that way than ever before is ``advanced``, so
+    that the wait gives up only once the member stopped moving. The members'
+    statuses are probed as the quorum guard probes them (``probe_seconds``).
     """
-    def poll():
+
+    def __init__(self, client, node, ref, probe_seconds=HEALTH_PROBE_SECONDS):
+        self.client = client
+        self.node = node
+        self.ref = ref
+        self.probe_seconds = probe_seconds
+        self.name = describe_ref(ref)
+        self._furthest = None
+
+    def __call__(self):
         try:
-            members = list_members(client, node)
+            members = list_members(self.client, self.node)
         except TalosError as err:
             if not _still_starting(err):
                 raise
             return waits.Seen("no member list yet", detail=err.message)
-        member = find_member(members, ref)
+        member = find_member(members, self.ref)
         if member is None:
-            return waits.Seen("not a member", detail="%s is not a member (members: %s)"
-                              % (name, ", ".join(m["hostname"] or m["id"] for m in members) or "none"))
-        if member["is_learner"]:
-            return waits.Seen("learner", detail="%s is still a learner" % name)
-        return waits.Seen("voting member", done=True, value=True, detail="%s is a voting member" % name)
+            return self._seen((0, 0), "not a member", "%s is not a member (members: %s)"
+                              % (self.name, ", ".join(m["hostname"] or m["id"] for m in members) or "none"))
+        if not member["is_learner"]:
+            return waits.Seen("voting member", done=True, value=True, detail="%s is a voting member" % self.name)
+        behind = self._entries_behind(members, member)
+        if behind is None:
+            return self._seen((1, 0), "learner", "%s is a learner whose node does not answer EtcdStatus yet" % self.name)
+        if behind:
+            return self._seen((2, -behind), "learner catching up", "%s is a learner %d raft entries behind the cluster"
+                              % (self.name, behind))
+        return self._seen((2, 0), "learner caught up", "%s is a learner that caught up with the cluster and has not "
+                          "been promoted by its node's etcd service" % self.name)
 
-    name = describe_ref(ref)
+    def _entries_behind(self, members, learner):
+        """How many committed raft entries ``learner`` has not applied yet, or None while that cannot be told."""
+        statuses = member_statuses(self.client, members, deadline=self.probe_seconds)
+        committed = [statuses[member["id"]]["raft_index"] for member in members
+                     if not member["is_learner"] and isinstance(statuses[member["id"]], dict)]
+        if not committed or not isinstance(statuses[learner["id"]], dict):
+            return None
+        return max(0, max(committed) - statuses[learner["id"]]["raft_applied_index"])
+
+    def _seen(self, rank, state, detail):
+        advanced = self._furthest is None or rank > self._furthest
+        if advanced:
+            self._furthest = rank
+        return waits.Seen(state, detail=detail, advanced=advanced)
+
+
+def await_voter(client, node, ref, wait_timeout, check_mode, warn, progress, probe_seconds=HEALTH_PROBE_SECONDS):
+    """Wait until ``ref`` is a voting member, asking through ``node``; True once it is.
+
+    The wait follows the member's progress (JoinProgress) and gives up only
+    once it made none for ``wait_timeout`` seconds. Without a wait it checks
+    once and fails when ``ref`` is not a voting member. In check mode it
+    checks once and only warns, since the steps that would make the node
+    join did not run.
+    """
+    poll = JoinProgress(client, node, ref, probe_seconds)
     if wait_timeout is not None and not check_mode:
-        return waits.Waiter(wait_timeout, progress=progress).until(poll, "%s to be a voting etcd member" % name, name)
+        waiter = waits.Waiter(wait_timeout, progress=progress)
+        return waiter.until(poll, "%s to be a voting etcd member" % poll.name, poll.name)
     seen = poll()
     if seen.done:
         return True
     if check_mode:
         if warn:
-            warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (name, seen.detail))
+            warn("etcd member %s is not a voting member yet (%s); check mode does not wait for it." % (poll.name, seen.detail))
         return False
     raise TalosError("etcd member check failed: %s." % seen.detail)
 

@@ -93,14 +93,17 @@ class Seen:
 
     ``state`` is a few words for the progress line (``booting``), ``done``
     ends the wait with ``value`` as its result, and ``detail`` (``state`` when
-    not given) is what the timeout message says was seen last.
+    not given) is what the timeout message says was seen last. ``advanced``
+    says the subject got further than ever before in this wait: the waiter
+    gives it its whole time again from then on.
     """
 
-    def __init__(self, state, done=False, value=None, detail=None):
+    def __init__(self, state, done=False, value=None, detail=None, advanced=False):
         self.state = state
         self.done = done
         self.value = value
         self.detail = detail or state
+        self.advanced = advanced
 
 
 class WaitTimedOut(TalosTimeoutError):
@@ -135,7 +138,11 @@ class Waiter:
     ``interval`` is the pause between two polls; ``progress`` (a callable
     taking a line, such as ``task.progress``) is told each subject's state
     changes once a wait lasts QUIET_SECONDS. One waiter may serve several
-    waits in a row (one per node), which then share its deadline.
+    waits in a row (one per node), which then share its deadline. A poll
+    that follows its subject's progress (a member joining etcd) marks what
+    it sees ``advanced`` when the subject got further: the deadline is then
+    ``timeout`` seconds from that look, so that such a wait gives up only
+    once the subject stopped moving for that long.
     """
 
     def __init__(self, timeout, interval=2.0, progress=None):
@@ -144,6 +151,7 @@ class Waiter:
         self.progress = progress
         self.started = time.monotonic()
         self.deadline = self.started + timeout
+        self.moved_at = None
         self._trails = {}
 
     @property
@@ -170,6 +178,13 @@ class Waiter:
             trail.shown = len(trail.states)
             self.progress(trail.line(subject, now))
 
+    def _timed_out(self, what, seen):
+        last = str(seen.detail).rstrip(".")
+        if self.moved_at is None:
+            return "Timed out after %s seconds waiting for %s; last observed: %s." % (format_seconds(self.timeout), what, last)
+        return ("Timed out waiting for %s: no progress in %s seconds (%d seconds in all); last observed: %s."
+                % (what, format_seconds(self.timeout), round(time.monotonic() - self.started), last))
+
     def until(self, poll, what, subject, tolerate=is_transient, follow=None):
         """Call ``poll()`` until the Seen it returns is done, and return that Seen's value.
 
@@ -191,10 +206,12 @@ class Waiter:
             self.see(subject, seen.state)
             if seen.done:
                 return seen.value
+            if seen.advanced:
+                self.moved_at = time.monotonic()
+                self.deadline = max(self.deadline, self.moved_at + self.timeout)
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                raise WaitTimedOut("Timed out after %s seconds waiting for %s; last observed: %s."
-                                   % (format_seconds(self.timeout), what, str(seen.detail).rstrip(".")), seen)
+                raise WaitTimedOut(self._timed_out(what, seen), seen)
             pause = min(self.interval, remaining)
             if follow is None or pause <= 0:
                 time.sleep(pause)

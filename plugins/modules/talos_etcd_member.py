@@ -39,9 +39,11 @@ options:
     type: raw
   state:
     description:
-      - V(present) changes nothing; it waits until O(member) is a voting (non-learner) member, for up to
-        O(wait_timeout) seconds. With O(wait=false) it checks once and fails when the member is not there. In check
-        mode it checks once and only warns, since the tasks that would make the node join did not run either.
+      - V(present) changes nothing; it waits until O(member) is a voting (non-learner) member. The wait follows the
+        member's way in - added as a learner, catching up with the cluster's raft log, promoted - and gives up only
+        once the member made no progress for O(wait_timeout) seconds. With O(wait=false) it checks once and fails when
+        the member is not there. In check mode it checks once and only warns, since the tasks that would make the node
+        join did not run either.
       - V(absent) removes O(member) from etcd. A member that is not there is left alone (no change).
         The removal passes the etcd quorum guard first - removing a voting member from a cluster of N voting members
         leaves N-1, and etcd then needs (N-1)//2+1 of them to be healthy; the module counts the remaining voting
@@ -107,7 +109,8 @@ attributes:
 notes:
   - EtcdLeaveCluster, EtcdRemoveMemberByID and EtcdForfeitLeadership need the C(os:admin) role; snapshots need
     C(os:admin), C(os:operator) or C(os:etcd:backup); reading members and status works with C(os:reader) too.
-  - O(timeout) bounds each call (a snapshot stream included); O(wait_timeout) bounds the wait of O(state=present).
+  - O(timeout) bounds each call (a snapshot stream included); O(wait_timeout) is how long the wait of
+    O(state=present) lets the joining member make no progress.
 seealso:
   - module: talos_linux.talos.talos_bootstrap
   - module: talos_linux.talos.talos_etcd_snapshot

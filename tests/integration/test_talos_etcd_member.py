@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import stat
+import threading
 
 import pytest
 
@@ -149,10 +150,18 @@ def test_present_waits_for_a_member_to_join(emulator, run_playbook):
     cluster = emulator(controlplanes=2, bootstrapped=True, etcd="real")
     first, second = cluster.controlplanes
     cluster.run(cluster.etcd.leave(second))
-    # Long enough for ansible-playbook to start and list the members first, even on a loaded machine.
-    cluster.loop.call_soon_threadsafe(cluster.loop.call_later, 8.0, second.join_etcd)
+    # The member joins once the task has read the members before (its member list and their statuses), however
+    # long ansible-playbook takes to start on a loaded machine.
+    start = cluster.calls_served
 
+    def join_once_read():
+        cluster.wait_until(lambda: cluster.calls_served > start + 2, timeout=120)
+        cluster.call(second.join_etcd)
+
+    joiner = threading.Thread(target=join_once_read)
+    joiner.start()
     run = run_playbook(member_play(cluster, first.address, member=second.hostname, wait_timeout=30))
+    joiner.join()
     result = run.task("etcd")["result"]
     assert result["changed"] is False
     assert names(result["members_before"]) == [first.hostname]

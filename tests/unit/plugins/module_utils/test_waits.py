@@ -77,6 +77,21 @@ def test_timeout_names_what_was_awaited_and_the_last_detail():
     assert isinstance(err.value, TalosTimeoutError) and err.value.seen.state == "booting"
 
 
+def test_a_wait_that_follows_progress_gives_up_only_once_its_subject_stopped_moving(clock):
+    # The subject gets further every 8 s for 40 s, then stays: a 10 s wait lasts until 10 s after its last step.
+    started = clock["t"]
+
+    def poll():
+        elapsed = clock["t"] - started
+        return waits.Seen("step %d" % min(elapsed // 8, 5), detail="at step %d" % min(elapsed // 8, 5),
+                          advanced=elapsed < 48 and elapsed % 8 == 0)
+    with pytest.raises(waits.WaitTimedOut) as err:
+        waits.Waiter(10, interval=2).until(poll, "the member to join", "cp-3")
+    assert clock["t"] - started == 50
+    assert err.value.message == ("Timed out waiting for the member to join: no progress in 10 seconds (50 seconds in all); "
+                                 "last observed: at step 5.")
+
+
 def test_tolerated_errors_are_states_and_others_propagate():
     poll = scripted(TalosConnectionError("Talos endpoint 10.5.0.2:50000 is unreachable."), "running")
     assert waits.Waiter(5, interval=0).until(poll, "x", "10.5.0.2") == "running"

@@ -182,7 +182,7 @@ def test_present_reports_without_changing():
 
 
 def test_present_without_wait_fails_for_a_learner_or_a_stranger():
-    with pytest.raises(TalosError, match="cp-3 is still a learner"):
+    with pytest.raises(TalosError, match="cp-3 is a learner that caught up with the cluster and has not been promoted"):
         run(Cluster(learners=[3]), member="cp-3")
     with pytest.raises(TalosError, match="cp-9 is not a member"):
         run(Cluster(), member="cp-9")
