@@ -1,23 +1,22 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""etcd on Talos: members, quorum, the quorum guard, membership changes, maintenance, bootstrap and snapshots.
+"""etcd on Talos: members, quorum, the quorum guard, membership changes, maintenance, bootstrap.
 
 Member lookup, quorum arithmetic, leader detection, the one etcd quorum guard
 every module passes before a control plane goes down or leaves etcd, member
-removal and leadership moves, the cluster's etcd health (status, alarms) and
-its maintenance (defragmentation, alarm disarm), bootstrap and recovery, and
-snapshot files, on top of the Talos etcd RPCs (EtcdMemberList, EtcdStatus,
-EtcdAlarmList, EtcdAlarmDisarm, EtcdDefragment, EtcdLeaveCluster,
-EtcdRemoveMemberByID, EtcdForfeitLeadership, Bootstrap, EtcdRecover,
-EtcdSnapshot).
+removal and leadership moves, the wait for a member that joins, the
+cluster's etcd health (status, alarms) and its maintenance
+(defragmentation, alarm disarm), bootstrap and recovery, on top of the Talos
+etcd RPCs (EtcdMemberList, EtcdStatus, EtcdAlarmList, EtcdAlarmDisarm,
+EtcdDefragment, EtcdLeaveCluster, EtcdRemoveMemberByID,
+EtcdForfeitLeadership, Bootstrap, EtcdRecover). Snapshots are
+etcd_snapshot's.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import hashlib
-import os
 import re
 from urllib.parse import urlparse
 
@@ -25,7 +24,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
     ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile, check_destination, ensure_mode
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -898,53 +896,3 @@ def _wait_for_healthy_member(client, node, waiter):
 
     waiter.until(poll, "etcd on %s to run as a healthy member" % talos_node.label(node), talos_node.short_label(node),
                  tolerate=_still_starting, follow=waits.EventFollower(client, node))
-
-
-def save_snapshot(client, node, path, check_mode=False):
-    """Stream an etcd snapshot of ``node`` to ``path``.
-
-    The bytes go to a private file next to ``path`` (files.PrivateFile) that
-    replaces ``path`` only once the stream is complete, so an interrupted
-    transfer never leaves a truncated snapshot behind. When ``path`` already
-    holds the same bytes it is left alone (its mode made private). In check
-    mode the snapshot is read and compared but not kept. Returns
-    ``{path, size, sha256, changed}``.
-    """
-    path = os.path.abspath(os.path.expanduser(path))
-    check_destination(path, "the etcd snapshot", "snapshot")
-    try:
-        return _save_snapshot(client, node, path, check_mode)
-    except (IOError, OSError) as err:  # the existing file could not be read to compare
-        raise TalosError("Cannot write the etcd snapshot to %s: %s." % (path, err.strerror or err))
-
-
-def _save_snapshot(client, node, path, check_mode):
-    digest = hashlib.sha256()
-    progress = {"size": 0}
-    with PrivateFile(path, "the etcd snapshot") as staged:
-        def write_chunk(message):
-            staged.write(message.bytes)
-            digest.update(message.bytes)
-            progress["size"] += len(message.bytes)
-            return False
-
-        client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=node, on_message=write_chunk)
-        sha256 = digest.hexdigest()
-        if file_sha256(path) != sha256:
-            changed = True
-            if not check_mode:
-                staged.commit()
-        else:
-            changed = ensure_mode(path, staged.what, check_mode)
-    return {"path": path, "size": progress["size"], "sha256": sha256, "changed": changed}
-
-
-def file_sha256(path):
-    """The sha256 of the file at ``path``, or None when there is no such file."""
-    if not os.path.isfile(path):
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1024 * 1024), b""):
-            digest.update(block)
-    return digest.hexdigest()

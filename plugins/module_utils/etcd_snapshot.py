@@ -30,7 +30,9 @@ import struct
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import PrivateFile, check_destination, ensure_mode
+from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
+    PrivateFile, check_destination, directory_problem, ensure_mode,
+)
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -46,6 +48,8 @@ _BRANCH_ELEMENT = struct.Struct("<IIQ")  # pos (from the element), key size, chi
 _LEAF_ELEMENT = struct.Struct("<IIII")  # flags, pos (from the element), key size, value size
 _META = struct.Struct("<IIIIQQQQQ")  # magic, version, page size, flags, root page, root sequence, freelist, pages, txid
 _CHECKSUM = struct.Struct("<Q")
+# The first page's header, meta and checksum: what tells a bbolt database from anything else.
+HEAD_SIZE = _PAGE_HEADER.size + _META.size + _CHECKSUM.size
 _BUCKET_HEADER = struct.Struct("<QQ")  # root page (0: the bucket's page follows inline), sequence
 _BRANCH_PAGE, _LEAF_PAGE, _META_PAGE = 0x01, 0x02, 0x04
 _BUCKET_LEAF = 0x01
@@ -73,6 +77,22 @@ def _fnv64a(data):
     return value
 
 
+def _meta_fields(raw):
+    """The fields of a meta page's body ``raw`` (the meta and its checksum), or None unless it is a valid one."""
+    if len(raw) < _META.size + _CHECKSUM.size:
+        return None
+    fields = _META.unpack_from(raw)
+    (checksum,) = _CHECKSUM.unpack_from(raw, _META.size)
+    if fields[0] != _MAGIC or fields[1] != 2 or checksum != _fnv64a(raw[:_META.size]):
+        return None
+    return fields
+
+
+def begins_as_database(head):
+    """Whether ``head``, the first HEAD_SIZE bytes of a snapshot or more, begin as a bbolt database: a valid meta page."""
+    return _meta_fields(head[_PAGE_HEADER.size:HEAD_SIZE]) is not None
+
+
 class _BoltFile:
     """The pages of a bbolt database in the first ``size`` bytes of an open file, read as they are visited."""
 
@@ -94,14 +114,9 @@ class _BoltFile:
 
     def _meta_at(self, offset):
         """A valid meta page's fields at ``offset``, or None (bbolt keeps two and uses the newer valid one)."""
-        if offset + _PAGE_HEADER.size + _META.size + _CHECKSUM.size > self._size:
+        if offset + HEAD_SIZE > self._size:
             return None
-        raw = self._read(offset + _PAGE_HEADER.size, _META.size + _CHECKSUM.size)
-        fields = _META.unpack_from(raw)
-        (checksum,) = _CHECKSUM.unpack_from(raw, _META.size)
-        if fields[0] != _MAGIC or fields[1] != 2 or checksum != _fnv64a(raw[:_META.size]):
-            return None
-        return fields
+        return _meta_fields(self._read(offset + _PAGE_HEADER.size, _META.size + _CHECKSUM.size))
 
     def _page(self, page_id):
         header = self._read(page_id * self.page_size, _PAGE_HEADER.size)
@@ -206,12 +221,48 @@ def _read_database(handle, size):
     return found
 
 
-def check(path, skip_hash_check=False, label="The etcd snapshot"):
-    """Check the snapshot file at ``path`` as etcd restores it; its facts, or SnapshotInvalid with one sentence.
+class _Rejected(Exception):
+    """What is wrong with a snapshot: ``kind`` (corrupt, no hash, not a database, unreadable) and its ``detail``."""
 
-    Returns ``{path, size, sha256, hash_appended, revision, total_keys, raft_index, raft_term, storage_version}``.
-    """
-    what = "%s %s" % (label, path)
+    def __init__(self, kind, detail=""):
+        super(_Rejected, self).__init__(kind)
+        self.kind = kind
+        self.detail = detail
+
+
+# The sentence of each kind of rejection: for a file on the controller (what a restore checks), and for a snapshot
+# just streamed, which was never kept and cannot be restored differently, only taken again.
+_FILE_REJECTIONS = {
+    "corrupt": "{what} is corrupt: the sha256 etcd appended does not match its content (a changed or truncated file); "
+               "take a new snapshot or use another backup.",
+    "no hash": "{what} has no sha256 appended by etcd, so it is truncated or a copy of a data directory's database; use a "
+               "snapshot taken with EtcdSnapshot, or set skip_hash_check=true to restore a database copy.",
+    "not a database": "{what} is not an etcd database etcd can restore: {detail}.",
+    "unreadable": "{what} cannot be read: {detail}.",
+}
+_STREAM_REJECTIONS = {
+    "corrupt": "The etcd snapshot streamed from {what} is corrupt: the sha256 etcd appended does not match its content; "
+               "nothing was kept - take the snapshot again.",
+    "no hash": "The etcd snapshot streamed from {what} has no sha256 appended by etcd, so the stream ended early; nothing "
+               "was kept - take the snapshot again.",
+    "not a database": "The etcd snapshot streamed from {what} is not an etcd database etcd can restore ({detail}); nothing "
+                      "was kept.",
+    "unreadable": "The etcd snapshot streamed from {what} cannot be read back on the controller ({detail}); nothing was "
+                  "kept.",
+}
+
+# A rejection in the list of the backups of a directory that none checks out.
+_LISTED_REJECTIONS = {
+    "corrupt": "is corrupt (the sha256 etcd appended does not match its content)",
+    "no hash": "has no sha256 appended by etcd (truncated, or a copy of a data directory's database, which needs "
+               "skip_hash_check=true)",
+    "not a database": "is not an etcd database etcd can restore ({detail})",
+    "unreadable": "cannot be read ({detail})",
+}
+
+
+def _examine(path, skip_hash_check):
+    """The facts of the snapshot file at ``path`` as etcd's restore checks it, or _Rejected."""
     try:
         size = os.path.getsize(path)
         digest = hashlib.sha256()
@@ -231,20 +282,37 @@ def check(path, skip_hash_check=False, label="The etcd snapshot"):
                     database_digest.update(block)
                     remaining -= len(block)
                 if database_digest.digest() != appended:
-                    raise SnapshotInvalid("%s is corrupt: the sha256 etcd appended does not match its content (a changed "
-                                          "or truncated file); take a new snapshot or use another backup." % what)
+                    raise _Rejected("corrupt")
             elif not skip_hash_check:
-                raise SnapshotInvalid("%s has no sha256 appended by etcd, so it is truncated or a copy of a data directory's "
-                                      "database; use a snapshot taken with EtcdSnapshot, or set skip_hash_check=true to "
-                                      "restore a database copy." % what)
+                raise _Rejected("no hash")
             try:
                 facts = _read_database(handle, database_size)
             except (_Corrupt, struct.error) as error:
-                raise SnapshotInvalid("%s is not an etcd database etcd can restore: %s." % (what, error))
+                raise _Rejected("not a database", str(error))
     except (IOError, OSError) as error:
-        raise SnapshotInvalid("%s cannot be read: %s." % (what, error.strerror or error))
+        raise _Rejected("unreadable", error.strerror or str(error))
     facts.update(path=path, size=size, sha256=digest.hexdigest(), hash_appended=hash_appended)
     return facts
+
+
+def check(path, skip_hash_check=False, label="The etcd snapshot"):
+    """Check the snapshot file at ``path`` as etcd restores it; its facts, or SnapshotInvalid with one sentence.
+
+    Returns ``{path, size, sha256, hash_appended, revision, total_keys, raft_index, raft_term, storage_version}``.
+    """
+    try:
+        return _examine(path, skip_hash_check)
+    except _Rejected as rejected:
+        raise SnapshotInvalid(_FILE_REJECTIONS[rejected.kind].format(what="%s %s" % (label, path), detail=rejected.detail))
+
+
+def _check_streamed(staged_path, member):
+    """Check a snapshot just streamed from ``member`` into ``staged_path``: its facts, or SnapshotInvalid naming the
+    member, not the temporary file (which goes when the stream's file is dropped)."""
+    try:
+        return _examine(staged_path, skip_hash_check=False)
+    except _Rejected as rejected:
+        raise SnapshotInvalid(_STREAM_REJECTIONS[rejected.kind].format(what=_source(member), detail=rejected.detail))
 
 
 # -- taking a snapshot -------------------------------------------------------------
@@ -271,6 +339,33 @@ def choose_source(client, node, source="auto", probe_seconds=etcd.HEALTH_PROBE_S
             "leader": chosen["id"] == leader}
 
 
+def _source(member):
+    """The member a snapshot comes from as messages name it: ``controlplane-2 (10.5.0.3)``, or the node alone."""
+    if member["hostname"] and member["hostname"] != talos_node.short_label(member["node"]):
+        return "%s (%s)" % (member["hostname"], member["node"])
+    return talos_node.short_label(member["node"])
+
+
+def probe(client, member):
+    """Find out that ``member`` streams a snapshot, without taking one: open its EtcdSnapshot stream, read until the
+    first page is in, and close the stream - a read, nothing changes on the node.
+
+    What the node refuses (a role that may not take snapshots, an etcd that
+    cannot make one) is raised as the client reports it; a stream that does
+    not begin as an etcd database raises TalosError.
+    """
+    head = bytearray()
+
+    def read_head(message):
+        head.extend(message.bytes)
+        return len(head) >= HEAD_SIZE  # enough read: stop and close the stream
+
+    client.stream(etcd.SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=read_head)
+    if not begins_as_database(bytes(head)):
+        raise TalosError("Cannot take an etcd snapshot from %s: what it streams does not begin as an etcd database, so "
+                         "it would not restore." % _source(member), node=member["node"])
+
+
 def backup_name(prefix, taken_at, revision):
     return "%s-%s-r%d.snapshot" % (prefix, taken_at.strftime(_STAMP), revision)
 
@@ -283,9 +378,12 @@ def take(client, node, path=None, directory=None, prefix="etcd", source="auto", 
     snapshot that checks out (``force`` takes a new one anyway; it replaces the
     file only when its bytes differ). With ``directory`` every run adds a
     backup named by ``backup_name`` and then applies the retention (``keep``
-    newest, none older than ``max_age``). The stream goes to a private file
-    that is checked before it takes its name: nothing half-written, nothing
-    that would not restore, is ever left.
+    newest, none older than ``max_age``). The destination is checked before
+    the cluster is asked anything. The stream goes to a private file that is
+    checked before it takes its name: nothing half-written, nothing that
+    would not restore, is ever left. Check mode chooses the member and
+    probes its stream (``probe``): what a run would fail on at its start, it
+    fails on too.
     """
     max_age_seconds = parse_max_age(max_age)
     if path is not None:
@@ -303,26 +401,32 @@ def take(client, node, path=None, directory=None, prefix="etcd", source="auto", 
             raise TalosConfigError("prefix must start with a letter or digit and hold only letters, digits, '.', '_' and "
                                    "'-' (it names files in the backup directory), not %r." % prefix)
         directory = os.path.abspath(os.path.expanduser(directory))
-        if not os.path.isdir(directory):
-            raise TalosConfigError("Cannot write etcd backups to %s: it is not a directory; create it or set directory "
-                                   "to an existing one." % directory)
+        problem = directory_problem(directory, "etcd backups", "directory")
+        if problem:
+            raise TalosConfigError(problem)
     member = choose_source(client, node, source)
     if progress:
-        progress("taking an etcd snapshot from %s (%s)" % (member["hostname"], member["node"]))
+        progress("taking an etcd snapshot from %s" % _source(member))
     result = {"changed": True, "member": member, "path": path, "removed": []}
     if check_mode:
+        probe(client, member)
         if directory is not None:
             result["removed"] = prune(directory, prefix, keep, max_age_seconds, check_mode=True, adding=1)
         return result
     taken_at = datetime.datetime.now(datetime.timezone.utc)
-    with PrivateFile(path or os.path.join(directory, prefix + ".snapshot"), "the etcd snapshot") as staged:
+    if path is not None:
+        staged_file = PrivateFile(path, "the etcd snapshot")
+    else:
+        # The backup's name needs the revision the snapshot holds: the file is named once it is checked.
+        staged_file = PrivateFile(os.path.join(directory, prefix + ".snapshot"), "the etcd backup", where=directory)
+    with staged_file as staged:
         def write_chunk(message):
             staged.write(message.bytes)
             return False  # keep reading: the stream ends with the snapshot
 
         client.stream(etcd.SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=write_chunk)
         staged.flush()
-        facts = check(staged.temp_path, label="The etcd snapshot streamed from %s" % member["hostname"])
+        facts = _check_streamed(staged.temp_path, member)
         if path is None:
             path = os.path.join(directory, backup_name(prefix, taken_at, facts["revision"]))
         elif _file_sha256(path) == facts["sha256"]:
@@ -409,11 +513,12 @@ def newest_backup(directory, prefix, skip_hash_check=False):
     the newer ones that did not; TalosConfigError when none does."""
     if not os.path.isdir(directory):
         raise TalosConfigError("The etcd backup directory %s does not exist." % directory)
-    skipped = []
+    skipped, problems = [], []
     for unused_taken_at, unused_revision, path in backups(directory, prefix):
         try:
-            return check(path, skip_hash_check), skipped
-        except SnapshotInvalid as error:
-            skipped.append(str(error))
+            return _examine(path, skip_hash_check), skipped
+        except _Rejected as rejected:
+            skipped.append(_FILE_REJECTIONS[rejected.kind].format(what="The etcd snapshot %s" % path, detail=rejected.detail))
+            problems.append("%s %s" % (os.path.basename(path), _LISTED_REJECTIONS[rejected.kind].format(detail=rejected.detail)))
     raise TalosConfigError("No etcd backup named %s-<time>-r<revision>.snapshot in %s checks out%s." %
-                           (prefix, directory, (": " + " ".join(skipped)) if skipped else ""))
+                           (prefix, directory, (": " + "; ".join(problems)) if problems else ""))

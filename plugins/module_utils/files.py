@@ -28,6 +28,17 @@ def _write_error(what, path, error):
     return TalosError("Cannot write %s to %s: %s." % (what, path, error.strerror or error))
 
 
+def _unwritable(directory):
+    """Why no file can be made in ``directory`` (the system's words), or None. The probe is a temporary file that the
+    file system never links into the directory where it can (O_TMPFILE), else one removed at once."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except (IOError, OSError) as error:
+        return error.strerror or str(error)
+    return None
+
+
 def destination_problem(path, what, parameter):
     """Why ``what`` (the machine config, ...) cannot be written at ``path`` given by ``parameter``, or None."""
     if os.path.isdir(path):
@@ -35,6 +46,22 @@ def destination_problem(path, what, parameter):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         return "Cannot write %s to %s: directory %s does not exist." % (what, path, directory)
+    unwritable = _unwritable(directory)
+    if unwritable:
+        return "Cannot write %s to %s: %s." % (what, path, unwritable)
+    return None
+
+
+def directory_problem(directory, what, parameter):
+    """Why ``what`` (etcd backups, ...) cannot be written into ``directory`` given by ``parameter``, or None."""
+    if not os.path.exists(directory):
+        return "Cannot write %s to %s: it does not exist; create it or set %s to an existing directory." % (
+            what, directory, parameter)
+    if not os.path.isdir(directory):
+        return "Cannot write %s to %s: it is not a directory; set %s to a directory." % (what, directory, parameter)
+    unwritable = _unwritable(directory)
+    if unwritable:
+        return "Cannot write %s to %s: %s." % (what, directory, unwritable)
     return None
 
 
@@ -51,26 +78,29 @@ class PrivateFile:
     ``write`` adds bytes; ``commit`` sets ``mode`` and moves the file into place
     in one rename, so ``path`` never exists half written or with wider
     permissions. Leaving the ``with`` block without ``commit`` (a failure, check
-    mode, nothing changed) removes the temporary file.
+    mode, nothing changed) removes the temporary file. ``where`` names the
+    destination in messages when ``path`` is not its name yet (a backup named
+    on ``commit``, once its content is known): its directory.
     """
 
-    def __init__(self, path, what, mode=PRIVATE_MODE):
+    def __init__(self, path, what, mode=PRIVATE_MODE, where=None):
         self.path = path
         self.what = what
         self.mode = mode
+        self.where = where or path
         try:
             # mkstemp creates the file with mode 0600.
             fd, self._temp_path = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".part",
                                                    dir=os.path.dirname(path) or ".")
             self._handle = os.fdopen(fd, "wb")
         except (IOError, OSError) as error:
-            raise _write_error(what, path, error)
+            raise _write_error(what, self.where, error)
 
     def write(self, data):
         try:
             self._handle.write(data)
         except (IOError, OSError) as error:
-            raise _write_error(self.what, self.path, error)
+            raise _write_error(self.what, self.where, error)
 
     @property
     def temp_path(self):
@@ -81,7 +111,7 @@ class PrivateFile:
         try:
             self._handle.flush()
         except (IOError, OSError) as error:
-            raise _write_error(self.what, self.path, error)
+            raise _write_error(self.what, self.where, error)
 
     def commit(self, path=None):
         """Move the content into place: ``path`` when given (a name chosen once the content is known, in the same

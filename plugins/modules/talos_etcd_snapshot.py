@@ -14,6 +14,8 @@ description:
   - Streams an etcd snapshot (EtcdSnapshot, as C(talosctl etcd snapshot) does) from a healthy member into a private
     file on the controller (mode C(0600)). The stream goes to a temporary file beside the destination and takes its
     name only once it is complete and checked, so no partial or damaged snapshot is ever left.
+  - The destination is checked first (its directory exists and takes files), in check mode too, before the cluster is
+    asked anything.
   - The check is etcd's own - the sha256 that etcd appends to every snapshot must match, as C(etcdutl snapshot
     restore) requires - and the database is then read as C(etcdutl snapshot status) reads it, for its revision,
     key count, raft index and term, and storage version.
@@ -35,7 +37,7 @@ options:
     type: path
   directory:
     description:
-      - A backup directory on the controller (it must exist). Every run adds a snapshot named
+      - A backup directory on the controller (it must exist and take new files). Every run adds a snapshot named
         C(<prefix>-<YYYYmmddTHHMMSSZ>-r<revision>.snapshot).
     type: path
   prefix:
@@ -74,7 +76,12 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Chooses the member and reports it and the backups the retention would remove; nothing is streamed or written.
+    details:
+      - Checks the destination and chooses the member, then finds out that the member can stream a snapshot - it opens
+        the member's EtcdSnapshot stream, reads its first page, checks that it begins as an etcd database and closes
+        the stream again. That is a read; nothing changes on the node and nothing is written. A member that cannot
+        make a snapshot, or a talosconfig whose role may not take one, fails check mode as it would fail a run.
+      - Reports the member and the backups the retention would remove.
   diff_mode:
     support: none
   idempotent:

@@ -47,10 +47,12 @@ def test_latency_makes_a_short_deadline_expire(emulator, api):
 def test_cut_stream_after_k_frames(emulator, api):
     cluster = emulator(bootstrapped=True)
     client = api(cluster)
-    cluster.faults.cut_stream("EtcdSnapshot", after_frames=2)
+    cluster.call(cluster.nodes[0].place_file, "/var/lib/streamed.bin", size=5000)
+    read = machine_pb2.ReadRequest(path="/var/lib/streamed.bin")
+    cluster.faults.cut_stream("Read", after_frames=2)
     with pytest.raises((StreamTerminatedError, GRPCError)):
-        client.call(M + "EtcdSnapshot")
-    assert len(client.call(M + "EtcdSnapshot")) > 2
+        client.call(M + "Read", read)
+    assert len(client.call(M + "Read", read)) > 2
 
 
 def test_relayed_stream_breaks_when_the_target_reboots(emulator, api):

@@ -10,6 +10,8 @@ import os
 import re
 import stat
 
+import pytest
+
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
 from module_plays import module_play
 from test_robustness import assert_no_secret, cluster_secrets
@@ -90,21 +92,65 @@ def test_an_etcd_backup_client_takes_its_snapshot_from_the_node_it_names(emulato
     assert etcd_snapshot.check(str(tmp_path / "etcd.snapshot"))["revision"] == result["revision"]
 
 
-def test_bad_destinations_and_options_fail_in_one_sentence_and_leave_nothing(emulator, run_playbook, tmp_path):
-    cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
+def test_bad_destinations_and_options_fail_in_one_sentence_before_the_cluster_is_asked(emulator, run_playbook, tmp_path):
+    # etcd is down (its only control plane is off): every destination problem is found first all the same.
+    cluster = emulator(controlplanes=1, bootstrapped=True)
     cp1 = cluster.controlplanes[0]
+    cluster.power_off(cp1)
     out = tmp_path / "out"
     out.mkdir()
+    (out / "a-file").write_text("")
     cases = [
         # sysfs refuses new files, also to root.
         (dict(path="/sys/etcd.snapshot"), r"^Cannot write the etcd snapshot to /sys/etcd.snapshot: Permission denied\.$"),
+        (dict(directory="/sys"), r"^Cannot write etcd backups to /sys: Permission denied\.$"),
         (dict(path=str(out / "missing" / "etcd.snapshot")), r"directory .*missing does not exist"),
+        (dict(directory=str(out / "missing")),
+         r"^Cannot write etcd backups to .*/missing: it does not exist; create it or set directory to an existing directory\.$"),
+        (dict(directory=str(out / "a-file")),
+         r"^Cannot write etcd backups to .*/a-file: it is not a directory; set directory to a directory\.$"),
         (dict(directory=str(out), prefix="../escape"), r"^prefix must start with a letter or digit"),
         (dict(directory=str(out), max_age="a month"), r"^max_age must be a number and a unit"),
         (dict(path=str(out / "x.snapshot"), keep=2), r"missing parameter\(s\) required by 'keep': directory"),
     ]
-    for options, message in cases:
-        result = run_playbook(snapshot_play(cluster, cp1, **options), expect_rc=2).task("snapshot")
-        assert result["status"] == "failed", options
-        assert re.search(message, result["result"]["msg"]), (options, result["result"]["msg"])
-    assert os.listdir(str(out)) == []
+    # One task a case, in one run a mode.
+    play = snapshot_play(cluster, cp1)
+    play["tasks"] = [{"name": "case %d" % number, "talos_linux.talos.talos_etcd_snapshot": options, "ignore_errors": True}
+                     for number, (options, unused_message) in enumerate(cases)]
+    for check in (True, False):
+        run = run_playbook(play, check=check)
+        for number, (options, message) in enumerate(cases):
+            result = run.task("case %d" % number)
+            assert result["status"] == "failed", options
+            assert re.search(message, result["result"]["msg"]), (options, result["result"]["msg"])
+    assert os.listdir(str(out)) == ["a-file"]
+
+
+@pytest.fixture(scope="module")
+def etcd_model(module_emulator):
+    """A cluster on the emulator's etcd model (its default), shared: nothing here changes it."""
+    return module_emulator(controlplanes=3, bootstrapped=True, name="etcd-model")
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check-mode", "run"])
+def test_the_etcd_model_makes_no_backup_and_says_at_once_how_to_get_real_members(etcd_model, run_playbook, tmp_path, check):
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    run = run_playbook(snapshot_play(etcd_model, etcd_model.controlplanes[0], directory=str(backups), prefix="prod"),
+                       check=check, expect_rc=2)
+    message = run.task("snapshot")["result"]["msg"]
+    assert re.search(r"^machine.MachineService/EtcdSnapshot failed on node 127\.[0-9.]+ with Unknown: failed reading etcd "
+                     r"snapshot: the emulator's etcd model cannot make a snapshot; start real etcd members to take one: make "
+                     r"demo with Go installed, or tests/talos-emulator up --etcd real\.$", message), message
+    assert os.listdir(str(backups)) == [] and etcd_model.audit() == []
+
+
+def test_check_mode_fails_for_a_talosconfig_whose_role_may_not_take_a_snapshot(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
+    cp1 = cluster.controlplanes[0]
+    path = tmp_path / "etcd.snapshot"
+    result = run_playbook(snapshot_play(cluster, cp1, role="reader", path=str(path)), check=True,
+                          expect_rc=2).task("snapshot")["result"]
+    assert result["msg"].startswith("Permission denied for machine.MachineService/EtcdSnapshot on node %s" % cp1.address)
+    assert "it needs role os:admin, os:operator or os:etcd:backup" in result["msg"], result["msg"]
+    assert not path.exists()

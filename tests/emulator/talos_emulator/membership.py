@@ -1,14 +1,16 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The cluster's etcd: membership, leader, alarms, database sizes and a keyspace to snapshot.
+"""The cluster's etcd: membership, leader, alarms, database sizes and a keyspace to recover.
 
 One instance is shared by every control plane of an emulated cluster; each
 control plane's etcd service joins it once the cluster is bootstrapped.
 A member stays in the cluster while its node is down (powered off, rebooting)
 until it leaves or is removed, as in etcd; the leader's node going down hands
 leadership to a running member while the running ones keep quorum.
-A snapshot is the keyspace followed by its SHA-256, the layout of an etcd
-snapshot file, so that recovery can check its integrity as etcd does.
+The model holds no etcd database, so it makes no snapshot: EtcdSnapshot fails
+as a node whose etcd cannot stream one does, saying how to start real
+members. Recovery takes what EtcdRecover uploaded and checks the SHA-256
+etcd appends to a snapshot, as etcd does.
 
 The asynchronous methods are what machined asks of etcd for the etcd RPCs
 (``services/etcd.py``); ``real_etcd.RealEtcdCluster`` answers the same ones from
@@ -37,6 +39,9 @@ ERR_NO_LEADER = "etcdserver: no leader"
 _ETCD_VERSION = "3.6.5"
 # How long one defragmentation holds its member.
 DEFRAGMENT_SECONDS = 0.05
+# Why EtcdSnapshot fails on the model, after machined's "failed reading etcd snapshot: " (its code: Unknown).
+NO_SNAPSHOT = ("the emulator's etcd model cannot make a snapshot; start real etcd members to take one: make demo with Go "
+               "installed, or tests/talos-emulator up --etcd real")
 
 
 class EtcdMember:
@@ -171,9 +176,6 @@ class EtcdCluster:
     def db_size(self, member):
         return self.db_size_in_use() + member.free_bytes
 
-    def snapshot(self):
-        return self.keyspace + hashlib.sha256(self.keyspace).digest()
-
     @staticmethod
     def keyspace_from_snapshot(snapshot, skip_hash_check):
         if skip_hash_check:
@@ -185,7 +187,7 @@ class EtcdCluster:
 
     @staticmethod
     def _fresh_keyspace(node):
-        # A few KiB so that a snapshot spans several 1 KiB frames.
+        # What makes one bootstrap's keyspace another's: a recovery test tells them apart.
         header = ("emulated etcd keyspace bootstrapped on %s at %f\n" % (node.hostname, time.time())).encode()
         return header + os.urandom(3000)
 
@@ -261,7 +263,8 @@ class EtcdCluster:
         return leader.node if leader is not None else None
 
     async def snapshot_bytes(self, node):
-        return self.snapshot()
+        """machined's EtcdSnapshot fails with its etcd client's error, a plain error: gRPC's Unknown."""
+        raise GRPCError(Status.UNKNOWN, "failed reading etcd snapshot: " + NO_SNAPSHOT)
 
     async def alarm_list(self, node):
         return [machine_pb2.EtcdMemberAlarm(member_id=member_id, alarm=alarm) for member_id, alarm in self.alarms]

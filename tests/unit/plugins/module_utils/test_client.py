@@ -34,6 +34,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
 
 VERSION = "machine.MachineService/Version"
+READ = "machine.MachineService/Read"
 HOSTNAME = "machine.MachineService/Hostname"
 
 
@@ -503,33 +504,55 @@ def test_unpack_returns_items_and_raises_on_an_error_item():
     assert (err.value.node, err.value.code) == ("n2", "PermissionDenied")
 
 
-def test_data_streams_are_assembled_in_order(cluster):
+# A file of several 1 KiB frames that the stream tests read (MachineService/Read streams common.Data as EtcdSnapshot does).
+STREAMED_FILE = "/var/lib/streamed.bin"
+
+
+def streamed_file_on(cluster):
+    """The control plane that holds STREAMED_FILE (placed on first use) and the Read request of it."""
     controlplane = node_of(cluster, "controlplane")
+    if STREAMED_FILE not in controlplane.placed_files:
+        cluster.call(controlplane.place_file, STREAMED_FILE, size=5000)
+    return controlplane, machine_pb2.ReadRequest(path=STREAMED_FILE)
+
+
+def test_data_streams_are_assembled_in_order(cluster):
+    controlplane, request = streamed_file_on(cluster)
     frames = []
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
-        snapshot = client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=frames.append)
-        again = client.read_bytes("machine.MachineService/EtcdSnapshot", node=controlplane.address)
-    assert snapshot is None, "frames given to a callback are not kept as well"
-    assert isinstance(again, bytes)
-    assert len(frames) > 1, "the snapshot should span several 1 KiB frames"
+        streamed = client.stream(READ, request, node=controlplane.address, on_message=frames.append)
+        again = client.read_bytes(READ, request, node=controlplane.address)
+    assert streamed is None, "frames given to a callback are not kept as well"
+    assert isinstance(again, bytes) and len(again) == 5000
+    assert len(frames) > 1, "the file should span several 1 KiB frames"
     assert all(isinstance(frame, common_pb2.Data) for frame in frames)
     assert again == b"".join(frame.bytes for frame in frames)
 
 
 def test_stopping_at_the_last_message_of_a_stream_the_server_ended_is_no_error(cluster):
-    controlplane = node_of(cluster, "controlplane")
+    controlplane, request = streamed_file_on(cluster)
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
-        frames = -(-len(client.read_bytes("machine.MachineService/EtcdSnapshot", node=controlplane.address)) // 1024)
+        frames = -(-len(client.read_bytes(READ, request, node=controlplane.address)) // 1024)
         for attempt in range(5):
             seen = []
-            assert client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address,
+            assert client.stream(READ, request, node=controlplane.address,
                                  on_message=lambda frame: seen.append(frame) or len(seen) == frames) is None
             assert len(seen) == frames
         assert client.call("machine.MachineService/Version", node=controlplane.address)[0].version.tag
 
 
+def test_stopping_at_the_first_message_of_a_stream_closes_it_and_the_connection_serves_on(cluster):
+    controlplane, request = streamed_file_on(cluster)
+    with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
+        for attempt in range(5):
+            seen = []
+            assert client.stream(READ, request, node=controlplane.address, on_message=lambda frame: seen.append(frame) or True) is None
+            assert len(seen) == 1
+        assert client.call("machine.MachineService/Version", node=controlplane.address)[0].version.tag
+
+
 def test_a_callback_failure_is_raised_as_it_is(cluster):
-    controlplane = node_of(cluster, "controlplane")
+    controlplane, request = streamed_file_on(cluster)
     seen = []
 
     def disk_full(frame):
@@ -538,7 +561,7 @@ def test_a_callback_failure_is_raised_as_it_is(cluster):
 
     with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
         with pytest.raises(OSError) as err:
-            client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=disk_full)
+            client.stream(READ, request, node=controlplane.address, on_message=disk_full)
         assert client.call("machine.MachineService/Version", node=controlplane.address)[0].version.tag
     assert not isinstance(err.value, TalosError)
     assert err.value.errno == 28
@@ -546,21 +569,20 @@ def test_a_callback_failure_is_raised_as_it_is(cluster):
 
 
 def test_a_stream_cut_midway_is_an_error_not_a_silent_retry(cluster):
-    controlplane = node_of(cluster, "controlplane")
+    controlplane, request = streamed_file_on(cluster)
     frames = []
     # Every attempt is cut after two frames. An attempt cut before the client
     # read anything may be repeated; one that delivered data may not.
-    cluster.faults.cut_stream("EtcdSnapshot", after_frames=2, times=-1, node=controlplane.name)
+    cluster.faults.cut_stream("Read", after_frames=2, times=-1, node=controlplane.name)
     try:
         with TalosClient(settings_for(cluster, endpoints=[controlplane.endpoint])) as client:
             with pytest.raises((TalosConnectionError, TalosTimeoutError)) as err:
-                client.stream("machine.MachineService/EtcdSnapshot", node=controlplane.address, on_message=frames.append,
-                              deadline=5)
+                client.stream(READ, request, node=controlplane.address, on_message=frames.append, deadline=5)
     finally:
         cluster.faults.clear()
     assert len(frames) <= 2, "a partly delivered stream must not be restarted"
     if frames:
-        assert err.value.message.startswith("machine.MachineService/EtcdSnapshot on node %s was interrupted" % controlplane.address)
+        assert err.value.message.startswith("%s on node %s was interrupted" % (READ, controlplane.address))
 
 
 def test_cosi_resources(cluster):

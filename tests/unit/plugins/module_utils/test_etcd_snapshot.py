@@ -16,17 +16,18 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import stat
 
 import pytest
 
 from google.rpc import status_pb2
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, etcd_snapshot
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, etcd_snapshot, files
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosConnectionError, TalosError, TalosNodeError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from fake_talos import FakeTalos
+from fake_talos import FakeTalos, fails_with
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 VECTOR = os.path.join(DATA, "etcd-v3.7.snapshot")
@@ -152,8 +153,41 @@ def test_an_existing_good_snapshot_stays_and_check_mode_streams_nothing(tmp_path
     other = tmp_path / "other.snapshot"
     client = snapshot_cluster()
     planned = etcd_snapshot.take(client, "10.5.0.1", path=str(other), check_mode=True)
-    assert planned["changed"] is True and planned["member"]["hostname"] == "cp-2" and snapshot_calls(client) == []
+    assert planned["changed"] is True and planned["member"]["hostname"] == "cp-2"
     assert sorted(os.listdir(str(tmp_path))) == ["etcd.snapshot"]
+
+
+def test_check_mode_reads_only_the_first_page_of_the_members_stream(tmp_path):
+    client = snapshot_cluster()
+    seen = []
+    client.answer(etcd.SNAPSHOT, [common_pb2.Data(bytes=SNAPSHOT[offset:offset + 32]) for offset in range(0, 1024, 32)]
+                  + [fails_with("Unknown", "read past the first page")])
+    etcd_snapshot.take(client, "10.5.0.1", path=str(tmp_path / "etcd.snapshot"), check_mode=True)
+    (call,) = [call for call in client.calls if call.method == etcd.SNAPSHOT]
+    assert call.node == "10.5.0.2" and os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("answer, problem", [
+    # What the emulator's etcd model answers, as machined does when its etcd client cannot read a snapshot.
+    (fails_with("Unknown", "failed reading etcd snapshot: no snapshot here; start real members"),
+     r"EtcdSnapshot failed on node 10.5.0.2 with Unknown: failed reading etcd snapshot: no snapshot here; start real "
+     r"members\.$"),
+    (fails_with("PermissionDenied", "not authorized"), r"^Permission denied for machine.MachineService/EtcdSnapshot"),
+    ([common_pb2.Data(bytes=b"keyspace of something else" * 100)],
+     r"^Cannot take an etcd snapshot from cp-2 \(10.5.0.2\): what it streams does not begin as an etcd database, so it "
+     r"would not restore\.$"),
+    ([], r"^Cannot take an etcd snapshot from cp-2 \(10.5.0.2\): what it streams does not begin as an etcd database"),
+])
+@pytest.mark.parametrize("check_mode", [True, False], ids=["check-mode", "run"])
+def test_a_member_that_cannot_stream_a_snapshot_fails_at_once_in_both_modes(tmp_path, answer, problem, check_mode):
+    client = snapshot_cluster()
+    client.answer(etcd.SNAPSHOT, answer)
+    with pytest.raises(TalosError) as raised:
+        etcd_snapshot.take(client, "10.5.0.1", directory=str(tmp_path), check_mode=check_mode)
+    if check_mode or not isinstance(answer, list):
+        assert re.search(problem, raised.value.message), raised.value.message
+    assert ".part" not in raised.value.message and "skip_hash_check" not in raised.value.message
+    assert os.listdir(str(tmp_path)) == []
 
 
 def test_an_interrupted_or_bad_stream_leaves_the_previous_file_and_no_partial_file(tmp_path):
@@ -161,20 +195,57 @@ def test_an_interrupted_or_bad_stream_leaves_the_previous_file_and_no_partial_fi
     path.write_bytes(b"previous snapshot")
     with pytest.raises(TalosNodeError):
         etcd_snapshot.take(snapshot_cluster(fail_after=5), None, path=str(path))
-    with pytest.raises(etcd_snapshot.SnapshotInvalid, match="streamed from cp-2 .* is corrupt"):
-        etcd_snapshot.take(snapshot_cluster(data=SNAPSHOT[:-1] + b"\0"), None, path=str(path))
+    for data, problem in (
+            (SNAPSHOT[:-1] + b"\0", "is corrupt: the sha256 etcd appended does not match its content; nothing was kept - "
+                                    "take the snapshot again."),
+            # Talos ends the stream without an error when its etcd client's read fails: the snapshot is cut short.
+            (SNAPSHOT[:len(SNAPSHOT) // 2], "has no sha256 appended by etcd, so the stream ended early; nothing was kept - "
+                                            "take the snapshot again.")):
+        with pytest.raises(etcd_snapshot.SnapshotInvalid) as raised:
+            etcd_snapshot.take(snapshot_cluster(data=data), None, path=str(path))
+        # The temporary file is gone, and a snapshot streamed is never restored with skip_hash_check.
+        assert str(raised.value) == "The etcd snapshot streamed from cp-2 (10.5.0.2) " + problem
     assert path.read_bytes() == b"previous snapshot"
     assert os.listdir(str(tmp_path)) == ["etcd.snapshot"]
 
 
-def test_destination_problems_are_one_sentence(tmp_path, monkeypatch):
-    with pytest.raises(TalosError, match="directory .* does not exist"):
-        etcd_snapshot.take(snapshot_cluster(), None, path=str(tmp_path / "missing" / "etcd.snapshot"))
+@pytest.mark.parametrize("check_mode", [True, False], ids=["check-mode", "run"])
+def test_the_destination_is_checked_before_the_cluster_is_asked(tmp_path, monkeypatch, check_mode):
     (tmp_path / "in-the-way").mkdir()
-    with pytest.raises(TalosError, match="it is a directory; set path to a file path"):
-        etcd_snapshot.take(snapshot_cluster(), None, path=str(tmp_path / "in-the-way"))
-    with pytest.raises(TalosConfigError, match="is not a directory; create it"):
-        etcd_snapshot.take(snapshot_cluster(), None, directory=str(tmp_path / "missing"))
+    (tmp_path / "a-file").write_text("")
+    cases = [
+        (dict(path=str(tmp_path / "missing" / "etcd.snapshot")), "Cannot write the etcd snapshot to %s: directory %s does "
+         "not exist." % (tmp_path / "missing" / "etcd.snapshot", tmp_path / "missing")),
+        (dict(path=str(tmp_path / "in-the-way")), "Cannot write the etcd snapshot to %s: it is a directory; set path to a "
+         "file path." % (tmp_path / "in-the-way")),
+        (dict(directory=str(tmp_path / "missing")), "Cannot write etcd backups to %s: it does not exist; create it or set "
+         "directory to an existing directory." % (tmp_path / "missing")),
+        (dict(directory=str(tmp_path / "a-file")), "Cannot write etcd backups to %s: it is not a directory; set directory "
+         "to a directory." % (tmp_path / "a-file")),
+    ]
+    for options, message in cases:
+        client = snapshot_cluster()
+        with pytest.raises(TalosConfigError) as raised:
+            etcd_snapshot.take(client, None, check_mode=check_mode, **options)
+        assert raised.value.message == message and client.calls == []
+
+    def read_only(**kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(files.tempfile, "TemporaryFile", read_only)
+    client = snapshot_cluster()
+    for options, message in ((dict(directory=str(tmp_path)), "Cannot write etcd backups to %s: Read-only file system."
+                              % tmp_path),
+                             (dict(path=str(tmp_path / "etcd.snapshot")), "Cannot write the etcd snapshot to %s: Read-only "
+                              "file system." % (tmp_path / "etcd.snapshot"))):
+        with pytest.raises(TalosConfigError) as raised:
+            etcd_snapshot.take(client, None, check_mode=check_mode, **options)
+        assert raised.value.message == message and client.calls == []
+    assert sorted(os.listdir(str(tmp_path))) == ["a-file", "in-the-way"]
+
+
+def test_a_full_disk_names_the_file_or_the_backup_directory_written(tmp_path, monkeypatch):
+    (tmp_path / "in-the-way").mkdir()
 
     real_fdopen = os.fdopen
 
@@ -189,8 +260,13 @@ def test_destination_problems_are_one_sentence(tmp_path, monkeypatch):
             return getattr(self.handle, name)
 
     monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
-    with pytest.raises(TalosError, match="Cannot write the etcd snapshot to .*: No space left on device."):
+    with pytest.raises(TalosError) as raised:
         etcd_snapshot.take(snapshot_cluster(), None, path=str(tmp_path / "etcd.snapshot"))
+    assert raised.value.message == "Cannot write the etcd snapshot to %s: No space left on device." % (tmp_path / "etcd.snapshot")
+    # A backup is named once its revision is known: until then the directory is what is written to.
+    with pytest.raises(TalosError) as raised:
+        etcd_snapshot.take(snapshot_cluster(), None, directory=str(tmp_path), prefix="prod")
+    assert raised.value.message == "Cannot write the etcd backup to %s: No space left on device." % tmp_path
     assert sorted(os.listdir(str(tmp_path))) == ["in-the-way"]
 
 
@@ -211,7 +287,7 @@ def test_a_backup_is_named_by_time_and_revision_and_the_retention_applies(tmp_pa
 
     client = snapshot_cluster()
     planned = etcd_snapshot.take(client, None, directory=str(tmp_path), prefix="prod", keep=2, max_age="30d", check_mode=True)
-    assert planned["removed"] == [old[1], old[2]] and snapshot_calls(client) == []
+    assert planned["removed"] == [old[1], old[2]] and planned["path"] is None
     assert len(os.listdir(str(tmp_path))) == 5
 
     taken = etcd_snapshot.take(snapshot_cluster(), None, directory=str(tmp_path), prefix="prod", keep=2, max_age="30d")
@@ -230,9 +306,33 @@ def test_the_newest_backup_that_checks_out_is_found(tmp_path):
         handle.seek(5000)
         handle.write(b"\xff")
     facts, skipped = etcd_snapshot.newest_backup(str(tmp_path), "prod")
-    assert facts["path"] == good and len(skipped) == 1 and "is corrupt" in skipped[0]
+    assert facts["path"] == good and skipped == [
+        "The etcd snapshot %s is corrupt: the sha256 etcd appended does not match its content (a changed or truncated "
+        "file); take a new snapshot or use another backup." % corrupt]
     with pytest.raises(TalosConfigError, match=r"^No etcd backup named staging-<time>-r<revision>.snapshot in .* checks out\.$"):
         etcd_snapshot.newest_backup(str(tmp_path), "staging")
+
+
+def test_a_directory_whose_backups_all_fail_names_each_and_what_is_wrong_in_one_sentence(tmp_path):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    corrupt = backup(tmp_path, "prod", 1, 9, now)
+    with open(corrupt, "r+b") as handle:
+        handle.seek(5000)
+        handle.write(b"\xff")
+    with pytest.raises(TalosConfigError) as raised:
+        etcd_snapshot.newest_backup(str(tmp_path), "prod")
+    assert raised.value.message == (
+        "No etcd backup named prod-<time>-r<revision>.snapshot in %s checks out: %s is corrupt (the sha256 etcd appended "
+        "does not match its content)." % (tmp_path, os.path.basename(corrupt)))
+    cut = backup(tmp_path, "prod", 0, 10, now)
+    with open(cut, "r+b") as handle:
+        handle.truncate(4096)
+    with pytest.raises(TalosConfigError) as raised:
+        etcd_snapshot.newest_backup(str(tmp_path), "prod")
+    assert raised.value.message.endswith(
+        "checks out: %s has no sha256 appended by etcd (truncated, or a copy of a data directory's database, which needs "
+        "skip_hash_check=true); %s is corrupt (the sha256 etcd appended does not match its content)."
+        % (os.path.basename(cut), os.path.basename(corrupt)))
 
 
 @pytest.mark.parametrize("text, seconds", [("30d", 30 * 86400), ("12h", 43200), ("2w", 1209600), (None, None)])
