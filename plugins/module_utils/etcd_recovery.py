@@ -12,7 +12,9 @@ where a run stopped:
    member that knows a leader means etcd still has quorum);
 3. refuse while etcd has quorum - a restore rolls the whole cluster back to
    the snapshot - unless the caller allows it, or this controller's record
-   says the cluster running is this snapshot's restore already;
+   says the cluster running is this snapshot's restore already; check mode,
+   which verifies a backup on a healthy cluster, returns the plan instead,
+   saying that a run would be refused;
 4. wipe etcd (Reset of EPHEMERAL, not graceful, reboot) on the control planes
    whose etcd still holds data, so that every etcd service waits to join;
 5. upload the snapshot to one control plane and Bootstrap it with
@@ -105,7 +107,7 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
     reachable = [entry["node"] for entry in surveyed if entry["reachable"]]
     if not reachable:
         raise ActionFailed("Cannot restore etcd: no control plane in nodes answers (%s)."
-                           % "; ".join("%s: %s" % (entry["node"], entry["error"]) for entry in surveyed), result)
+                           % "; ".join("%s: %s" % (entry["node"], entry["error"].rstrip(".")) for entry in surveyed), result)
     for node in result["left_out"]:
         if warn:
             warn("%s does not answer and is left out of the restore; once it is back, wipe its EPHEMERAL volume "
@@ -114,14 +116,19 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
     result["bootstrap_node"] = bootstrap_node
     leaders = [entry for entry in surveyed if entry["leader"]]
     restored = _restored_already(_read_record(record), facts, surveyed)
-    if leaders and not restored and not allow_quorum:
-        raise ActionFailed("Refusing to restore etcd: it still has quorum (%s answer with leader %s), and a restore "
-                           "rolls the whole cluster back to revision %d of the snapshot; set allow_quorum=true to wipe etcd "
-                           "on every control plane and restore anyway." % (
-                               ", ".join(entry["node"] for entry in leaders), leaders[0]["leader"], facts["revision"]), result)
     others = [node for node in reachable if node != bootstrap_node]
     result["plan"] = _plan(restored, [entry["node"] for entry in surveyed if _holds_data(entry)], bootstrap_node, others,
                            facts["revision"])
+    if leaders and not restored and not allow_quorum:
+        quorum = "still has quorum (%s answer with leader %s), and a restore rolls the whole cluster back to revision " \
+                 "%d of the snapshot" % (", ".join(entry["node"] for entry in leaders), leaders[0]["leader"], facts["revision"])
+        if check_mode:
+            # Verifying a backup on a healthy cluster: the plan, and what a run would do first - refuse.
+            result["plan"].insert(0, "refuse, since etcd %s; with allow_quorum=true a run goes on with the steps below"
+                                  % quorum)
+            return result
+        raise ActionFailed("Refusing to restore etcd: it %s; set allow_quorum=true to wipe etcd on every control plane "
+                           "and restore anyway." % quorum, result)
     if restored:
         if progress:
             progress("etcd already runs restored from this snapshot; waiting for the other control planes to join")

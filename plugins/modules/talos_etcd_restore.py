@@ -16,7 +16,8 @@ description:
   - The snapshot is checked first, as etcd's restore checks it (the sha256 etcd appends, the database itself), before
     any node is touched.
   - Then every control plane's etcd is read. While etcd still has quorum the task refuses - a restore rolls the whole
-    cluster back in time to the snapshot - unless O(allow_quorum=true).
+    cluster back in time to the snapshot - unless O(allow_quorum=true). Check mode does not refuse - it verifies a
+    backup on a healthy cluster, and its plan says first that a run would be refused.
   - The control planes whose etcd still holds data are wiped (Reset of the EPHEMERAL volume, not graceful, then
     reboot), so that their etcd waits to join. The snapshot is uploaded to O(bootstrap_node) (EtcdRecover) and etcd
     bootstrapped from it (Bootstrap with C(recover_etcd)), as C(talosctl bootstrap --recover-from) does; the task
@@ -66,7 +67,9 @@ options:
     type: path
   wait_timeout:
     description:
-      - Seconds each wait may take - a node's reboot after the wipe, the restored member, each join.
+      - Seconds each wait may take - a node's reboot after the wipe, the restored member.
+      - A control plane's join is waited for as long as its member makes progress - added as a learner, catching up
+        with the restored member's raft log, promoted - and given up once it made none for this many seconds.
     type: int
     default: 600
 extends_documentation_fragment:
@@ -76,7 +79,11 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Checks the snapshot, reads etcd on every control plane and returns the plan; nothing is sent.
+    details:
+      - Checks the snapshot, reads etcd on every control plane and returns the plan; nothing is sent.
+      - Needs no O(allow_quorum) - verifying a backup on a healthy cluster is check mode's purpose. While etcd has quorum
+        the plan starts with the refusal a run without O(allow_quorum=true) would meet, then lists the steps a run with
+        it would take; C(changed) is then false, since such a run changes nothing.
   diff_mode:
     support: none
   idempotent:
@@ -114,7 +121,9 @@ snapshot:
   returned: always
   type: dict
 plan:
-  description: The steps still to come when the task started, as sentences.
+  description:
+    - The steps still to come when the task started, as sentences.
+    - In check mode while etcd has quorum and O(allow_quorum) is false, the first says that a run would be refused.
   returned: always
   type: list
   elements: str

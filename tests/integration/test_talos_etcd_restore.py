@@ -51,11 +51,18 @@ def test_a_healthy_cluster_is_refused_unless_allowed_and_then_rolled_back(emulat
     facts = take_snapshot(cluster, path)
     put(cluster, "/registry/test/after")
 
+    # Verifying the backup on the healthy cluster: check mode checks it and plans, asking for no dangerous flag.
+    verified = run_playbook(restore_play(cluster, snapshot=path), check=True).task("restore")
+    assert verified["status"] == "ok" and verified["result"]["snapshot"]["revision"] == facts["revision"]
+    assert re.match(r"^refuse, since etcd still has quorum \(.*\), and a restore rolls the whole cluster back to revision "
+                    r"%d of the snapshot; with allow_quorum=true a run goes on with the steps below$" % facts["revision"],
+                    verified["result"]["plan"][0]), verified["result"]["plan"]
+    assert verified["result"]["plan"][1].startswith("wipe etcd on %s, %s, %s" % (cp1.address, cp2.address, cp3.address))
     refused = run_playbook(restore_play(cluster, snapshot=path), expect_rc=2).task("restore")
     message = refused["result"]["msg"]
     assert re.match(r"^Refusing to restore etcd: it still has quorum \(.*\), and a restore rolls the whole cluster back to "
                     r"revision %d of the snapshot; set allow_quorum=true" % facts["revision"], message), message
-    assert cluster.audit() == []
+    assert cluster.audit() == [] and not os.path.exists(path + ".restored.json")
 
     plan = run_playbook(restore_play(cluster, snapshot=path, allow_quorum=True), check=True).task("restore")["result"]
     assert plan["changed"] is True and plan["wiped"] == [cp1.address, cp2.address, cp3.address]
