@@ -14,6 +14,7 @@ __metaclass__ = type
 import os
 
 import pytest
+import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
@@ -59,6 +60,82 @@ def kubernetes_api(cluster, kube_apiserver_factory):
                                     etcd=(cluster.etcd.client_urls(), secrets.etcd_ca.crt_pem,
                                           to_standard_pem(secrets.etcd_ca.key_pem)))
     return server, kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=server.kubeconfig_path))
+
+
+# A snapshot of real etcd v3.7 (the unit tests' vector): what a backup directory holds.
+VECTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "unit", "plugins", "module_utils", "data",
+                      "etcd-v3.7.snapshot")
+
+
+@pytest.fixture(scope="module")
+def etcd_model(module_emulator):
+    """A healthy cluster on the emulator's etcd model, shared: nothing here changes it."""
+    return module_emulator(controlplanes=3, bootstrapped=True, name="roles-etcd-model")
+
+
+def test_the_backup_roles_variables_fail_by_their_names_before_the_cluster_is_asked(etcd_model, run_playbook, tmp_path):
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    (backups / "a-file").write_text("")
+    cases = [
+        # A required variable has no default: a misspelt one fails the argument spec's check, naming the one expected.
+        (dict(etcd_backup_directory=str(backups)), "missing required arguments: etcd_backup_dir"),
+        (dict(etcd_backup_dir=str(backups / "missing")), "Cannot write etcd backups to %s: it does not exist; create it or "
+         "set etcd_backup_dir to an existing directory." % (backups / "missing")),
+        (dict(etcd_backup_dir=str(backups / "a-file")), "Cannot write etcd backups to %s: it is not a directory; set "
+         "etcd_backup_dir to a directory." % (backups / "a-file")),
+        (dict(etcd_backup_dir=str(backups), etcd_backup_prefix="../up"), "etcd_backup_prefix must start with a letter or "
+         "digit and hold only letters, digits, '.', '_' and '-' (it names files in the backup directory), not '../up'."),
+        (dict(etcd_backup_dir=str(backups), etcd_backup_keep=0), "etcd_backup_keep must be 1 or more (the new backup is "
+         "kept), not 0."),
+        (dict(etcd_backup_dir=str(backups), etcd_backup_max_age="a month"), "etcd_backup_max_age must be a number and a "
+         "unit (s, m, h, d or w) such as 30d or 12h, or empty, not 'a month'."),
+    ]
+    # One run a mode: each case includes the role in a block whose rescue records the failure.
+    play = role_play(etcd_model, "etcd_backup")[0]
+    talosconfig = play.pop("roles")[0]["vars"]
+    play["tasks"] = [{"name": "case %d" % number, "block": [{
+        "name": "Include the role", "ansible.builtin.include_role": {"name": "talos_linux.talos.etcd_backup"},
+        "vars": dict(talosconfig, **variables)}],
+        "rescue": [{"name": "failed in case %d" % number, "ansible.builtin.debug": {"msg": "{{ ansible_failed_result.msg }}"}}]}
+        for number, (variables, unused_message) in enumerate(cases)]
+    for check in (True, False):
+        run = run_playbook([play], check=check)
+        for number, (variables, message) in enumerate(cases):
+            failure = run.task("failed in case %d" % number)["result"]["msg"]
+            assert failure == message or (number == 0 and message in failure), (variables, failure)
+        assert run.tasks("talos_linux.talos.etcd_backup : Take an etcd snapshot") == []
+    assert os.listdir(str(backups)) == ["a-file"]
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check-mode", "run"])
+def test_the_backup_role_on_the_etcd_model_fails_at_once_saying_how_to_get_real_members(etcd_model, run_playbook, tmp_path,
+                                                                                        check):
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    run = run_playbook(role_play(etcd_model, "etcd_backup", etcd_backup_dir=str(backups)), check=check, expect_rc=2)
+    failed = run.task("talos_linux.talos.etcd_backup : Take an etcd snapshot")
+    assert "the emulator's etcd model cannot make a snapshot; start real etcd members to take one" in failed["result"]["msg"]
+    assert run.tasks("talos_linux.talos.etcd_backup : Say what was backed up") == [] and os.listdir(str(backups)) == []
+
+
+def test_verifying_a_backup_on_a_healthy_cluster_takes_the_inventorys_control_plane_group(etcd_model, run_playbook,
+                                                                                          tmp_path):
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    (backups / "prod-20261127T020000Z-r4.snapshot").write_bytes(open(VECTOR, "rb").read())
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "hosts": {"localhost": {"ansible_connection": "local"}},
+        "children": {"masters": {"hosts": {node.name: {"ansible_host": node.address} for node in etcd_model.controlplanes}}}}}))
+    run = run_playbook(role_play(etcd_model, "etcd_restore", etcd_restore_controlplane_group="masters",
+                                 etcd_restore_dir=str(backups), etcd_restore_prefix="prod"), inventory=str(inventory),
+                       check=True)
+    plan = run.task("talos_linux.talos.etcd_restore : Show the plan")["result"]["msg"]
+    addresses = [node.address for node in etcd_model.controlplanes]
+    assert plan[0].startswith("refuse, since etcd still has quorum (%s answer with leader " % ", ".join(addresses))
+    assert plan[1] == "wipe etcd on %s (reset of EPHEMERAL, not graceful, reboot)" % ", ".join(addresses)
+    assert etcd_model.audit() == [] and sorted(os.listdir(str(backups))) == ["prod-20261127T020000Z-r4.snapshot"]
 
 
 def test_backup_lose_etcd_everywhere_restore(emulator, run_playbook, kube_apiserver_factory, tmp_path):

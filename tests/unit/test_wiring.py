@@ -129,6 +129,35 @@ def test_every_role_has_its_readme_and_argument_specs():
     assert missing == []
 
 
+ROLES = sorted(os.listdir(os.path.join(ROOT, "roles")))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_roles_required_variable_has_no_default(role):
+    # A default would let a misspelt variable pass the argument spec's check, to fail later under another name.
+    with open(os.path.join(ROOT, "roles", role, "meta", "argument_specs.yml")) as specs:
+        options = yaml.safe_load(specs)["argument_specs"]["main"]["options"]
+    defaults_path = os.path.join(ROOT, "roles", role, "defaults", "main.yml")
+    defaults = {}
+    if os.path.isfile(defaults_path):
+        with open(defaults_path) as defaults_file:
+            defaults = yaml.safe_load(defaults_file) or {}
+    required = sorted(name for name, option in options.items() if option.get("required"))
+    assert [name for name in required if name in defaults or "default" in options[name]] == []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_role_takes_its_inventory_groups_from_its_variables(role):
+    # As every role's *_controlplane_group does: an inventory may name its groups otherwise.
+    found = []
+    for directory, unused_dirs, names in os.walk(os.path.join(ROOT, "roles", role)):
+        for name in names:
+            if name.endswith((".yml", ".yaml", ".j2")):
+                with open(os.path.join(directory, name)) as source:
+                    found += re.findall(r"groups\s*\[\s*['\"][^'\"]+['\"]\s*\]|groups\.[A-Za-z_]\w*", source.read())
+    assert found == []
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_every_module_that_works_on_several_nodes_bounds_them_with_the_shared_option(module):
     with open(os.path.join(ROOT, "plugins", "modules", module + ".py")) as source:
