@@ -10,6 +10,7 @@ A row is ``case(id, module, args, expect, ...)``:
   ``{other_worker}``, ``{tmp}``, ``{admin}``, ``{reader}``,
   ``{wrong_ca}``, ``{mismatched_key}``, ``{binary}``, ``{bad_port}``,
   ``{cp_config}`` (a file with the control plane's own config, full of secrets),
+  ``{etcd_snapshot}`` (a snapshot of real etcd, another cluster's),
   ``{registry_password}`` (a secret that only the patches carry).
   The play sets talosconfig ``{admin}``, node ``{cp}`` and timeout 10 for every
   module (``module_defaults``); a row overrides them in ``args``.
@@ -45,6 +46,12 @@ def _redacted_diff(result):
 def _redacted_resource(result):
     items = result["ansible_facts"]["talos"]["resources"][0]["items"]
     assert items and "<redacted>" in repr(items[0]["spec"]), items
+
+
+def _refusal_planned(result):
+    assert result["plan"][0].startswith("refuse, since etcd still has quorum ("), result["plan"]
+    assert result["plan"][-1].startswith("upload the snapshot (revision "), result["plan"]
+    assert result["changed"] is False and result["wiped"] == [], result
 
 
 def _etcd_info_of_the_control_plane(result):
@@ -213,6 +220,15 @@ MODULE_CASES = [
     case("etcd-snapshot-keep-none", "talos_etcd_snapshot", {"directory": "{tmp}", "keep": 0}, r"keep"),
     case("etcd-snapshot-unwritable", "talos_etcd_snapshot", {"path": "/sys/etcd.snapshot"},
          r"^Cannot write the etcd snapshot to /sys/etcd.snapshot: Permission denied\.$", group="node"),
+    case("etcd-snapshot-missing-directory", "talos_etcd_snapshot", {"directory": "{tmp}/missing"},
+         r"^Cannot write etcd backups to .*/missing: it does not exist; create it or set directory to an existing "
+         r"directory\.$"),
+    case("etcd-snapshot-of-the-etcd-model", "talos_etcd_snapshot", {"directory": "{tmp}"},
+         r"failed reading etcd snapshot: the emulator's etcd model cannot make a snapshot; start real etcd members to take "
+         r"one: make demo with Go installed, or tests/talos-emulator up --etcd real\.$", group="node", check_mode=True),
+    case("etcd-restore-verifies-a-backup-of-a-healthy-cluster", "talos_etcd_restore",
+         {"snapshot": "{etcd_snapshot}"},
+         r"", group="node", outcome="ok", check_mode=True, result=_refusal_planned),
     case("etcd-restore-missing-snapshot", "talos_etcd_restore", {"snapshot": "{tmp}/missing.snapshot"},
          r"^The etcd snapshot .*missing.snapshot cannot be read: No such file or directory\.$"),
     case("etcd-restore-config-as-snapshot", "talos_etcd_restore", {"snapshot": "{cp_config}"},

@@ -30,6 +30,9 @@ REGISTRY_PASSWORD = "robo-Pa55word-for-the-registry"
 # One process per task instead of a copy, a chmod and a clean-up: the suite runs many short tasks.
 FAST = {"ANSIBLE_PIPELINING": "True"}
 GROUPS = ("rejected", "node", "old")
+# A snapshot of real etcd v3.7 (the unit tests' vector): what a restore verifies.
+ETCD_SNAPSHOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "unit", "plugins", "module_utils",
+                             "data", "etcd-v3.7.snapshot")
 
 
 def _start(tmp_path_factory, name, **options):
@@ -71,10 +74,13 @@ def files(tmp_path_factory, clusters):
         binary.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe\x00binary\x00")
         cp_config = tmp / "controlplane.yaml"
         cp_config.write_text(cluster.controlplanes[0].config_text())
+        etcd_snapshot = tmp / "etcd.snapshot"
+        etcd_snapshot.write_bytes(open(ETCD_SNAPSHOT, "rb").read())
         made[name] = {
             "tmp": str(tmp),
             "binary": str(binary),
             "cp_config": str(cp_config),
+            "etcd_snapshot": str(etcd_snapshot),
             "wrong_ca": _talosconfig_variant(cluster, str(tmp / "wrong-ca"), ca=other_context["ca"]),
             "mismatched_key": _talosconfig_variant(cluster, str(tmp / "mismatched-key"), key=other_context["key"]),
             "bad_port": _talosconfig_variant(cluster, str(tmp / "bad-port"),
