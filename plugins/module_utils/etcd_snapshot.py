@@ -303,7 +303,11 @@ def check(path, skip_hash_check=False, label="The etcd snapshot"):
     try:
         return _examine(path, skip_hash_check)
     except _Rejected as rejected:
-        raise SnapshotInvalid(_FILE_REJECTIONS[rejected.kind].format(what="%s %s" % (label, path), detail=rejected.detail))
+        raise SnapshotInvalid(_file_rejection(rejected, path, label))
+
+
+def _file_rejection(rejected, path, label="The etcd snapshot"):
+    return _FILE_REJECTIONS[rejected.kind].format(what="%s %s" % (label, path), detail=rejected.detail)
 
 
 def _check_streamed(staged_path, member):
@@ -518,7 +522,7 @@ def newest_backup(directory, prefix, skip_hash_check=False):
         try:
             return _examine(path, skip_hash_check), skipped
         except _Rejected as rejected:
-            skipped.append(_FILE_REJECTIONS[rejected.kind].format(what="The etcd snapshot %s" % path, detail=rejected.detail))
+            skipped.append(_file_rejection(rejected, path))
             problems.append("%s %s" % (os.path.basename(path), _LISTED_REJECTIONS[rejected.kind].format(detail=rejected.detail)))
     raise TalosConfigError("No etcd backup named %s-<time>-r<revision>.snapshot in %s checks out%s." %
                            (prefix, directory, (": " + "; ".join(problems)) if problems else ""))

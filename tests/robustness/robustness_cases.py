@@ -11,6 +11,7 @@ A row is ``case(id, module, args, expect, ...)``:
   ``{wrong_ca}``, ``{mismatched_key}``, ``{binary}``, ``{bad_port}``,
   ``{cp_config}`` (a file with the control plane's own config, full of secrets),
   ``{etcd_snapshot}`` (a snapshot of real etcd, another cluster's),
+  ``{corrupt_backups}`` (a backup directory whose only backup of ``prod`` is corrupt),
   ``{registry_password}`` (a secret that only the patches carry).
   The play sets talosconfig ``{admin}``, node ``{cp}`` and timeout 10 for every
   module (``module_defaults``); a row overrides them in ``args``.
@@ -241,6 +242,9 @@ MODULE_CASES = [
          r"parameters are mutually exclusive: snapshot\|directory"),
     case("etcd-restore-empty-backup-directory", "talos_etcd_restore", {"directory": "{tmp}", "prefix": "prod"},
          r"^No etcd backup named prod-<time>-r<revision>.snapshot in .* checks out\.$"),
+    case("etcd-restore-only-backup-corrupt", "talos_etcd_restore", {"directory": "{corrupt_backups}", "prefix": "prod"},
+         r"^No etcd backup named prod-<time>-r<revision>.snapshot in .*/corrupt-backups checks out: "
+         r"prod-20260101T000000Z-r4.snapshot is corrupt \(the sha256 etcd appended does not match its content\)\.$"),
 
     # talos_etcd_info and talos_etcd_maintenance
     case("etcd-info-reads-members-status-alarms", "talos_etcd_info", {}, r"", group="node", outcome="ok",

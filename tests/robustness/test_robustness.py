@@ -75,12 +75,19 @@ def files(tmp_path_factory, clusters):
         cp_config = tmp / "controlplane.yaml"
         cp_config.write_text(cluster.controlplanes[0].config_text())
         etcd_snapshot = tmp / "etcd.snapshot"
-        etcd_snapshot.write_bytes(open(ETCD_SNAPSHOT, "rb").read())
+        with open(ETCD_SNAPSHOT, "rb") as vector:
+            etcd_snapshot.write_bytes(vector.read())
+        corrupt_backups = tmp / "corrupt-backups"
+        corrupt_backups.mkdir()
+        damaged = bytearray(etcd_snapshot.read_bytes())
+        damaged[5000] ^= 0xFF
+        (corrupt_backups / "prod-20260101T000000Z-r4.snapshot").write_bytes(bytes(damaged))
         made[name] = {
             "tmp": str(tmp),
             "binary": str(binary),
             "cp_config": str(cp_config),
             "etcd_snapshot": str(etcd_snapshot),
+            "corrupt_backups": str(corrupt_backups),
             "wrong_ca": _talosconfig_variant(cluster, str(tmp / "wrong-ca"), ca=other_context["ca"]),
             "mismatched_key": _talosconfig_variant(cluster, str(tmp / "mismatched-key"), key=other_context["key"]),
             "bad_port": _talosconfig_variant(cluster, str(tmp / "bad-port"),
