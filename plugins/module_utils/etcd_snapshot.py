@@ -222,7 +222,8 @@ def _read_database(handle, size):
 
 
 class _Rejected(Exception):
-    """What is wrong with a snapshot: ``kind`` (corrupt, no hash, not a database, unreadable) and its ``detail``."""
+    """What is wrong with a snapshot, before it is said for a file or a stream: ``kind`` (corrupt, no hash, not a
+    database, unreadable) and its ``detail``."""
 
     def __init__(self, kind, detail=""):
         super(_Rejected, self).__init__(kind)
@@ -230,35 +231,47 @@ class _Rejected(Exception):
         self.detail = detail
 
 
-# The sentence of each kind of rejection: for a file on the controller (what a restore checks), and for a snapshot
-# just streamed, which was never kept and cannot be restored differently, only taken again.
-_FILE_REJECTIONS = {
-    "corrupt": "{what} is corrupt: the sha256 etcd appended does not match its content (a changed or truncated file); "
-               "take a new snapshot or use another backup.",
-    "no hash": "{what} has no sha256 appended by etcd, so it is truncated or a copy of a data directory's database; use a "
-               "snapshot taken with EtcdSnapshot, or set skip_hash_check=true to restore a database copy.",
-    "not a database": "{what} is not an etcd database etcd can restore: {detail}.",
-    "unreadable": "{what} cannot be read: {detail}.",
-}
-_STREAM_REJECTIONS = {
-    "corrupt": "The etcd snapshot streamed from {what} is corrupt: the sha256 etcd appended does not match its content; "
-               "nothing was kept - take the snapshot again.",
-    "no hash": "The etcd snapshot streamed from {what} has no sha256 appended by etcd, so the stream ended early; nothing "
-               "was kept - take the snapshot again.",
-    "not a database": "The etcd snapshot streamed from {what} is not an etcd database etcd can restore ({detail}); nothing "
-                      "was kept.",
-    "unreadable": "The etcd snapshot streamed from {what} cannot be read back on the controller ({detail}); nothing was "
-                  "kept.",
-}
+def _file_rejection(rejected, path, label="The etcd snapshot"):
+    """The SnapshotInvalid of a snapshot file on the controller (what a restore checks)."""
+    what = "%s %s" % (label, path)
+    if rejected.kind == "corrupt":
+        return SnapshotInvalid("%s is corrupt: the sha256 etcd appended does not match its content (a changed or truncated "
+                               "file); take a new snapshot or use another backup." % what)
+    if rejected.kind == "no hash":
+        return SnapshotInvalid("%s has no sha256 appended by etcd, so it is truncated or a copy of a data directory's "
+                               "database; use a snapshot taken with EtcdSnapshot, or set skip_hash_check=true to restore a "
+                               "database copy." % what)
+    if rejected.kind == "not a database":
+        return SnapshotInvalid("%s is not an etcd database etcd can restore: %s." % (what, rejected.detail))
+    return SnapshotInvalid("%s cannot be read: %s." % (what, rejected.detail))
 
-# A rejection in the list of the backups of a directory that none checks out.
-_LISTED_REJECTIONS = {
-    "corrupt": "is corrupt (the sha256 etcd appended does not match its content)",
-    "no hash": "has no sha256 appended by etcd (truncated, or a copy of a data directory's database, which needs "
-               "skip_hash_check=true)",
-    "not a database": "is not an etcd database etcd can restore ({detail})",
-    "unreadable": "cannot be read ({detail})",
-}
+
+def _stream_rejection(rejected, member):
+    """The SnapshotInvalid of a snapshot just streamed from ``member``: never kept, it can only be taken again."""
+    source = _source(member)
+    if rejected.kind == "corrupt":
+        return SnapshotInvalid("The etcd snapshot streamed from %s is corrupt: the sha256 etcd appended does not match its "
+                               "content; nothing was kept - take the snapshot again." % source)
+    if rejected.kind == "no hash":
+        return SnapshotInvalid("The etcd snapshot streamed from %s has no sha256 appended by etcd, so the stream ended "
+                               "early; nothing was kept - take the snapshot again." % source)
+    if rejected.kind == "not a database":
+        return SnapshotInvalid("The etcd snapshot streamed from %s is not an etcd database etcd can restore (%s); nothing "
+                               "was kept." % (source, rejected.detail))
+    return SnapshotInvalid("The etcd snapshot streamed from %s cannot be read back on the controller (%s); nothing was "
+                           "kept." % (source, rejected.detail))
+
+
+def _listed_rejection(rejected, path):
+    """A backup in the list of those of a directory that none checks out."""
+    if rejected.kind == "corrupt":
+        return "%s is corrupt (the sha256 etcd appended does not match its content)" % os.path.basename(path)
+    if rejected.kind == "no hash":
+        return ("%s has no sha256 appended by etcd (truncated, or a copy of a data directory's database, which needs "
+                "skip_hash_check=true)" % os.path.basename(path))
+    if rejected.kind == "not a database":
+        return "%s is not an etcd database etcd can restore (%s)" % (os.path.basename(path), rejected.detail)
+    return "%s cannot be read (%s)" % (os.path.basename(path), rejected.detail)
 
 
 def _examine(path, skip_hash_check):
@@ -282,15 +295,15 @@ def _examine(path, skip_hash_check):
                     database_digest.update(block)
                     remaining -= len(block)
                 if database_digest.digest() != appended:
-                    raise _Rejected("corrupt")
+                    raise _Rejected(kind="corrupt")
             elif not skip_hash_check:
-                raise _Rejected("no hash")
+                raise _Rejected(kind="no hash")
             try:
                 facts = _read_database(handle, database_size)
             except (_Corrupt, struct.error) as error:
-                raise _Rejected("not a database", str(error))
+                raise _Rejected(kind="not a database", detail=str(error))
     except (IOError, OSError) as error:
-        raise _Rejected("unreadable", error.strerror or str(error))
+        raise _Rejected(kind="unreadable", detail=error.strerror or str(error))
     facts.update(path=path, size=size, sha256=digest.hexdigest(), hash_appended=hash_appended)
     return facts
 
@@ -303,11 +316,7 @@ def check(path, skip_hash_check=False, label="The etcd snapshot"):
     try:
         return _examine(path, skip_hash_check)
     except _Rejected as rejected:
-        raise SnapshotInvalid(_file_rejection(rejected, path, label))
-
-
-def _file_rejection(rejected, path, label="The etcd snapshot"):
-    return _FILE_REJECTIONS[rejected.kind].format(what="%s %s" % (label, path), detail=rejected.detail)
+        raise _file_rejection(rejected, path, label)
 
 
 def _check_streamed(staged_path, member):
@@ -316,7 +325,7 @@ def _check_streamed(staged_path, member):
     try:
         return _examine(staged_path, skip_hash_check=False)
     except _Rejected as rejected:
-        raise SnapshotInvalid(_STREAM_REJECTIONS[rejected.kind].format(what=_source(member), detail=rejected.detail))
+        raise _stream_rejection(rejected, member)
 
 
 # -- taking a snapshot -------------------------------------------------------------
@@ -522,7 +531,7 @@ def newest_backup(directory, prefix, skip_hash_check=False):
         try:
             return _examine(path, skip_hash_check), skipped
         except _Rejected as rejected:
-            skipped.append(_file_rejection(rejected, path))
-            problems.append("%s %s" % (os.path.basename(path), _LISTED_REJECTIONS[rejected.kind].format(detail=rejected.detail)))
+            skipped.append(str(_file_rejection(rejected, path)))
+            problems.append(_listed_rejection(rejected, path))
     raise TalosConfigError("No etcd backup named %s-<time>-r<revision>.snapshot in %s checks out%s." %
                            (prefix, directory, (": " + "; ".join(problems)) if problems else ""))
