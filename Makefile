@@ -44,10 +44,14 @@ ee-local: build
 # Start an emulated Talos cluster in maintenance mode, provision it with the
 # cluster role, print the facts; the cluster keeps running until `make demo-stop`. It runs in
 # a venv of its own with what a user installs (requirements.txt, ansible-core: .cache/demo-venv),
-# not in the development venv that `setup` makes.
+# not in the development venv that `setup` makes. Its control planes run real etcd members (built with Go on first
+# use; without Go, the emulator's model of etcd, where backups, the restore drill and Kubernetes do not work);
+# `make demo ETCD=model` chooses the model. `make demo KUBERNETES=1` also runs a real kube-apiserver on that etcd and
+# the nodes as its kubelets, for the Kubernetes guides. The cluster's files: .cache/demo/prod.
 demo:
-	tests/run-demo
+	tests/run-demo $(if $(ETCD),--etcd $(ETCD)) $(if $(filter-out 0 no false,$(KUBERNETES)),--kubernetes)
 
+# Stops the demo's cluster, its etcd members and its Kubernetes.
 demo-stop:
 	tests/run-demo stop
 

@@ -2,20 +2,18 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The Kubernetes tests' cluster: 3 control planes and 2 workers provisioned by the cluster role, and a real
-kube-apiserver (tests/kube_apiserver) storing its objects in the control planes' real etcd, as on Talos."""
+kube-apiserver (tests/kube_apiserver) storing its objects in the control planes' real etcd, as on Talos
+(``EmulatedCluster.run_kubernetes``, as ``make demo KUBERNETES=1`` runs it)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import base64
 import contextlib
 
 import yaml
 from playbook_runner import run_playbook_in
 
-import kube_apiserver
 from talos_emulator import EmulatedCluster
-from talos_emulator.pki import to_standard_pem
 
 
 @contextlib.contextmanager
@@ -23,9 +21,7 @@ def provisioned(workdir, cluster_name, talos_version, kubernetes_version):
     """Yields ``(cluster, server, inventory path, secrets bundle as a dict)`` once the 5 Nodes are registered."""
     cluster = EmulatedCluster.start(str(workdir / "cluster"), controlplanes=3, workers=2, maintenance=True,
                                     talos_version=talos_version, reboot_seconds=0.1, etcd="real")
-    server = None
     try:
-        port = kube_apiserver.free_port()
         inventory = workdir / "inventory.yml"
         inventory.write_text(yaml.safe_dump(cluster.inventory()))
         secrets_path = workdir / "generated" / "secrets.yaml"
@@ -33,7 +29,6 @@ def provisioned(workdir, cluster_name, talos_version, kubernetes_version):
             "hosts": "controlplane:workers", "gather_facts": False,
             "roles": [{"role": "talos_linux.talos.cluster", "vars": {
                 "cluster_name": cluster_name,
-                "cluster_endpoint": "https://127.0.0.1:%d" % port,
                 "cluster_talos_version": talos_version,
                 "cluster_kubernetes_version": kubernetes_version,
                 "cluster_secrets_path": str(secrets_path),
@@ -42,17 +37,9 @@ def provisioned(workdir, cluster_name, talos_version, kubernetes_version):
             }}]}], inventory=str(inventory))
         assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
         secrets = yaml.safe_load(secrets_path.read_text())
-        etcd_ca = secrets["certs"]["etcd"]
-        server = kube_apiserver.KubeAPIServer.start(
-            str(workdir / "apiserver"), base64.b64decode(secrets["certs"]["k8s"]["crt"]),
-            base64.b64decode(secrets["certs"]["k8s"]["key"]), base64.b64decode(secrets["certs"]["k8sserviceaccount"]["key"]),
-            port=port, etcd=(cluster.etcd.client_urls(), base64.b64decode(etcd_ca["crt"]),
-                             to_standard_pem(base64.b64decode(etcd_ca["key"]))))
-        cluster.run_kubelets()
+        # The role's cluster_endpoint is the emulator inventory's, where run_kubernetes serves the API.
+        server = cluster.run_kubernetes(str(secrets_path))
         cluster.wait_until(lambda: len(server.get("/api/v1/nodes")["items"]) == 5, timeout=60)
         yield cluster, server, inventory, secrets
     finally:
-        # The API server first: with its etcd gone it would wait for it until killed.
-        if server is not None:
-            server.stop()
         cluster.stop()

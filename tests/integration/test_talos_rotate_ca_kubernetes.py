@@ -38,20 +38,6 @@ pytestmark = pytest.mark.once
 FORMS = {"v1alpha1": ("v1.13.5", "1.35.4"), "documents": ("v1.14.0", "1.36.3")}
 
 
-def control_plane_cas(cluster):
-    """What the kube-apiserver of the control planes runs with: the first one's issuing CA (certificate, key) serves,
-    and client certificates of the issuing and accepted CAs of any of them are trusted (one server plays all three)."""
-    issuing, bundle = None, []
-    for node in cluster.controlplanes:
-        settings = configgen.kubernetes_settings(node.config_bytes)
-        if issuing is None:
-            issuing = (settings["ca_crt"], settings["ca_key"])
-        for pem in [settings["ca_crt"]] + settings["accepted_crts"]:
-            if pem.strip() not in [known.strip() for known in bundle]:
-                bundle.append(pem)
-    return issuing[0], issuing[1], b"".join(bundle)
-
-
 class Setup(object):
     def __init__(self, form, cluster, server, workdir):
         self.form = form
@@ -101,7 +87,7 @@ class Setup(object):
     def settle(self):
         """Wait until the API server runs with the CAs of the control planes' configs (its restart takes seconds)."""
         deadline = time.monotonic() + 120
-        while not self.server.settled(control_plane_cas(self.cluster)):
+        while not self.server.settled(self.cluster.kubernetes_cas()):
             assert time.monotonic() < deadline, "the kube-apiserver did not restart with the new CAs"
             time.sleep(0.2)
 
@@ -158,7 +144,6 @@ def rotation_cluster(request, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("rotate-k8s-%s" % request.param)
     with kubernetes_cluster.provisioned(workdir, "rotate-k8s-%s" % request.param, talos_version,
                                         kubernetes_version) as (cluster, server, _inventory, _secrets):
-        server.follow_cas(lambda: control_plane_cas(cluster))
         yield Setup(request.param, cluster, server, workdir)
 
 

@@ -9,7 +9,8 @@ Go toolchain is an error, never a skip). ``KubeAPIServer.start`` serves it on
 client certificates of that CA (the admin kubeconfig Talos's Kubeconfig RPC
 returns) and the cluster's service-account key. There is no
 controller-manager, scheduler or kubelet: what they would write is up to the
-test (the emulator's kubelet shim, ``talos_emulator/kubelets.py``).
+test (the emulator's kubelet shim, ``talos_emulator/kubelets.py``). ``address`` puts it on another loopback
+address, such as an emulated control plane's, where a cluster's endpoint names it.
 
 ``follow_cas`` restarts it whenever the Kubernetes CAs of the control planes'
 configs change, as Talos restarts the kube-apiserver static pod: serving a
@@ -39,8 +40,10 @@ SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
 _SERVING_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                   "kubernetes.default.svc.cluster.local")
-# 127.0.0.1 is where it listens; 10.96.0.1 is the "kubernetes" Service's address in the service range.
+# Beside the address it listens on (127.0.0.1 by default): 127.0.0.1, and 10.96.0.1, the "kubernetes" Service's
+# address in the service range.
 _SERVING_IPS = ("127.0.0.1", "10.96.0.1")
+LOOPBACK = "127.0.0.1"
 
 
 class KubeAPIServerError(RuntimeError):
@@ -55,19 +58,19 @@ def binary():
     return _build.binary()
 
 
-def _port_is_free(port):
+def port_is_free(port, address=LOOPBACK):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind((address, port))
         except OSError:
             return False
     return True
 
 
-def free_port():
-    """A TCP port free on 127.0.0.1 now: choose the API server's port before the configs that name it."""
+def free_port(address=LOOPBACK):
+    """A TCP port free on ``address`` now: choose the API server's port before the configs that name it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((address, 0))
         return probe.getsockname()[1]
 
 
@@ -75,7 +78,7 @@ def _free_port_pair(taken):
     """Two consecutive free ports (the embedded etcd's client and peer ports), neither of them ``taken``."""
     for _attempt in range(100):
         port = free_port()
-        if port < 65535 and taken not in (port, port + 1) and _port_is_free(port + 1):
+        if port < 65535 and taken not in (port, port + 1) and port_is_free(port + 1):
             return port
     raise KubeAPIServerError("no two consecutive free ports for the embedded etcd")
 
@@ -83,10 +86,11 @@ def _free_port_pair(taken):
 class KubeAPIServer:
     """A running test API server: ``url``, ``version``, ``kubeconfig_path`` (admin, ``system:masters``), ``stop()``."""
 
-    def __init__(self, state_dir, port, process, log_path, ca_path, admin_cert_path, admin_key_path, kubeconfig_path):
+    def __init__(self, state_dir, address, port, process, log_path, ca_path, admin_cert_path, admin_key_path, kubeconfig_path):
         self.state_dir = state_dir
+        self.address = address
         self.port = port
-        self.url = "https://127.0.0.1:%d" % port
+        self.url = "https://%s:%d" % (address, port)
         self.process = process
         self.log_path = log_path
         self.ca_path = ca_path
@@ -100,24 +104,25 @@ class KubeAPIServer:
         self._follower = None
 
     @classmethod
-    def start(cls, state_dir, ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, timeout=90, etcd=None):
+    def start(cls, state_dir, ca_cert_pem, ca_key_pem, service_account_key_pem, port=None, timeout=90, etcd=None,
+              address=LOOPBACK):
         """Start a server whose clients are certificates of the Kubernetes CA ``ca_cert_pem``/``ca_key_pem`` (PEM,
         bytes or text) and whose service-account tokens are signed with ``service_account_key_pem``; return it once
         ``/readyz`` answers. ``port`` (see ``free_port``) is the secure port, a free one by default. ``etcd`` is
         ``(client URLs, etcd CA certificate PEM, etcd CA key PEM)`` of the etcd to store the objects in, as on Talos
         (an emulated cluster's real members: ``cluster.etcd.client_urls()``); by default an etcd embedded in the
-        server's process."""
+        server's process. ``address`` is the loopback address it listens on."""
         ca_cert_pem, ca_key_pem, service_account_key_pem = (
             pem.encode() if isinstance(pem, str) else pem for pem in (ca_cert_pem, ca_key_pem, service_account_key_pem))
         state_dir = os.path.abspath(state_dir)
         os.makedirs(state_dir, exist_ok=True)
-        port = port or free_port()
+        port = port or free_port(address)
 
         def path(name):
             return os.path.join(state_dir, name)
         write_private(path("sa.key"), service_account_key_pem)
         ca_path, admin_cert_path, admin_key_path, kubeconfig_path = _write_credentials(
-            state_dir, port, ca_cert_pem, ca_key_pem, ca_cert_pem)
+            state_dir, address, port, ca_cert_pem, ca_key_pem, ca_cert_pem)
 
         if etcd is None:
             storage = ["--etcd-dir", path("etcd"), "--etcd-port", str(_free_port_pair(port)), "--"]
@@ -132,8 +137,8 @@ class KubeAPIServer:
                        "--etcd-keyfile=%s" % write_private(path("etcd-client.key"), etcd_client_key)]
         command = [binary()] + storage + [
             "--secure-port=%d" % port,
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            "--bind-address=%s" % address,
+            "--advertise-address=%s" % address,
             # The endpoint reconciler refuses a loopback address; nothing here needs the kubernetes Service's endpoints.
             "--endpoint-reconciler-type=none",
             "--cert-dir=%s" % path("certs"),
@@ -154,7 +159,7 @@ class KubeAPIServer:
             # apiserver_requested_deprecated_apis (no deprecated API is served by default).
             "--runtime-config=resource.k8s.io/v1beta1=true",
         ]
-        server = cls(state_dir, port, None, path("kube-apiserver.log"), ca_path, admin_cert_path, admin_key_path, kubeconfig_path)
+        server = cls(state_dir, address, port, None, path("kube-apiserver.log"), ca_path, admin_cert_path, admin_key_path, kubeconfig_path)
         server.command = command
         server.client_ca_pem = ca_cert_pem
         server._launch(timeout)
@@ -178,7 +183,7 @@ class KubeAPIServer:
         ca_cert_pem, ca_key_pem, client_ca_pem = (
             pem.encode() if isinstance(pem, str) else pem for pem in (ca_cert_pem, ca_key_pem, client_ca_pem))
         self.stop()
-        _write_credentials(self.state_dir, self.port, ca_cert_pem, ca_key_pem, client_ca_pem)
+        _write_credentials(self.state_dir, self.address, self.port, ca_cert_pem, ca_key_pem, client_ca_pem)
         self.client_ca_pem = client_ca_pem
         self._launch(timeout)
         self.restarts += 1
@@ -217,7 +222,7 @@ class KubeAPIServer:
         return context
 
     def _request(self, path, timeout=5):
-        connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ssl_context(), timeout=timeout)
+        connection = http.client.HTTPSConnection(self.address, self.port, context=self._ssl_context(), timeout=timeout)
         try:
             connection.request("GET", path)
             response = connection.getresponse()
@@ -273,11 +278,12 @@ class KubeAPIServer:
         self.stop()
 
 
-def _write_credentials(state_dir, port, ca_cert_pem, ca_key_pem, client_ca_pem):
+def _write_credentials(state_dir, address, port, ca_cert_pem, ca_key_pem, client_ca_pem):
     """The serving certificate and the harness's admin certificate of the CA ``ca_cert_pem``/``ca_key_pem``, and the
     client CA bundle ``client_ca_pem``, written for the server's flags; returns the paths of the CA bundle, the
     admin certificate and key, and the admin kubeconfig."""
-    sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
+    sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [
+        x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(set(_SERVING_IPS + (address,)))]
     serving_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
     serving_cert, serving_key = issue_certificate(ca_cert_pem, ca_key_pem, serving_subject, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
     admin_subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
@@ -292,15 +298,15 @@ def _write_credentials(state_dir, port, ca_cert_pem, ca_key_pem, client_ca_pem):
     write_private(path("apiserver.key"), serving_key)
     admin_cert_path = write_private(path("admin.crt"), admin_cert)
     admin_key_path = write_private(path("admin.key"), admin_key)
-    kubeconfig_path = write_private(path("kubeconfig"), _admin_kubeconfig(port, ca_path, admin_cert_path, admin_key_path))
+    kubeconfig_path = write_private(path("kubeconfig"), _admin_kubeconfig(address, port, ca_path, admin_cert_path, admin_key_path))
     return ca_path, admin_cert_path, admin_key_path, kubeconfig_path
 
 
-def _admin_kubeconfig(port, ca_path, cert_path, key_path):
+def _admin_kubeconfig(address, port, ca_path, cert_path, key_path):
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": "https://127.0.0.1:%d" % port, "certificate-authority": ca_path}}],
+        "clusters": [{"name": "test", "cluster": {"server": "https://%s:%d" % (address, port), "certificate-authority": ca_path}}],
         "users": [{"name": "admin", "user": {"client-certificate": cert_path, "client-key": key_path}}],
         "contexts": [{"name": "admin@test", "context": {"cluster": "test", "user": "admin"}}],
         "current-context": "admin@test",

@@ -66,6 +66,8 @@ class ClusterModel:
         self.upgrade_lock = None
         # Whether a Kubernetes API runs with the nodes as its kubelets (kubelets.py).
         self.kubernetes_api_serving = False
+        # Where the configs' control-plane endpoint points on the first control plane (the runtime's choice).
+        self.kubernetes_port = 6443
         # Every call a node served (reads included): tests wait on it to act while a client is polling.
         self.calls_served = 0
         self._authorities = {self.secrets.os_ca.crt_pem: self.secrets.os_ca}
@@ -97,7 +99,7 @@ class ClusterModel:
         ).encode())
 
     def kubernetes_endpoint(self):
-        return "https://%s:6443" % self.controlplanes[0].address
+        return "https://%s:%d" % (self.controlplanes[0].address, self.kubernetes_port)
 
     @property
     def controlplanes(self):

@@ -9,9 +9,12 @@ inventory, ``state.json``) and offers the knobs a test turns, each applied on
 the runtime's loop.
 """
 
+import base64
 import json
 import os
+import sys
 import time
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -19,6 +22,7 @@ from . import configgen
 from .audit import AuditLog
 from .cluster import ClusterModel
 from .faults import Faults
+from .pki import to_standard_pem
 from .runtime import ClusterRuntime
 
 DEFAULT_TALOS_VERSION = "v1.14.0"
@@ -47,6 +51,7 @@ class EmulatedCluster:
         self.model = ClusterModel(name, talos_version, maintenance, reboot_seconds, self.runtime.addresses,
                                   self.runtime.spawn, AuditLog(audit_path))
         self.model.faults = Faults(self)
+        self.model.kubernetes_port = self.runtime.kubernetes_port
         if etcd == "real":
             # Imported here: only a cluster of real etcd members needs the Go harness (built now, off the loop).
             from .real_etcd import RealEtcdCluster, build_member
@@ -59,6 +64,7 @@ class EmulatedCluster:
             self.model.new_node(role, None, node_versions)
         self.endpoint = None
         self.kubelets = None
+        self.kube_apiserver = None
 
     # Starting and stopping.
 
@@ -94,9 +100,12 @@ class EmulatedCluster:
         return cluster
 
     def stop(self):
-        """Stop the kubelet shim, every node and the event loop. Safe to call twice."""
+        """Stop the kubelet shim, the Kubernetes API server, every node and the event loop. Safe to call twice."""
         if self.kubelets is not None:
             self.kubelets.stop()
+        # The API server before the nodes: with its etcd gone it would wait for it until killed.
+        if self.kube_apiserver is not None:
+            self.kube_apiserver.stop()
         self.runtime.stop(self.nodes)
 
     def serve_forever(self):
@@ -246,6 +255,53 @@ class EmulatedCluster:
             self.kubelets = Kubelets(self, api_url, interval).start()
         return self.kubelets
 
+    def kubernetes_cas(self):
+        """What the kube-apiserver of the control planes runs with: ``(issuing CA certificate PEM, its key PEM, client
+        CA bundle PEM)``, the first control plane's issuing CA serving and client certificates of the issuing and
+        accepted CAs of any of them trusted (one server plays all three)."""
+        issuing, bundle = None, []
+        for node in self.controlplanes:
+            settings = configgen.kubernetes_settings(node.config_bytes)
+            if issuing is None:
+                issuing = (settings["ca_crt"], settings["ca_key"])
+            for pem in [settings["ca_crt"]] + settings["accepted_crts"]:
+                if pem.strip() not in [known.strip() for known in bundle]:
+                    bundle.append(pem)
+        return issuing[0], issuing[1], b"".join(bundle)
+
+    def run_kubernetes(self, secrets, timeout=90):
+        """Run Kubernetes as the control planes of a provisioned cluster of real etcd members run it: a real
+        kube-apiserver (tests/kube_apiserver) storing its objects in their etcd, with the CAs and service-account key
+        of the secrets bundle ``secrets`` (the path of the bundle the configs were made from), listening where the
+        configs' control-plane endpoint points (an address of this machine), restarted whenever the control planes'
+        Kubernetes CAs change (as Talos restarts the static pod), and the nodes as its kubelets (``run_kubelets``).
+        Returns the server (``url``, ``kubeconfig_path``); ``stop()`` stops it."""
+        if self.kube_apiserver is not None:
+            return self.kube_apiserver
+        if not hasattr(self.etcd, "client_urls"):
+            raise ValueError("Kubernetes needs the cluster's real etcd members (etcd='real'), not the emulator's model")
+        if not all(node.config_bytes for node in self.controlplanes):
+            raise ValueError("Kubernetes runs on configured control planes: apply their configs and bootstrap first")
+        endpoint = urlsplit(configgen.kubernetes_settings(self.controlplanes[0].config_bytes)["endpoint"])
+        # Imported here: only a cluster that runs Kubernetes needs the Go harness (tests/kube_apiserver, beside the
+        # emulator as real_etcd.py finds tests/etcd_member).
+        tests = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if tests not in sys.path:
+            sys.path.append(tests)
+        import kube_apiserver
+        with open(secrets) as bundle_file:
+            certs = yaml.safe_load(bundle_file)["certs"]
+        etcd_ca = certs["etcd"]
+        server = kube_apiserver.KubeAPIServer.start(
+            os.path.join(self.state_dir, "kube-apiserver"), base64.b64decode(certs["k8s"]["crt"]),
+            base64.b64decode(certs["k8s"]["key"]), base64.b64decode(certs["k8sserviceaccount"]["key"]),
+            port=endpoint.port or 443, address=endpoint.hostname, timeout=timeout,
+            etcd=(self.etcd.client_urls(), base64.b64decode(etcd_ca["crt"]), to_standard_pem(base64.b64decode(etcd_ca["key"]))))
+        self.kube_apiserver = server
+        server.follow_cas(self.kubernetes_cas)
+        self.run_kubelets()
+        return server
+
     # Files for clients.
 
     def talosconfig_path(self, role="admin"):
@@ -291,6 +347,9 @@ class EmulatedCluster:
                 "talos_port": self.port,
                 "talos_endpoint": self.endpoint,
                 "talos_cluster_name": self.name,
+                # Where the cluster role's generated configs point Kubernetes (a variable of the role): the first
+                # control plane's address, where run_kubernetes serves the API.
+                "cluster_endpoint": self.model.kubernetes_endpoint(),
                 "talos_state_dir": self.state_dir,
                 # The nodes listen on talos_port, not on Talos's 50000: where the cluster role reaches a node in
                 # maintenance mode and the endpoints of the talosconfig it writes, so that its documented

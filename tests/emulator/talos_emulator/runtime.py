@@ -7,7 +7,10 @@ In tests the cluster runs its own asyncio loop in a daemon thread
 background process (``serve_forever``), which also applies the requests of
 ``talos-emulator fault`` (the control channel). Every node listens on its own
 loopback address (127.0.0.11 onwards, see ``_reserve_addresses``); all nodes
-of one cluster share one port, chosen free at start.
+of one cluster share one port, chosen free at start. The configs' Kubernetes
+API endpoint is the first node's address and Kubernetes's port, 6443, or a
+free port where another process (another cluster on the same address) has
+6443 there.
 """
 
 import asyncio
@@ -20,7 +23,8 @@ import socket
 import threading
 
 # What ``talos-emulator fault`` may ask of a running cluster: the fault injection API and the cluster's own calls.
-_CLUSTER_CALLS = frozenset(["power_on", "power_off", "add_node", "raise_etcd_alarm", "fragment_etcd"])
+_CLUSTER_CALLS = frozenset(["power_on", "power_off", "add_node", "raise_etcd_alarm", "fragment_etcd", "run_kubernetes"])
+KUBERNETES_PORT = 6443
 CONTROL_CALLS = frozenset([
     "make_unreachable", "make_reachable", "set_latency", "fail", "cut_stream", "pause", "fail_installer",
     "mark_image_unavailable", "clear",
@@ -48,10 +52,17 @@ def _reserve_addresses(count):
     return addresses
 
 
-def _free_port(address):
+def _free_port(address, port=0):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((address, 0))
+        probe.bind((address, port))
         return probe.getsockname()[1]
+
+
+def _kubernetes_port(address):
+    try:
+        return _free_port(address, KUBERNETES_PORT)
+    except OSError:
+        return _free_port(address)
 
 
 class ClusterRuntime:
@@ -60,6 +71,7 @@ class ClusterRuntime:
     def __init__(self, name, capacity):
         self.name = name
         self.addresses = _reserve_addresses(capacity)
+        self.kubernetes_port = _kubernetes_port(self.addresses[0])
         self.port = None
         self.loop = None
         self._thread = None
