@@ -37,9 +37,9 @@ class HarnessBuild:
         return self._path
 
 
-def issue_certificate(ca_cert_pem, ca_key_pem, subject, usages, sans=None, key_agreement=False):
+def issue_certificate(ca_cert_pem, ca_key_pem, subject, usages, sans=None, key_agreement=False, days=1):
     """A certificate and key (PEM) signed by the CA for ``subject`` (an x509.Name), with the extended key
-    ``usages`` and the subject alternative names ``sans``, valid for a day."""
+    ``usages`` and the subject alternative names ``sans``, valid for ``days``."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -51,7 +51,7 @@ def issue_certificate(ca_cert_pem, ca_key_pem, subject, usages, sans=None, key_a
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(True, False, False, False, key_agreement, False, False, False, False), critical=True)
         .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)

@@ -285,7 +285,9 @@ def _write_credentials(state_dir, address, port, ca_cert_pem, ca_key_pem, client
     sans = [x509.DNSName(name) for name in _SERVING_NAMES] + [
         x509.IPAddress(ipaddress.ip_address(ip)) for ip in sorted(set(_SERVING_IPS + (address,)))]
     serving_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
-    serving_cert, serving_key = issue_certificate(ca_cert_pem, ca_key_pem, serving_subject, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
+    # Valid for a year, as the serving certificate Talos issues: a certificate report finds nothing about to expire.
+    serving_cert, serving_key = issue_certificate(ca_cert_pem, ca_key_pem, serving_subject, [ExtendedKeyUsageOID.SERVER_AUTH], sans,
+                                                  days=365)
     admin_subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
                                x509.NameAttribute(NameOID.COMMON_NAME, "admin")])
     admin_cert, admin_key = issue_certificate(ca_cert_pem, ca_key_pem, admin_subject, [ExtendedKeyUsageOID.CLIENT_AUTH])

@@ -1,0 +1,394 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Every guide's playbook (docs/examples/, each included verbatim in its guide) runs as written on the cluster that
+``make demo`` starts: tests/run-demo itself starts it (same script, same switches, same inventory, in this test's
+Python environment), and the examples run in the order a user follows the guides, the destructive ones included
+(back up, lose etcd on every control plane, restore, find the data of the backup back and not what came after).
+
+The demo's two switches are proven on the two stacks that run the playbook tests besides the default one
+(tests/run-all): through the controller door (the default and the oldest stack) the plain demo, real etcd members
+without Kubernetes; through the module door (the newest stack) ``make demo KUBERNETES=1``, with the guides that
+need Kubernetes (the Kubernetes upgrade and CA rotation, the support bundle's Kubernetes part).
+
+A wiring test holds the guides to the files: every YAML block of docs/*.md and roles/*/README.md that holds a play
+is one of the example files, verbatim.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import glob
+import http.client
+import json
+import os
+import re
+import ssl
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from playbook_runner import run_playbook_in
+
+from harness_files import issue_certificate
+from talos_emulator.audit import method_matches
+from talos_emulator.pki import to_standard_pem
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
+EXAMPLES = os.path.join(REPO, "docs", "examples")
+# The module door's run (the newest stack in tests/run-all) proves the Kubernetes switch; the others the plain demo.
+KUBERNETES = os.environ.get("TALOS_TEST_DOOR") == "module"
+
+# Each example and the guides that show it as a whole YAML block.
+GUIDES = {
+    "inventory.yml": ["docs/getting-started.md"],
+    "site.yml": ["docs/getting-started.md"],
+    "provision.yml": ["docs/provisioning.md"],
+    "rolling-restart.yml": ["docs/lifecycle.md"],
+    "node-remove.yml": ["docs/lifecycle.md", "roles/node_remove/README.md"],
+    "node-replace.yml": ["docs/lifecycle.md"],
+    "upgrade.yml": ["docs/upgrading.md", "roles/upgrade/README.md"],
+    "kubernetes-upgrade.yml": ["docs/upgrading.md"],
+    "images.yml": ["docs/images.md"],
+    "etcd-backup.yml": ["docs/etcd.md", "roles/etcd_backup/README.md"],
+    "etcd-backup-s3.yml": ["docs/etcd.md", "roles/etcd_backup/README.md"],
+    "etcd-verify-backup.yml": ["docs/etcd.md"],
+    "etcd-lose.yml": ["docs/etcd.md"],
+    "etcd-restore.yml": ["docs/etcd.md", "roles/etcd_restore/README.md"],
+    "etcd-maintenance.yml": ["docs/etcd.md"],
+    "certificates.yml": ["docs/security.md"],
+    "rotate-talos-ca.yml": ["docs/security.md"],
+    "rotate-kubernetes-ca.yml": ["docs/security.md"],
+    "support-bundle.yml": ["docs/troubleshooting.md"],
+    "node-files.yml": ["docs/troubleshooting.md"],
+}
+# The guides that need Kubernetes say so in their first lines (the example's header) and name the switch.
+NEEDS_KUBERNETES = ["kubernetes-upgrade.yml", "rotate-kubernetes-ca.yml"]
+# Plays in the guides that are not example files yet, and why: each is to become one (the wiring test fails for any
+# other, and for one of these once it is a file).
+NOT_YET_FILES = {
+    ("docs/awx.md", "Talos cluster"): "an AWX project's playbook: runs as an AWX job (test_awx_job.py)",
+    ("docs/awx.md", "Talos cluster from nothing"): "an AWX project's playbook: runs as an AWX job (test_awx_job.py)",
+    ("docs/awx.md", "Back up etcd"): "an AWX project's playbook with the AWX credential's talosconfig",
+    ("docs/getting-started.md", "Inspect the discovered nodes"): "runs on the inventory plugin's inventory",
+    ("docs/images.md", "Use the site's own Image Factory"): "needs an Image Factory (tests/image_factory)",
+    ("docs/provisioning.md", "Provision the Talos cluster"): "run from the guide by test_newcomer_path.py",
+    ("docs/provisioning.md", "Make the cluster's files"): "the modules step by step, on nodes in maintenance mode",
+    ("docs/provisioning.md", "Install the nodes"): "the modules step by step, on nodes in maintenance mode",
+    ("docs/provisioning.md", "Generate with the vaulted bundle"): "needs a vaulted bundle and its vault password",
+    ("docs/troubleshooting.md", "Upgrade Talos, and collect a support bundle if it fails"): "an AWX job's rescue",
+    ("roles/cluster/README.md", "Provision the Talos cluster"): "the role with configs made elsewhere",
+    ("roles/cluster/README.md", "Provision the Talos cluster, generating everything"): "provision.yml's variables",
+}
+
+
+def _read(path):
+    with open(path) as handle:
+        return handle.read()
+
+
+def _guide_plays(path):
+    """``(play name, block text)`` of every YAML block of the guide that holds a play (an item with ``hosts``)."""
+    text = _read(os.path.join(REPO, path))
+    for indent, body in re.findall(r"^( *)```ya?ml\n(.*?)^\1```", text, re.S | re.M):
+        body = "".join(line[len(indent):] + "\n" for line in body.splitlines())
+        try:
+            document = yaml.safe_load(body)
+        except yaml.YAMLError:
+            continue
+        if isinstance(document, list) and any(isinstance(item, dict) and "hosts" in item for item in document):
+            yield document[0].get("name"), body
+
+
+@pytest.mark.parametrize("name", sorted(GUIDES))
+def test_each_example_is_in_its_guides_verbatim(name):
+    example = _read(os.path.join(EXAMPLES, name))
+    for guide in GUIDES[name]:
+        assert example in [body for _name, body in _guide_plays(guide)] or (
+            name == "inventory.yml" and "```yaml\n%s```" % example in _read(os.path.join(REPO, guide))), (
+            "%s does not show docs/examples/%s as it is" % (guide, name))
+    if name in NEEDS_KUBERNETES:
+        assert "make demo KUBERNETES=1" in example.split("\n- name:")[0], name
+
+
+def test_every_play_in_a_guide_is_an_example_file():
+    examples = dict((_read(path), os.path.basename(path)) for path in glob.glob(os.path.join(EXAMPLES, "*.yml")))
+    guides = sorted(glob.glob(os.path.join(REPO, "docs", "*.md")) + glob.glob(os.path.join(REPO, "roles", "*", "README.md")))
+    inline, left = [], dict(NOT_YET_FILES)
+    for guide in (os.path.relpath(path, REPO) for path in guides):
+        for name, body in _guide_plays(guide):
+            if body in examples:
+                assert guide in GUIDES.get(examples[body], []), "%s shows %s: list it in GUIDES" % (guide, examples[body])
+            elif left.pop((guide, name), None) is None:
+                inline.append("%s: %r" % (guide, name))
+            assert "hosts: localhost" not in body or (guide, name) in NOT_YET_FILES, "%s: %r plays on localhost" % (guide, name)
+    assert not inline, "plays in the guides that are not files of docs/examples/ (include the file verbatim): %s" % inline
+    assert not left, "no longer in the guides (drop them from NOT_YET_FILES): %s" % sorted(left)
+
+
+# The sequence.
+
+class Demo(object):
+    """The cluster tests/run-demo started under ``state_dir``: its directory (prod/), the emulator's files, and the
+    guides' examples run on it as a user runs them (``ansible-playbook -i prod/inventory.yml docs/examples/X``)."""
+
+    def __init__(self, state_dir, workdir, env):
+        self.state_dir = state_dir
+        self.cluster_dir = os.path.join(state_dir, "prod")
+        self.emulator_dir = os.path.join(state_dir, "emulator")
+        self.inventory = os.path.join(self.cluster_dir, "inventory.yml")
+        self.workdir = workdir
+        self.env = env
+        self.runs = 0
+
+    def run(self, example, check=False, expect_rc=0, env=None, extra_vars=None):
+        self.runs += 1
+        run = run_playbook_in(self.workdir, "%d-%s" % (self.runs, example), os.path.join(EXAMPLES, example),
+                              inventory=self.inventory, check=check, env=env, extra_vars=extra_vars)
+        assert run.rc == expect_rc, "%s exited %d, expected %d\n%s\n%s" % (
+            example, run.rc, expect_rc, run.stdout[-6000:], run.stderr[-3000:])
+        return run
+
+    def emulator(self, *arguments):
+        done = subprocess.run([sys.executable, os.path.join(TESTS, "talos-emulator")] + list(arguments[:1])
+                              + ["--state-dir", self.emulator_dir] + list(arguments[1:]),
+                              capture_output=True, text=True, env=self.env, check=False, cwd=REPO)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def audit(self, method, node=None):
+        with open(os.path.join(self.emulator_dir, "audit.jsonl")) as log:
+            entries = [json.loads(line) for line in log if line.strip()]
+        return [entry for entry in entries if method_matches(entry["method"], method) and entry["code"] == "OK"
+                and not entry["dry_run"] and (node is None or entry["node"] == node)]
+
+    def file(self, name):
+        return os.path.join(self.cluster_dir, name)
+
+    def bundle(self):
+        return yaml.safe_load(_read(self.file("secrets.yaml")))
+
+
+class Etcd(object):
+    """The control planes' real etcd, as a client of its keyspace sees it (etcd's JSON gateway, a client certificate of
+    the cluster's etcd CA): the drill's data."""
+
+    def __init__(self, client_urls, bundle, directory):
+        ca = bundle["certs"]["etcd"]
+        ca_pem, ca_key = base64.b64decode(ca["crt"]), to_standard_pem(base64.b64decode(ca["key"]))
+        cert, key = issue_certificate(ca_pem, ca_key, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "drill")]),
+                                      [ExtendedKeyUsageOID.CLIENT_AUTH])
+        paths = []
+        for name, data in (("ca.crt", ca_pem), ("client.crt", cert), ("client.key", key)):
+            paths.append(os.path.join(directory, name))
+            with open(paths[-1], "wb") as handle:
+                handle.write(data)
+        self.context = ssl.create_default_context(cafile=paths[0])
+        self.context.check_hostname = False
+        self.context.load_cert_chain(paths[1], paths[2])
+        self.client_urls = client_urls
+
+    def _call(self, path, body):
+        error = None
+        for url in self.client_urls:
+            host, port = url.split("://")[1].rsplit(":", 1)
+            connection = http.client.HTTPSConnection(host, int(port), context=self.context, timeout=10)
+            try:
+                connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                answer = json.loads(response.read())
+                if response.status == 200:
+                    return answer
+                error = answer
+            except OSError as failure:
+                error = failure
+            finally:
+                connection.close()
+        raise AssertionError("no etcd member answered %s: %s" % (path, error))
+
+    def put(self, key, value):
+        self._call("/v3/kv/put", {"key": _b64(key), "value": _b64(value)})
+
+    def get(self, key):
+        kvs = self._call("/v3/kv/range", {"key": _b64(key)}).get("kvs") or []
+        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
+def _b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+def _recap_changes(run):
+    lines = [line for line in run.stdout.split("PLAY RECAP", 1)[1].splitlines() if " : ok=" in line]
+    return dict((line.split()[0], int(line.split("changed=")[1].split()[0])) for line in lines)
+
+
+@pytest.fixture
+def demo(tmp_path):
+    state_dir = str(tmp_path / "demo")
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"))
+    env.pop("TALOSCONFIG", None)
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(REPO, ".collections"))
+    command = [os.path.join(TESTS, "run-demo"), "--current-python", "--state-dir", state_dir, "--reboot-seconds", "0.05"]
+    command += ["--kubernetes"] if KUBERNETES else []
+    try:
+        started = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False, cwd=REPO)
+        assert started.returncode == 0, started.stdout[-6000:] + started.stderr[-3000:]
+        yield Demo(state_dir, tmp_path, env), started.stdout
+    finally:
+        stopped = subprocess.run([os.path.join(TESTS, "run-demo"), "stop", "--current-python", "--state-dir", state_dir],
+                                 capture_output=True, text=True, env=env, timeout=120, check=False, cwd=REPO)
+    assert stopped.returncode == 0 and "is stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert not os.path.exists(os.path.join(state_dir, "emulator", "state.json"))
+    # Stopping the cluster stopped everything its process ran: no etcd member, no kube-apiserver of it is left.
+    left = subprocess.run(["pgrep", "-f", state_dir], capture_output=True, text=True, check=False).stdout.split()
+    assert not left, "processes of the demo left after demo-stop: %s" % left
+
+
+def test_every_guide_runs_as_written_on_make_demo(demo, tmp_path):
+    demo, closing = demo
+    # What make demo leaves: the cluster's directory, as getting-started lays it out; the emulator's files apart.
+    made = ["controlplane.yaml", "inventory.yml", "kubeconfig", "secrets.yaml", "talosconfig", "worker.yaml"]
+    assert sorted(os.listdir(demo.cluster_dir)) == made
+    assert sorted(os.listdir(demo.state_dir)) == ["emulator", "prod"]
+    assert not os.path.exists(os.path.join(demo.emulator_dir, "inventory.yml")), "it names a talosconfig the cluster does not trust"
+    assert yaml.safe_load(_read(demo.inventory))["all"]["vars"]["talosconfig"] == "{{ inventory_dir }}/talosconfig"
+    assert demo.emulator("status").count("listening") == 5
+    assert "Stop the cluster with: make demo-stop" in closing and "/tmp/demo" not in closing
+    assert ("make demo KUBERNETES=1" in closing) is not KUBERNETES
+    # The ad-hoc command the demo prints works as printed, each host reading its own node (no -e, no node=).
+    command = closing[closing.index("  ansible -i"):].split("\n")[0]
+    assert " -e " not in command and "node=" not in command
+    ad_hoc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=demo.env, check=False, cwd=REPO)
+    assert ad_hoc.returncode == 0 and ad_hoc.stdout.count("SUCCESS") == 5, ad_hoc.stdout + ad_hoc.stderr
+    for name in ("controlplane-2", "worker-1"):
+        assert re.search(r"^%s \| SUCCESS => \{.*?\"hostname\": \"%s\"" % (name, name), ad_hoc.stdout, re.S | re.M)
+    nodes = ["controlplane-1", "controlplane-2", "controlplane-3", "worker-1", "worker-2"]
+
+    # Getting started.
+    site = demo.run("site.yml")
+    facts = dict((name, site.task("Gather Talos facts", name)["result"]["ansible_facts"]["talos"]) for name in nodes)
+    assert [facts[name]["hostname"] for name in nodes] == nodes
+    members = facts["controlplane-1"]["etcd"]["members"]
+    assert sorted(member["hostname"] for member in members) == nodes[:3]
+    kubernetes = _kubernetes(demo) if KUBERNETES else None
+    if KUBERNETES:
+        assert _node_names(kubernetes) == nodes
+
+    # Lifecycle: a rolling restart, a node removed, a new machine in its place.
+    restarted = demo.run("rolling-restart.yml")
+    assert sorted(entry["node"] for entry in demo.audit("Reboot")) == nodes
+    assert _recap_changes(restarted) == dict((name, 1) for name in nodes)
+    demo.run("node-remove.yml")
+    assert [entry["node"] for entry in demo.audit("Reset")] == ["worker-2"]
+    demo.run("node-replace.yml")
+    applied = demo.audit("ApplyConfiguration", "worker-2")
+    assert applied and applied[-1]["time"] > demo.audit("Reset")[-1]["time"], "the replacement got the cluster's config"
+
+    # Upgrading: Talos, then (with Kubernetes) Kubernetes.
+    demo.run("upgrade.yml")
+    assert sorted(entry["node"] for entry in demo.audit("Upgrade")) == nodes
+    if KUBERNETES:
+        upgraded = demo.run("kubernetes-upgrade.yml")
+        assert upgraded.task("talos_linux.talos.upgrade : Upgrade Kubernetes")["status"] == "changed"
+        assert set(node.status.node_info.kubelet_version for node in kubernetes.list_node().items) == {"v1.37.2"}
+
+    images = demo.run("images.yml")
+    for name in nodes:
+        listed = images.task("List the system namespace", name)["result"]
+        assert any(image["name"].endswith(":v1.14.1") for image in listed["images"]), listed
+
+    # Security: what expires when, then both CAs rotated.
+    report = demo.run("certificates.yml").task("Read the certificates of every node and of the controller's files")["result"]
+    assert sorted(entry["hostname"] for entry in report["nodes"] if "hostname" in entry) in ([], nodes) and report["expiring"] == []
+    assert len(report["nodes"]) == 5
+    talos_ca = demo.bundle()["certs"]["os"]["crt"]
+    now = {"leaked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    demo.run("rotate-talos-ca.yml", extra_vars=now)
+    assert demo.bundle()["certs"]["os"]["crt"] != talos_ca
+    assert yaml.safe_load(_read(demo.file("talosconfig")))["contexts"] and not os.path.exists(demo.file("secrets.yaml.previous"))
+    demo.run("site.yml")  # the rotated talosconfig next to the inventory reaches every node
+    if KUBERNETES:
+        kubernetes_ca = demo.bundle()["certs"]["k8s"]["crt"]
+        demo.run("rotate-kubernetes-ca.yml", extra_vars=now)
+        assert demo.bundle()["certs"]["k8s"]["crt"] != kubernetes_ca
+        kubernetes = _kubernetes(demo)  # the kubeconfig of the new CA, fetched next to the inventory
+        assert _node_names(kubernetes) == nodes
+
+    # Troubleshooting: a support bundle, and files of the nodes.
+    bundle = demo.run("support-bundle.yml").task("Every node's logs, state and resources, and the cluster's Nodes and pods")["result"]
+    assert stat.S_IMODE(os.stat(demo.file("support.zip")).st_mode) == 0o600
+    with zipfile.ZipFile(demo.file("support.zip")) as archive:
+        names = archive.namelist()
+    assert sorted(bundle["reached_nodes"]) == sorted(bundle["nodes"]) and len(bundle["nodes"]) == 5
+    assert any(name.startswith("kubernetesResources/") for name in names) is KUBERNETES
+    demo.run("node-files.yml")
+    for name in nodes[:3]:
+        assert os.listdir(demo.file(os.path.join("node-files", name))), name
+
+    # etcd: backups (to a directory, to S3), a check, the maintenance, and the drill.
+    etcd = Etcd([url for member in members for url in member["client_urls"]], demo.bundle(), tempfile.mkdtemp(dir=str(tmp_path)))
+    etcd.put("/drill/before", "made before the backup")
+    backup = demo.run("etcd-backup.yml").task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
+    assert os.listdir(demo.file("etcd-backups")) == [os.path.basename(backup["path"])]
+    assert b"made before the backup" in open(backup["path"], "rb").read()
+    _backup_to_s3(demo)
+    etcd.put("/drill/after", "made after the backup")
+    plan = demo.run("etcd-verify-backup.yml").task("Check the newest backup and plan a restore from it")["result"]
+    assert plan["snapshot"]["revision"] == backup["revision"] + 1 or plan["snapshot"]["path"] != backup["path"]
+    restores_before = len(demo.audit("EtcdRecover"))
+
+    demo.emulator("fault", "raise_etcd_alarm", "controlplane-2")
+    demo.run("etcd-maintenance.yml", check=True)
+    assert not demo.audit("EtcdAlarmDisarm"), "check mode disarms nothing"
+    demo.run("etcd-maintenance.yml")
+    assert demo.audit("EtcdAlarmDisarm")
+
+    demo.run("etcd-lose.yml")
+    assert sorted(entry["node"] for entry in demo.audit("Reset") if entry["node"] != "worker-2") == nodes[:3]
+    demo.run("etcd-restore.yml", check=True)
+    assert len(demo.audit("EtcdRecover")) == restores_before
+    restored = demo.run("etcd-restore.yml").task("talos_linux.talos.etcd_restore : Restore etcd on the control planes")["result"]
+    assert restored["changed"] and sorted(member["hostname"] for member in restored["members"]) == nodes[:3]
+    newest = sorted(os.listdir(demo.file("etcd-backups")))[-1]
+    assert restored["snapshot"]["path"] == demo.file(os.path.join("etcd-backups", newest))
+    assert etcd.get("/drill/before") == "made before the backup"
+    assert etcd.get("/drill/after") is None, "the restore rolls etcd back to the backup"
+
+
+def _backup_to_s3(demo):
+    """etcd-backup-s3.yml as an AWS user runs it, against moto's S3 server: boto3 takes the endpoint and the
+    credentials from the environment, amazon.aws and boto3 come from the S3 store's venv."""
+    from s3_store import S3Store, amazon_aws
+    store = S3Store.start(demo.workdir)
+    try:
+        store.call("create_bucket", Bucket="prod-etcd-backups")
+        env = dict(store.credentials, AWS_ENDPOINT_URL_S3=store.endpoint_url, ANSIBLE_DEPRECATION_WARNINGS="False",
+                   ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([demo.env["ANSIBLE_COLLECTIONS_PATH"], amazon_aws()]))
+        run = demo.run("etcd-backup-s3.yml", env=env, extra_vars={"ansible_python_interpreter": store.python})
+        path = run.task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]["path"]
+        head = store.call("head_object", Bucket="prod-etcd-backups", Key="talos/" + os.path.basename(path))
+        assert head["ServerSideEncryption"] == "AES256" and head["ContentLength"] == os.path.getsize(path)
+    finally:
+        store.stop()
+
+
+def _kubernetes(demo):
+    from kubernetes import client as kube_client
+    from kubernetes import config as kube_config
+    return kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=demo.file("kubeconfig")))
+
+
+def _node_names(api):
+    return sorted(node.metadata.name for node in api.list_node(_request_timeout=10).items)
