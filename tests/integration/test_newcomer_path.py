@@ -125,38 +125,6 @@ def test_ad_hoc_facts_take_the_inventory_variable_talosconfig_and_say_where_they
     assert "neither %s/.talos/config nor /var/run/secrets/talos.dev/config exists" % (tmp_path / "home") in message
 
 
-@pytest.mark.once
-def test_the_demo_leaves_its_cluster_running_behind_a_stop_command(tmp_path):
-    state_dir = tmp_path / "demo"
-    # The demo makes its own venv (requirements.txt and ansible-core) from the package index on first use; here
-    # the test's venv, which holds both, stands in for it.
-    env = _env(tmp_path, TALOS_DEMO_STATE_DIR=str(state_dir), TALOS_DEMO_VENV=sys.prefix)
-    try:
-        demo = _run([os.path.join(TESTS, "run-demo")], env, timeout=600)
-        assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
-        assert "Stop the cluster with: make demo-stop" in demo.stdout
-        status = _run([sys.executable, os.path.join(TESTS, "talos-emulator"), "status", "--state-dir", str(state_dir)], env)
-        assert status.returncode == 0 and status.stdout.count("listening") == 5, status.stdout
-        cluster_dir = state_dir / "prod"
-        assert not (state_dir / "inventory.yml").exists(), "the emulator's inventory names a talosconfig the cluster no longer trusts"
-        made = ["controlplane.yaml", "inventory.yml", "kubeconfig", "secrets.yaml", "talosconfig", "worker.yaml"]
-        assert sorted(os.listdir(str(cluster_dir))) == made
-        # The inventory names the talosconfig the cluster trusts (the one made next to it), so the ad-hoc command the
-        # demo prints works as printed, without -e or node=, each host reading its own node (issue 31).
-        assert yaml.safe_load((cluster_dir / "inventory.yml").read_text())["all"]["vars"]["talosconfig"] == (
-            "{{ inventory_dir }}/talosconfig")
-        command = demo.stdout[demo.stdout.index("  ansible -i"):].split("\n")[0]
-        assert " -e " not in command and "node=" not in command
-        ad_hoc = _run(["bash", "-c", command], env)
-        assert ad_hoc.returncode == 0 and ad_hoc.stdout.count("SUCCESS") == 5, ad_hoc.stdout + ad_hoc.stderr
-        for name in ("controlplane-2", "worker-1"):
-            assert re.search(r"^%s \| SUCCESS => \{.*?\"hostname\": \"%s\"" % (name, name), ad_hoc.stdout, re.S | re.M)
-    finally:
-        stopped = _run([os.path.join(TESTS, "run-demo"), "stop"], env)
-    assert stopped.returncode == 0 and "is stopped" in stopped.stdout, stopped.stdout + stopped.stderr
-    assert not (state_dir / "state.json").exists()
-
-
 def test_a_task_on_an_inventory_host_without_node_acts_on_that_host(emulator, tmp_path):
     """`ansible worker-1 -m talos_facts` reads worker-1, not the endpoint (issue 31): through both doors; the
     host variable talos_node (the inventory plugin's) comes before ansible_host."""
