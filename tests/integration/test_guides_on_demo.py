@@ -257,8 +257,10 @@ def demo(tmp_path):
     assert not left, "processes of the demo left after demo-stop: %s" % left
 
 
-def test_every_guide_runs_as_written_on_make_demo(demo, tmp_path):
+def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, tmp_path):
     demo, closing = demo
+    s3 = _s3_options(demo, s3_store)
+    examples = _files(EXAMPLES)
     # What make demo leaves: the cluster's directory, as getting-started lays it out; the emulator's files apart.
     made = ["controlplane.yaml", "inventory.yml", "kubeconfig", "secrets.yaml", "talosconfig", "worker.yaml"]
     assert sorted(os.listdir(demo.cluster_dir)) == made
@@ -293,9 +295,12 @@ def test_every_guide_runs_as_written_on_make_demo(demo, tmp_path):
     assert _recap_changes(restarted) == dict((name, 1) for name in nodes)
     demo.run("node-remove.yml")
     assert [entry["node"] for entry in demo.audit("Reset")] == ["worker-2"]
-    demo.run("node-replace.yml")
+    replaced = demo.run("node-replace.yml")
     applied = demo.audit("ApplyConfiguration", "worker-2")
     assert applied and applied[-1]["time"] > demo.audit("Reset")[-1]["time"], "the replacement got the cluster's config"
+    assert [entry["node"] for entry in demo.audit("ApplyConfiguration") if entry["time"] > demo.audit("Reset")[-1]["time"]] == [
+        "worker-2"], "the other nodes keep their configs"
+    assert dict((name, changes) for name, changes in _recap_changes(replaced).items() if changes) == {"worker-2": 1}
 
     # Upgrading: Talos, then (with Kubernetes) Kubernetes.
     demo.run("upgrade.yml")
@@ -344,9 +349,13 @@ def test_every_guide_runs_as_written_on_make_demo(demo, tmp_path):
     backup = demo.run("etcd-backup.yml").task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
     assert os.listdir(demo.file("etcd-backups")) == [os.path.basename(backup["path"])]
     assert b"made before the backup" in open(backup["path"], "rb").read()
-    _backup_to_s3(demo)
+    s3_backup = demo.run("etcd-backup-s3.yml", **s3).task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
+    s3_key = "talos/" + os.path.basename(s3_backup["path"])
+    head = s3_store.call("head_object", Bucket="prod-etcd-backups", Key=s3_key)
+    assert head["ServerSideEncryption"] == "AES256" and head["ContentLength"] == os.path.getsize(s3_backup["path"])
     etcd.put("/drill/after", "made after the backup")
     newest = demo.file(os.path.join("etcd-backups", sorted(os.listdir(demo.file("etcd-backups")))[-1]))
+    assert newest == s3_backup["path"]
     plan = demo.run("etcd-verify-backup.yml").task("Check the newest backup and plan a restore from it")["result"]
     assert plan["snapshot"]["path"] == newest and plan["snapshot"]["revision"] >= backup["revision"]
     assert not demo.audit("Reset", "controlplane-1"), "a check touches no node"
@@ -361,38 +370,54 @@ def test_every_guide_runs_as_written_on_make_demo(demo, tmp_path):
     demo.run("etcd-lose.yml")
     assert sorted(entry["node"] for entry in demo.audit("Reset") if entry["node"] != "worker-2") == nodes[:3]
     demo.run("etcd-restore.yml", check=True)
+    # The restore's other source, as its commented lines say: the S3 object, fetched onto the controller and checked.
+    work_dir = os.path.join(str(tmp_path), "restore")
+    os.mkdir(work_dir)
+    from_s3 = dict(s3, extra_vars=dict(s3["extra_vars"], etcd_restore_dir="", etcd_restore_s3_bucket="prod-etcd-backups",
+                                       etcd_restore_s3_object=s3_key, etcd_restore_work_dir=work_dir))
+    fetched = demo.run("etcd-restore.yml", check=True, **from_s3).task(
+        "talos_linux.talos.etcd_restore : Restore etcd on the control planes")["result"]
+    assert fetched["snapshot"]["path"] == os.path.join(work_dir, os.path.basename(newest))
+    assert _read_bytes(fetched["snapshot"]["path"]) == _read_bytes(newest)
     assert len(demo.audit("EtcdRecover")) == restores_before
     restored = demo.run("etcd-restore.yml").task("talos_linux.talos.etcd_restore : Restore etcd on the control planes")["result"]
     assert restored["changed"] and sorted(member["hostname"] for member in restored["members"]) == nodes[:3]
     assert restored["snapshot"]["path"] == newest
     assert etcd.get("/drill/before") == "made before the backup"
     assert etcd.get("/drill/after") is None, "the restore rolls etcd back to the backup"
+    # Every file the examples made is next to the inventory: none beside them (playbook_dir), to be committed.
+    assert _files(EXAMPLES) == examples
 
 
-def _backup_to_s3(demo):
-    """etcd-backup-s3.yml as an AWS user runs it, against moto's S3 server: boto3 takes the endpoint and the
-    credentials from the environment, amazon.aws and boto3 come from the S3 store's venv."""
-    from s3_store import S3Store, amazon_aws
-    store = S3Store.start(demo.workdir)
+def _files(directory):
+    return sorted(os.path.relpath(os.path.join(parent, name), directory)
+                  for parent, _dirs, names in os.walk(directory) for name in names)
+
+
+def _read_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+@pytest.fixture
+def s3_store(tmp_path):
+    """moto's S3 server with the demo's bucket for etcd-backup-s3.yml."""
+    from s3_store import S3Store
+    store = S3Store.start(str(tmp_path))
     try:
         store.call("create_bucket", Bucket="prod-etcd-backups")
-        env = dict(store.credentials, AWS_ENDPOINT_URL_S3=store.endpoint_url, ANSIBLE_DEPRECATION_WARNINGS="False",
-                   ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([demo.env["ANSIBLE_COLLECTIONS_PATH"], amazon_aws()]))
-        # pending: roles/etcd_backup's S3 copy runs on the play's host (an ssh connection to the node) instead of on
-        # the controller, so through the controller door it fails; the module door's runs connect to every host
-        # locally (playbook_runner), which hides it. Once the copy runs on the controller: expect_rc=0 on both.
-        module_door = os.environ.get("TALOS_TEST_DOOR") == "module"
-        run = demo.run("etcd-backup-s3.yml", env=env, extra_vars={"ansible_python_interpreter": store.python},
-                       expect_rc=0 if module_door else None)
-        path = run.task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]["path"]
-        if not module_door:
-            assert run.rc != 0 and "Failed to connect to the host via ssh" in run.stdout, run.stdout[-3000:]
-            assert os.path.exists(path)
-            return
-        head = store.call("head_object", Bucket="prod-etcd-backups", Key="talos/" + os.path.basename(path))
-        assert head["ServerSideEncryption"] == "AES256" and head["ContentLength"] == os.path.getsize(path)
+        yield store
     finally:
         store.stop()
+
+
+def _s3_options(demo, store):
+    """How an AWS user runs the S3 examples, against moto's S3 server: boto3 takes the endpoint and the credentials
+    from the environment; amazon.aws and boto3 come from the S3 store's venv, the controller's Python for the copy."""
+    from s3_store import amazon_aws
+    env = dict(store.credentials, AWS_ENDPOINT_URL_S3=store.endpoint_url, ANSIBLE_DEPRECATION_WARNINGS="False",
+               ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([demo.env["ANSIBLE_COLLECTIONS_PATH"], amazon_aws()]))
+    return dict(env=env, extra_vars={"ansible_python_interpreter": store.python})
 
 
 def _kubernetes(demo):
