@@ -17,7 +17,6 @@ __metaclass__ = type
 
 import json
 import os
-import re
 
 import pytest
 import yaml
@@ -82,10 +81,15 @@ def cluster(module_emulator):
     return module_emulator(controlplanes=1, workers=1, maintenance=True, talos_version="v1.13.0", reboot_seconds=0.2)
 
 
-def role_job(cluster, tmp_path, job_id, role, playbook_hosts="controlplane:workers"):
+def example(name):
+    """The guides' playbook docs/examples/``name``, as the project of an AWX job holds it (docs/awx.md)."""
+    with open(os.path.join(REPO, "docs", "examples", name)) as playbook:
+        return playbook.read()
+
+
+def role_job(cluster, tmp_path, job_id, role):
     job = Job(tmp_path, job_id=job_id)
-    job.add_project_file("%s.yml" % role, [{"name": "Talos %s" % role, "hosts": playbook_hosts, "gather_facts": False,
-                                           "roles": [{"role": "talos_linux.talos.%s" % role}]}])
+    job.add_project_file("%s.yml" % role, example("%s.yml" % role))
     for machine_type in ("controlplane", "worker"):
         with open(os.path.join(cluster.state_dir, "%s.yaml" % machine_type)) as config:
             job.add_project_file("configs/%s.yaml" % machine_type, config.read())
@@ -129,18 +133,11 @@ def test_cluster_then_upgrade_job_templates_with_their_surveys(cluster, tmp_path
     assert stats["failures"] == {} and stats["dark"] == {}
 
 
-def awx_doc_playbook(name):
-    """The playbook docs/awx.md shows under ``# <name>``."""
-    with open(os.path.join(REPO, "docs", "awx.md")) as guide:
-        blocks = re.findall(r"```yaml\n(.*?)```", guide.read(), re.S)
-    return next(block for block in blocks if block.startswith("# %s\n" % name))
-
-
 def test_the_cluster_template_from_nothing_with_a_vaulted_bundle(emulator, tmp_path):
     cluster = emulator(controlplanes=1, workers=1, maintenance=True, talos_version="v1.14.0", reboot_seconds=0.2)
     bundle = SecretsBundle.generate(talos_version="v1.14.0")
     job = Job(tmp_path, job_id=53)
-    job.add_project_file("cluster-from-nothing.yml", awx_doc_playbook("cluster-from-nothing.yml"))
+    job.add_project_file("provision-vaulted.yml", example("provision-vaulted.yml"))
     vault = VaultLib([("default", VaultSecret(b"vault password"))])
     job.add_project_file("secrets.vault.yaml", vault.encrypt(bundle.to_yaml()).decode())
     job.attach_vault_password("vault password")
@@ -151,7 +148,9 @@ def test_the_cluster_template_from_nothing_with_a_vaulted_bundle(emulator, tmp_p
         "cluster_maintenance_endpoint": "{{ ansible_host }}:%d" % cluster.port,
         "cluster_talosconfig_endpoints": [n.endpoint for n in cluster.controlplanes], "cluster_wait_timeout": 60})
 
-    result = job.run_playbook("cluster-from-nothing.yml", job_template_name="Talos cluster from nothing")
+    # The template's extra variables (docs/awx.md): the bundle in the project, no kubeconfig.
+    result = job.run_playbook("provision-vaulted.yml", job_template_name="Talos cluster from nothing",
+                              extra_vars={"secrets_vault": "secrets.vault.yaml", "cluster_kubeconfig_path": ""})
 
     assert_successful(job, result)
     assert all(node.stage == "running" for node in cluster.nodes)
