@@ -292,6 +292,7 @@ class EmulatedCluster:
         with open(secrets) as bundle_file:
             certs = yaml.safe_load(bundle_file)["certs"]
         etcd_ca = certs["etcd"]
+        self.runtime.release_kubernetes_port()
         server = kube_apiserver.KubeAPIServer.start(
             os.path.join(self.state_dir, "kube-apiserver"), base64.b64decode(certs["k8s"]["crt"]),
             base64.b64decode(certs["k8s"]["key"]), base64.b64decode(certs["k8sserviceaccount"]["key"]),

@@ -10,7 +10,8 @@ loopback address (127.0.0.11 onwards, see ``_reserve_addresses``); all nodes
 of one cluster share one port, chosen free at start. The configs' Kubernetes
 API endpoint is the first node's address and Kubernetes's port, 6443, or a
 free port where another process (another cluster on the same address) has
-6443 there.
+6443 there; the runtime holds it bound until the API server takes it
+(``release_kubernetes_port``), so that no other cluster takes it meanwhile.
 """
 
 import asyncio
@@ -52,17 +53,20 @@ def _reserve_addresses(count):
     return addresses
 
 
-def _free_port(address, port=0):
+def _free_port(address):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((address, port))
+        probe.bind((address, 0))
         return probe.getsockname()[1]
 
 
-def _kubernetes_port(address):
+def _hold_kubernetes_port(address):
+    """A socket bound (not listening) to Kubernetes's port on ``address``, else to a free one there."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        return _free_port(address, KUBERNETES_PORT)
+        held.bind((address, KUBERNETES_PORT))
     except OSError:
-        return _free_port(address)
+        held.bind((address, 0))
+    return held
 
 
 class ClusterRuntime:
@@ -71,7 +75,8 @@ class ClusterRuntime:
     def __init__(self, name, capacity):
         self.name = name
         self.addresses = _reserve_addresses(capacity)
-        self.kubernetes_port = _kubernetes_port(self.addresses[0])
+        self._kubernetes_port_held = _hold_kubernetes_port(self.addresses[0])
+        self.kubernetes_port = self._kubernetes_port_held.getsockname()[1]
         self.port = None
         self.loop = None
         self._thread = None
@@ -100,8 +105,13 @@ class ClusterRuntime:
             return
         raise RuntimeError("no free port for the emulated cluster")
 
+    def release_kubernetes_port(self):
+        """Let the Kubernetes API server bind the configs' endpoint port. Safe to call twice."""
+        self._kubernetes_port_held.close()
+
     def stop(self, nodes):
         """Stop every node and the event loop. Safe to call twice."""
+        self.release_kubernetes_port()
         if self.loop is None or not self.loop.is_running():
             return
         try:
