@@ -130,6 +130,7 @@ def test_no_example_plays_on_localhost():
             assert not [play for play in plays if play.get("hosts") == "localhost"], path
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("arguments, without_go, message", [
     (["--etcd", "model", "--kubernetes"], False, "Kubernetes in the demo stores its objects in real etcd members"),
     (["--etcd", "real"], True, "the real etcd members are built from Go modules, and no Go toolchain is on PATH"),
