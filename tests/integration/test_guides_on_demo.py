@@ -80,6 +80,8 @@ GUIDES = {
 }
 # The guides that need Kubernetes say so in their first lines (the example's header) and name the switch.
 NEEDS_KUBERNETES = ["kubernetes-upgrade.yml", "rotate-kubernetes-ca.yml"]
+
+
 def _read(path):
     with open(path) as handle:
         return handle.read()

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 import yaml
 from playbook_runner import deprecation_warnings
 
