@@ -53,8 +53,8 @@ class Talosctl:
 
     def ok(self, *args, **options):
         result = self(*args, **options)
-        assert result.returncode == 0, "talosctl %s exited %d:\n%s%s" % (" ".join(map(str, args)), result.returncode,
-                                                                           result.stdout[-3000:], result.stderr[-3000:])
+        assert result.returncode == 0, "talosctl %s exited %d:\n%s%s" % (
+            " ".join(map(str, args)), result.returncode, result.stdout[-3000:], result.stderr[-3000:])
         return result.stdout
 
     def many(self, commands):
@@ -208,7 +208,7 @@ def _reader_talosconfig(demo, run):
     path = run.workdir / "talosconfig-reader"
     if not path.exists():
         _module(demo, run.workdir, "reader talosconfig", "talos_client_config",
-                {"secrets": demo.secrets, "dest": str(path), "roles": ["os:reader"], "cluster_name": "demo",
+                {"secrets": demo.secrets, "dest": str(path), "roles": ["os:reader"], "cluster_name": demo.name,
                  "endpoints": _endpoints(demo)})
     return str(path)
 
@@ -424,8 +424,8 @@ def test_a_ca_rotated_by_either_is_accepted_by_the_other(demo, run):
     nodes = [address for _name, address in demo.controlplanes + demo.workers]
     before = run.ok("-n", nodes[0], "get", "osrootsecret", "-o", "yaml")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    rotated = _module(demo, run.workdir, "rotate", "talos_rotate_ca", {"nodes": nodes, "node": "{{ omit }}",
-                                                                      "secrets": demo.secrets, "issued_after": now})
+    rotated = _module(demo, run.workdir, "rotate", "talos_rotate_ca",
+                      {"nodes": nodes, "node": "{{ omit }}", "secrets": demo.secrets, "issued_after": now})
     assert rotated["changed"] and {"accept", "swap"} <= {step["step"] for step in rotated["done"]}, rotated
     # The talosconfig the collection rewrote (its new certificate) is what talosctl connects with, on every node.
     version = run.ok("-n", ",".join(nodes), "version")

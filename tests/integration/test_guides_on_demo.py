@@ -39,6 +39,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from playbook_runner import run_playbook_in
 
+from demo_cluster import demo_environment, started_demo
 from harness_files import issue_certificate
 from talos_emulator.audit import method_matches
 from talos_emulator.pki import to_standard_pem
@@ -260,26 +261,9 @@ def _recap_changes(run):
 
 @pytest.fixture
 def demo(tmp_path):
-    state_dir = str(tmp_path / "demo")
-    bin_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"))
-    env.pop("TALOSCONFIG", None)
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(REPO, ".collections"))
-    command = [os.path.join(TESTS, "run-demo"), "--current-python", "--state-dir", state_dir, "--reboot-seconds", "0.05"]
-    command += ["--kubernetes"] if KUBERNETES else []
-    try:
-        started = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False, cwd=REPO)
-        assert started.returncode == 0, started.stdout[-6000:] + started.stderr[-3000:]
-        yield Demo(state_dir, tmp_path, env), started.stdout
-    finally:
-        stopped = subprocess.run([os.path.join(TESTS, "run-demo"), "stop", "--current-python", "--state-dir", state_dir],
-                                 capture_output=True, text=True, env=env, timeout=120, check=False, cwd=REPO)
-    assert stopped.returncode == 0 and "is stopped" in stopped.stdout, stopped.stdout + stopped.stderr
-    assert not os.path.exists(os.path.join(state_dir, "emulator", "state.json"))
-    # Stopping the cluster stopped everything its process ran: no etcd member, no kube-apiserver of it is left.
-    left = subprocess.run(["pgrep", "-f", state_dir], capture_output=True, text=True, check=False).stdout.split()
-    assert not left, "processes of the demo left after demo-stop: %s" % left
+    state_dir, env = tmp_path / "demo", demo_environment(tmp_path)
+    with started_demo(state_dir, env, kubernetes=KUBERNETES) as closing:
+        yield Demo(str(state_dir), tmp_path, env), closing
 
 
 def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, image_factory, tmp_path):

@@ -19,6 +19,8 @@ _PROCESS_ARGS = {
     "dashboard": ["/sbin/dashboard"],
     "udevd": ["/sbin/systemd-udevd", "--resolve-names=never"],
 }
+
+
 def service_pid(service_id):
     """The PID of a service's process: stable for a service id, as the emulator has no real processes."""
     return 1000 + zlib.crc32(service_id.encode()) % 9000

@@ -180,7 +180,7 @@ def _addresses(node):
     entries += [(name, "%s/32" % address, "global") for name, address in zip(_link_names(node)[2:], node.extra_addresses)]
     link_index = {name: index + 1 for index, name in enumerate(_link_names(node))}
     return [("%s/%s" % (link, prefix), {"address": prefix, "local": prefix.split("/")[0], "linkIndex": link_index[link],
-                                          "linkName": link, "family": "inet4", "scope": scope, "flags": 0x80})
+                                        "linkName": link, "family": "inet4", "scope": scope, "flags": 0x80})
             for link, prefix, scope in entries]
 
 
