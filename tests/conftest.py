@@ -113,3 +113,16 @@ def image_factory(tmp_path):
     yield start
     for server in servers:
         server.stop()
+
+
+_INTEGRATION = os.path.join(_TESTS, "integration") + os.sep
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/integration is marked ``integration`` (tests/run-all runs ``not integration or once``
+    on the default stack, the rest on the other stacks), and the files marked ``long`` run first: pytest-xdist hands
+    out files in this order, so the long ones no longer start last and keep one core busy alone at the end."""
+    for item in items:
+        if str(item.fspath).startswith(_INTEGRATION):
+            item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -69,6 +69,7 @@ def test_role_generates_everything_then_provisions(emulator, run_playbook, tmp_p
     assert contents == dict((name, (workdir / name).read_bytes()) for name in contents)
 
 
+@pytest.mark.once
 def test_an_unreachable_node_in_maintenance_mode_fails_once_naming_the_variable_that_fixes_it(
         emulator, run_playbook, tmp_path):
     cluster = emulator(controlplanes=1, workers=1, maintenance=True)

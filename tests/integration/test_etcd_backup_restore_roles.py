@@ -23,6 +23,8 @@ from s3_store import S3Store, amazon_aws
 from talos_emulator.pki import to_standard_pem
 from test_robustness import assert_no_secret, cluster_secrets
 
+pytestmark = pytest.mark.long
+
 SECRET_VALUE = "drill-secret-value-4b1d"
 
 

@@ -27,6 +27,8 @@ from kubernetes import config as kube_config
 import kubernetes_cluster
 from playbook_runner import run_playbook_in
 
+pytestmark = pytest.mark.long
+
 FORMS = {
     "v1alpha1": dict(talos_version="v1.13.5", from_version="1.35.4", to_version="1.36.3", unsupported="1.37.0"),
     "documents": dict(talos_version="v1.14.0", from_version="1.36.3", to_version="1.37.2", unsupported="1.38.0"),

@@ -9,8 +9,11 @@ names the variable to set."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import pytest
 import yaml
 from test_robustness import assert_no_secret, cluster_secrets
+
+pytestmark = pytest.mark.long
 
 
 def remove_play(cluster, node, **role_vars):
@@ -106,6 +109,7 @@ def test_a_powered_off_first_endpoint_is_removed_through_the_next_one(emulator, 
     assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-2", "controlplane-3"]
 
 
+@pytest.mark.once
 def test_when_the_dead_node_is_the_only_endpoint_the_failure_names_what_to_set(emulator, run_playbook, tmp_path):
     cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     cp1, cp2, cp3 = cluster.controlplanes

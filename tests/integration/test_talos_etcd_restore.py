@@ -9,6 +9,8 @@ __metaclass__ = type
 import os
 import re
 
+import pytest
+
 from module_plays import module_play
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
@@ -43,6 +45,7 @@ def get(cluster, node, key):
     return cluster.run(cluster.etcd.kv(node, "get", key=key))["value"]
 
 
+@pytest.mark.once
 def test_a_healthy_cluster_is_refused_unless_allowed_and_then_rolled_back(emulator, run_playbook, tmp_path):
     cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real", reboot_seconds=0.1)
     cp1, cp2, cp3 = cluster.controlplanes
@@ -86,6 +89,7 @@ def test_a_healthy_cluster_is_refused_unless_allowed_and_then_rolled_back(emulat
     assert len(cluster.audit()) == 5
 
 
+@pytest.mark.once
 def test_a_bad_snapshot_is_refused_before_any_node_is_touched(emulator, run_playbook, tmp_path):
     cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
     path = str(tmp_path / "etcd.snapshot")

@@ -92,6 +92,7 @@ def test_an_etcd_backup_client_takes_its_snapshot_from_the_node_it_names(emulato
     assert etcd_snapshot.check(str(tmp_path / "etcd.snapshot"))["revision"] == result["revision"]
 
 
+@pytest.mark.once
 def test_bad_destinations_and_options_fail_in_one_sentence_before_the_cluster_is_asked(emulator, run_playbook, tmp_path):
     # etcd is down (its only control plane is off): every destination problem is found first all the same.
     cluster = emulator(controlplanes=1, bootstrapped=True)

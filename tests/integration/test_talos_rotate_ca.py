@@ -29,6 +29,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle i
 from talos_emulator import EmulatedCluster
 from test_robustness import assert_no_secret, cluster_secrets, secret_forms
 
+pytestmark = pytest.mark.long
+
 FORMS = {"v1alpha1": "v1.13.5", "documents": "v1.14.0"}
 
 
@@ -225,6 +227,7 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_talosconfig(rotation_
     assert again["status"] == "ok" and again["result"]["plan"] == [] and again["result"]["rotation"] is None
 
 
+@pytest.mark.once
 def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finished_by_reruns(rotation_cluster):
     setup = rotation_cluster
     cluster = setup.cluster

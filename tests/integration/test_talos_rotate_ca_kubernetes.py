@@ -33,7 +33,7 @@ from test_robustness import assert_no_secret
 
 # The Kubernetes CA rotation proves the rotation's logic: it runs on the default stack only (tests/run-all); the
 # stacks' runs take the Kubernetes client through talos_kubernetes_upgrade and the Talos API CA rotation.
-pytestmark = pytest.mark.once
+pytestmark = [pytest.mark.once, pytest.mark.long]
 
 FORMS = {"v1alpha1": ("v1.13.5", "1.35.4"), "documents": ("v1.14.0", "1.36.3")}
 

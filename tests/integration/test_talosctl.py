@@ -29,7 +29,7 @@ from talosctl_judge import (  # noqa: F401
 )
 
 # A judge of the emulator and of the collection's answers: the doors and library versions change nothing here.
-pytestmark = pytest.mark.once
+pytestmark = [pytest.mark.once, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -111,6 +111,7 @@ def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, r
     assert len(cluster.audit()) == calls
 
 
+@pytest.mark.once
 def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=3, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
@@ -206,6 +207,7 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     assert len(cluster.audit(method="Reboot")) == 10
 
 
+@pytest.mark.once
 def test_an_unhealthy_cluster_is_refused_before_the_first_node_unless_allowed(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
@@ -238,6 +240,7 @@ def test_an_unhealthy_cluster_is_refused_before_the_first_node_unless_allowed(em
     assert _recap_changes(allowed) == {"controlplane-1": 1, "worker-1": 1}
 
 
+@pytest.mark.once
 def test_a_node_upgraded_before_a_failed_health_wait_is_counted(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
