@@ -11,7 +11,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_LOCAL_TEMP := $(CURDIR)/.cache/ansible-tmp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup install build ee-local demo demo-stop test unit sanity integration robustness molecule conformance lint changelog generate bench clean
+.PHONY: setup install build ee-local demo demo-stop test unit sanity integration robustness molecule conformance lint changelog generate bench docs clean
 
 # `make unit STACK=newest` (or sanity, integration, robustness) runs the suite on one of the
 # other stacks CI tests (tests/stack: oldest, ansible-2.18, ansible-2.20, newest) instead of .venv.
@@ -85,6 +85,12 @@ generate: $(VENV)/.installed
 # and payload sizes; JSON under .cache/bench/ (tests/bench/bench.py).
 bench: install
 	python tests/bench/bench.py
+
+# The documentation site from the built collection: antsibull-docs lints every plugin's and role's docs, then it and
+# Sphinx build the pages and the guides (docs/*.md) warning-free into build/docs/html (tests/run-docs; its tools in
+# a venv of their own under ~/.cache/talos_linux.talos/docs-venv).
+docs:
+	tests/run-docs
 
 clean:
 	rm -rf $(VENV) $(COLLECTIONS) build .cache

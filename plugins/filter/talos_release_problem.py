@@ -16,7 +16,7 @@ description:
     included).
   - Returns an empty string when the value is such a release, else one sentence that names the value and why it is
     refused (V(latest) is no release; V(v1.99.0) lies beyond the supported releases), for a play to stop with before
-    any node is asked to pull an installer. The M(talos_linux.talos.upgrade) role checks its target with it.
+    any node is asked to pull an installer. The P(talos_linux.talos.upgrade#role) role checks its target with it.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 positional: name, image

@@ -87,7 +87,7 @@ options:
         configuration with the installer's tag set to the node's release instead, so that the installer reference
         never moves back - a later reinstall or reset would install the older release. The configuration's own
         repository is kept. RV(installer_kept) says when that happened.
-      - The M(talos_linux.talos.cluster) role sets it, so that rerunning the provisioning after an upgrade changes
+      - The P(talos_linux.talos.cluster#role) role sets it, so that rerunning the provisioning after an upgrade changes
         nothing. Not used in maintenance mode, where the node has no configuration yet.
     type: bool
     default: false

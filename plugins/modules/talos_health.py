@@ -49,7 +49,7 @@ options:
       - V(0) checks once, without waiting (with O(checks=talos)) - every check runs, whatever the ones before it found,
         and the task fails naming every failed check; RV(unhealthy_nodes) says what is wrong with each node and
         RV(unreachable_nodes) which do not answer at all. A node that does not answer is asked once. This is the
-        health gate the M(talos_linux.talos.upgrade) role passes before its first node.
+        health gate the P(talos_linux.talos.upgrade#role) role passes before its first node.
     type: int
     default: 600
   ignore_nodes:
@@ -57,8 +57,8 @@ options:
       - Nodes known to be down or unhealthy, to leave out of the checks (with O(checks=talos)) - they are not asked and
         no check fails because of them. They are still the cluster's nodes - the etcd member of an ignored control
         plane still counts as a control plane's - so list them in O(control_plane_nodes) or O(worker_nodes) too.
-      - The M(talos_linux.talos.upgrade) role ignores the nodes that were unhealthy before it started, when told to go
-        ahead without them.
+      - The P(talos_linux.talos.upgrade#role) role ignores the nodes that were unhealthy before it started, when told
+        to go ahead without them.
     type: list
     elements: str
     default: []

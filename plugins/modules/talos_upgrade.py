@@ -31,7 +31,7 @@ description:
     O(wait), the task refuses to take a second control plane down). The result
     has each node's outcome in RV(nodes) and reports a change only when some node changed; a failed node fails the
     task once the others are done.
-  - The M(talos_linux.talos.upgrade) role rolls an upgrade through a cluster.
+  - The P(talos_linux.talos.upgrade#role) role rolls an upgrade through a cluster.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 extends_documentation_fragment:
