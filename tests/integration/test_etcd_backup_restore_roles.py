@@ -198,6 +198,7 @@ def test_backup_lose_etcd_everywhere_restore(emulator, run_playbook, kube_apiser
         ("EtcdRecover", cluster.controlplanes[0].name), ("Bootstrap", cluster.controlplanes[0].name)]
 
 
+@pytest.mark.once
 def test_backups_are_copied_to_s3_encrypted_and_a_restore_takes_an_object(emulator, run_playbook, s3_store, tmp_path):
     cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real", reboot_seconds=0.1)
     cp1 = cluster.controlplanes[0]

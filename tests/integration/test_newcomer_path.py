@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 from playbook_runner import deprecation_warnings
 
@@ -63,6 +64,7 @@ def test_the_emulator_started_by_a_python_without_its_libraries_finds_the_projec
         _run([bare_python, os.path.join(TESTS, "talos-emulator"), "down", "--state-dir", state_dir], env)
 
 
+@pytest.mark.once
 def test_the_provisioning_guide_runs_as_written_and_discovery_then_finds_every_node(emulator, run_playbook, tmp_path):
     """docs/provisioning.md "With the cluster role", as written, against the emulator's inventory; afterwards
     the cluster's Members (v1.14 configs: a DiscoveryServiceConfig document) list every node, so the inventory
