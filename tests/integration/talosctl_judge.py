@@ -360,8 +360,9 @@ def test_rotate_ca_dry_run_reads_the_os_ca(demo, run):
 
 def test_upgrade_k8s_dry_run_plans_what_talos_kubernetes_upgrade_plans(demo, run):
     cp1 = demo.controlplanes[0][1]
-    out = run("-n", cp1, "upgrade-k8s", "--dry-run", "--to", "1.35.1", timeout=300)
-    ours = _module(demo, run.workdir, "upgrade plan", "talos_kubernetes_upgrade", {"to_version": "1.35.1"}, check=True,
+    # The demo's Talos v1.14 runs Kubernetes 1.37.0 (what its configs are generated with); the guide's target.
+    out = run("-n", cp1, "upgrade-k8s", "--dry-run", "--to", "1.37.2", timeout=300)
+    ours = _module(demo, run.workdir, "upgrade plan", "talos_kubernetes_upgrade", {"to_version": "1.37.2"}, check=True,
                    expect_rc=None)
     if not demo.kubernetes:
         # Both need the Kubernetes API, which does not run: both fail, neither changes anything.
@@ -377,7 +378,7 @@ def test_upgrade_k8s_dry_run_plans_what_talos_kubernetes_upgrade_plans(demo, run
         starting = re.match(r'^ > "([^"]+)": starting update', line)
         if starting:
             theirs.add((component, starting.group(1)))
-    assert ours["from_version"] == "1.35.0" and ours["to_version"] == "1.35.1"
+    assert ours["from_version"] == "1.37.0" and ours["to_version"] == "1.37.2"
     assert {(step["component"], step["node"]) for step in ours["plan"]} == theirs and len(theirs) == 17
     # Neither would change a bootstrap manifest: the cluster runs the ones Talos renders.
     manifests = out.stdout.split("updating manifests (dry run)", 1)[1].strip().splitlines()
