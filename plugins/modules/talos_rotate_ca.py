@@ -148,7 +148,8 @@ attributes:
     support: full
     details: A finished rotation leaves a CA younger than O(issued_after), so running the task again changes nothing.
 notes:
-  - O(nodes) must list every node of the cluster (control planes and workers); the task refuses to start when the
+  - O(nodes) (or the talosconfig context's nodes) must list every node of the cluster (control planes and workers), O(node)
+    is refused; the task refuses to start when the
     cluster's discovery lists a member that is not among them, which would refuse the new CA's certificates after the
     rotation.
   - Needs a talosconfig file (O(talosconfig) or C(TALOSCONFIG)), which it updates. Give the new talosconfig to everyone
@@ -241,6 +242,8 @@ nodes:
     - Each node's C(machine_type), and where its config stood when the task started (V(original), V(accepted),
       V(swapped), V(done)) in the rotation in progress (also with O(abandon), whose steps take it back to V(original))
       - C(phase) for the Talos API CA, C(kubernetes_phase) for the Kubernetes CA, each when rotated.
+    - Keyed by node as in O(nodes), the shape of every module that takes several nodes (docs/architecture.md,
+      "Several nodes in one task"); a node that cannot be read fails the task before any node changes.
   returned: always
   type: dict
   sample: {10.5.0.2: {machine_type: controlplane, phase: original, kubernetes_phase: original}}
@@ -342,10 +345,11 @@ def _options(task):
 def run(task):
     params = task.params
     settings = task.settings
-    nodes = [node for node in task.target_nodes if node]
-    if not nodes:
+    if not settings.nodes_listed:
+        # One node is one node's result (several_nodes.result); a rotation is every node's, keyed in nodes.
         raise TaskFailed("talos_rotate_ca changes every node of the cluster: list all of them (control planes and workers) "
                          "in nodes.")
+    nodes = task.target_nodes
     # Talos first, as talosctl rotate-ca does: the Kubernetes part then reaches the nodes with the new talosconfig.
     kinds = [kind for kind in ("talos", "kubernetes") if kind in params["rotate"]]
     abandon = params["abandon"]
