@@ -393,6 +393,21 @@ def test_a_node_older_than_talos_1_7_is_refused_before_anything_changes(emulator
     assert cluster.audit() == []
 
 
+def test_one_node_is_refused_a_rotation_is_every_nodes(emulator, run_playbook, tmp_path):
+    # node gives one node's result at the top; a rotation's result is every node's, keyed in nodes.
+    cluster = emulator(controlplanes=1)
+    secrets = tmp_path / "secrets.yaml"
+    shutil.copy(cluster.state_dir + "/secrets.yaml", str(secrets))
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [{
+        "name": "rotate", "talos_linux.talos.talos_rotate_ca": {
+            "talosconfig": cluster.talosconfig_path(), "node": cluster.controlplanes[0].address, "secrets": str(secrets),
+            "issued_after": _now()}}]}]
+    result = run_playbook(play, expect_rc=2).task("rotate")["result"]
+    assert result["msg"] == ("talos_rotate_ca changes every node of the cluster: list all of them (control planes and "
+                             "workers) in nodes.")
+    assert cluster.audit() == []
+
+
 def _applies(cluster, since=0):
     return [entry for entry in cluster.audit()[since:] if entry["method"].endswith("ApplyConfiguration")]
 
