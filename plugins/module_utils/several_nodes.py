@@ -120,5 +120,8 @@ def combined_diff(diffs):
 
 
 def failed_message(failed, total, first):
-    """One sentence for ``failed`` (node names) of ``total`` nodes, with the first failure's message."""
+    """One sentence for ``failed`` (node names) of ``total`` nodes, with the first failure's message; a list of one
+    node's is that node's own."""
+    if total == 1:
+        return first.message
     return "%d of %d nodes failed (%s): %s" % (len(failed), total, ", ".join(failed), first.message)

@@ -148,8 +148,7 @@ attributes:
     support: full
     details: A finished rotation leaves a CA younger than O(issued_after), so running the task again changes nothing.
 notes:
-  - O(nodes) (or the talosconfig context's nodes) must list every node of the cluster (control planes and workers), O(node)
-    is refused; the task refuses to start when the
+  - O(nodes) must list every node of the cluster (control planes and workers); the task refuses to start when the
     cluster's discovery lists a member that is not among them, which would refuse the new CA's certificates after the
     rotation.
   - Needs a talosconfig file (O(talosconfig) or C(TALOSCONFIG)), which it updates. Give the new talosconfig to everyone
@@ -237,13 +236,14 @@ kubernetes_ca:
   description: The same as RV(talos_ca), for the Kubernetes CA.
   returned: when O(rotate) holds V(kubernetes)
   type: dict
-nodes:
+node_phases:
   description:
     - Each node's C(machine_type), and where its config stood when the task started (V(original), V(accepted),
       V(swapped), V(done)) in the rotation in progress (also with O(abandon), whose steps take it back to V(original))
       - C(phase) for the Talos API CA, C(kubernetes_phase) for the Kubernetes CA, each when rotated.
-    - Keyed by node as in O(nodes), the shape of every module that takes several nodes (docs/architecture.md,
-      "Several nodes in one task"); a node that cannot be read fails the task before any node changes.
+    - Keyed by node as targeted. A node that cannot be read fails the task before any node changes.
+    - Not named C(nodes), whose entries are each node's whole result in the modules that take several nodes; a
+      rotation's result is the cluster's, with O(node) too.
   returned: always
   type: dict
   sample: {10.5.0.2: {machine_type: controlplane, phase: original, kubernetes_phase: original}}
@@ -345,11 +345,10 @@ def _options(task):
 def run(task):
     params = task.params
     settings = task.settings
-    if not settings.nodes_listed:
-        # One node is one node's result (several_nodes.result); a rotation is every node's, keyed in nodes.
+    nodes = [node for node in task.target_nodes if node]
+    if not nodes:
         raise TaskFailed("talos_rotate_ca changes every node of the cluster: list all of them (control planes and workers) "
                          "in nodes.")
-    nodes = task.target_nodes
     # Talos first, as talosctl rotate-ca does: the Kubernetes part then reaches the nodes with the new talosconfig.
     kinds = [kind for kind in ("talos", "kubernetes") if kind in params["rotate"]]
     abandon = params["abandon"]
@@ -394,7 +393,8 @@ def run(task):
     def prepared(name):
         return _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, givens[name])
 
-    result = {"rotation": None, "nodes": dict((node, {}) for node in nodes), "plan": [], "done": [], "changed": False}
+    result = {"rotation": None, "node_phases": dict((node, {}) for node in nodes), "plan": [], "done": [],
+              "changed": False}
     diffs = []
     # Every check of every CA's run comes before the first change of either.
     runs = []
@@ -483,8 +483,8 @@ def _report(task, result, name, rotation, files, given, now):
     upcoming = files.new if files.new is not None or rotation.due is None else given
     result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(upcoming, now)}
     for node, phase in rotation.reported_phases().items():
-        result["nodes"][node].update(machine_type="controlplane" if rotation.configs[node].control_plane else "worker",
-                                     **{_PHASE_KEYS[name]: phase})
+        result["node_phases"][node].update(
+            machine_type="controlplane" if rotation.configs[node].control_plane else "worker", **{_PHASE_KEYS[name]: phase})
     result["plan"].extend(rotation.plan)
     result["files"] = _files(files)
     return dict((node, rotation.configs[node].fields()) for node in rotation.nodes), upcoming

@@ -163,7 +163,7 @@ def test_every_node_off_fails_the_task(emulator, run_playbook):
     play["module_defaults"]["group/talos_linux.talos.talos"]["endpoints"] = [worker.endpoint]
     task = run_playbook(play, expect_rc=2).task("certificates")
     assert task["status"] == "failed" and task["result"]["nodes"][worker.address]["failed"] is True
-    assert task["result"]["msg"].startswith("1 of 1 nodes failed (%s): " % worker.address)
+    assert task["result"]["msg"].startswith("Talos endpoint %s " % worker.endpoint)
 
 
 def test_expired_certificate_is_reported_with_negative_days(emulator, run_playbook, tmp_path):

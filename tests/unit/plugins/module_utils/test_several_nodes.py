@@ -49,7 +49,7 @@ def test_a_list_of_one_node_gives_nodes_and_nothing_of_the_node_at_the_top():
     assert result == {"changed": True, "nodes": {"10.5.0.5": {"changed": True, "node_was": "10.5.0.5"}}}
     with pytest.raises(ActionFailed) as failed:
         several_nodes.run(client, ["10.5.0.5"], ActionRecorder(fail=["10.5.0.5"]), max_concurrency=32)
-    assert failed.value.message == "1 of 1 nodes failed (10.5.0.5): The reboot of node 10.5.0.5 failed."
+    assert failed.value.message == "The reboot of node 10.5.0.5 failed."
     assert failed.value.to_result()["nodes"]["10.5.0.5"]["failed"] is True
 
 
