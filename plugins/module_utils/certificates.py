@@ -261,4 +261,3 @@ def expiry_warning(item):
         return "The %s of %s (%s) expired on %s." % (item["name"], item["where"], item["subject"], item["not_after"])
     return "The %s of %s (%s) expires in %d days, on %s." % (
         item["name"], item["where"], item["subject"], item["days_left"], item["not_after"])
-

@@ -206,17 +206,19 @@ class SupportBundle:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _each(self, writer, nodes, section, method, request=None, stream=False):
-        """``{node: reply}`` of ``method`` on ``nodes``; a node that fails is recorded as missing ``section``."""
+    def _each(self, writer, nodes, section, method, request=None, stream=False, failures=None):
+        """``{node: reply}`` of ``method`` on ``nodes``; a node that fails is recorded as missing ``section`` (and its
+        TalosError in ``failures``, when given)."""
         self.progress("support bundle: %s of %d node(s)" % (section, len(nodes)))
         many = self.client.stream_many if stream else self.client.call_many
         answers = many(method, request, nodes=nodes, max_concurrency=self.max_concurrency)
-        found = _Answers()
+        found = {}
         for node in nodes:
             answer = answers[node]
             if isinstance(answer, TalosError):
                 writer.miss(self.names[node], section, answer.message)
-                found.unanswered[node] = answer
+                if failures is not None:
+                    failures[node] = answer
             else:
                 found[node] = answer
         return found
@@ -228,10 +230,11 @@ class SupportBundle:
 
     def _reachable(self, writer):
         """The nodes that answer Version (their summary written), and ``{node: TalosError}`` of those that do not."""
-        versions = self._each(writer, self.nodes, "summary", "machine.MachineService/Version")
+        unreached = {}
+        versions = self._each(writer, self.nodes, "summary", "machine.MachineService/Version", failures=unreached)
         for node, items in versions.items():
             writer.add(self.names[node], "summary", self._file(node, "summary"), _summary(node, items[0]))
-        return [node for node in self.nodes if node in versions], versions.unanswered
+        return [node for node in self.nodes if node in versions], unreached
 
     def _logs(self, writer, nodes, section, service, path):
         request = machine_pb2.LogsRequest(namespace="system", id=service, driver=common_pb2.CONTAINERD, tail_lines=-1)
@@ -406,14 +409,6 @@ class SupportBundle:
         nodes = dict((self.names[node], {"reached": node not in unreached, "collected": collected.get(self.names[node], []),
                                          "missed": missed.get(self.names[node], [])}) for node in self.nodes)
         return {"nodes": nodes, "cluster": {"collected": cluster_collected, "missed": cluster_missed}}
-
-
-class _Answers(dict):
-    """``{node: reply}`` of the nodes that answered; ``unanswered`` is ``{node: TalosError}`` of the others."""
-
-    def __init__(self):
-        super(_Answers, self).__init__()
-        self.unanswered = {}
 
 
 def age_recipients(recipients):

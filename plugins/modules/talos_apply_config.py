@@ -222,12 +222,12 @@ etcd_gate_open:
     - When the configuration reboots the node, whether the etcd quorum guard lets it go - true when etcd keeps its
       quorum without it, or when there is nothing to guard (a worker); false when etcd would lose its quorum (the task
       then fails, unless O(force_quorum_loss=true)).
-  returned: when the configuration reboots the node; at the top with one node (O(node), the host's own node or the endpoint itself), else in each node's entry of RV(nodes)
+  returned: when the configuration reboots the node; at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: bool
   sample: true
 quorum:
   description: When the configuration reboots a control plane that is an etcd member, the etcd quorum check made.
-  returned: when the configuration reboots the node; at the top with one node (O(node), the host's own node or the endpoint itself), else in each node's entry of RV(nodes)
+  returned: when the configuration reboots the node; at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 installer_kept:
@@ -235,14 +235,14 @@ installer_kept:
     - With O(keep_newer_installer=true), when the configuration named an installer of an older release than the node's
       active configuration, the installer image the configuration named (C(given)) and the one applied instead
       (C(applied)).
-  returned: when the installer was kept; at the top with one node (O(node), the host's own node or the endpoint itself), else in each node's entry of RV(nodes)
+  returned: when the installer was kept; at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: dict
   sample:
     given: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
     applied: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1
 warnings:
   description: The node's warnings about the configuration; they are shown as task warnings too.
-  returned: at the top with one node (O(node), the host's own node or the endpoint itself), else in each node's entry of RV(nodes)
+  returned: at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: list
   elements: str
   sample: []

@@ -292,7 +292,7 @@ def test_both_cas_rotate_talos_first(rotation_cluster):
     assert "the Talos CA was issued on" in result["rotation"] and "the Kubernetes CA was issued on" in result["rotation"]
     assert setup.ca("os") != old_talos_ca
     for node in setup.addresses:
-        assert result["nodes"][node]["phase"] == result["nodes"][node]["kubernetes_phase"] == "original"
+        assert result["node_phases"][node]["phase"] == result["node_phases"][node]["kubernetes_phase"] == "original"
     # The old talosconfig is refused, the new one reads every node.
     _run, refused = setup.play("talos_certificate_info", {"nodes": setup.addresses, "talosconfig": str(old_talosconfig)},
                                expect_rc=2)

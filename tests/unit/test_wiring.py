@@ -178,3 +178,5 @@ def test_a_module_declared_to_act_on_several_nodes_takes_the_shared_option_and_r
     assert "talos_linux.talos.several_nodes" in documented.get("extends_documentation_fragment", [])
     assert "max_concurrency" not in documented["options"]  # the fragment's text and default, not a copy
     assert returned["nodes"]["type"] == "dict" and returned["nodes"]["returned"] == NODES_RETURNED
+    # The shape is described once, where several_nodes is: each module's RETURN points there.
+    assert 'docs/architecture.md, "Several nodes in one task"' in " ".join(returned["nodes"]["description"])
