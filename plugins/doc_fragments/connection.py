@@ -48,6 +48,9 @@ options:
     description:
       - The nodes the task acts on; each is called separately through an endpoint, concurrently.
       - Overrides the nodes of the talosconfig context. Mutually exclusive with O(node).
+      - A module that takes several nodes returns each node's result in its return C(nodes), keyed by node, whenever
+        the nodes come as a list (this option, or the context's nodes), even of one node; with O(node) the node's
+        result is at the top of the task's.
     type: list
     elements: str
   ca:

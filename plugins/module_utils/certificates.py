@@ -261,8 +261,3 @@ def expiry_warning(item):
         return "The %s of %s (%s) expired on %s." % (item["name"], item["where"], item["subject"], item["not_after"])
     return "The %s of %s (%s) expires in %d days, on %s." % (
         item["name"], item["where"], item["subject"], item["days_left"], item["not_after"])
-
-
-def node_label(node, settings):
-    """The key of a node in the result: the node as given, or the endpoint that answered for itself."""
-    return node if node is not None else settings.endpoints[0]

@@ -141,8 +141,7 @@ def on_nodes(client, nodes, act, max_concurrency, waited=True, progress=None):
     every multi-node module shares; when nodes fail, the others still finish,
     then ActionFailed names the failed nodes and carries every result.
     """
-    return several_nodes.run(client, nodes, act, max_concurrency, in_turn=ControlPlaneTurns(waited, progress).take,
-                             lone_node_keyed=True)
+    return several_nodes.run(client, nodes, act, max_concurrency, in_turn=ControlPlaneTurns(waited, progress).take)
 
 
 class ControlPlaneTurns:

@@ -9,8 +9,8 @@ The layout follows talosctl (siderolabs/go-talos-support ``support/collectors``)
 ``mounts``, ``devices``, ``io``, ``processes``, ``summary``, ``service-logs/<id>.log`` and ``<id>.state``,
 ``kubernetes-logs/kube-system/<pod>[-exited].log`` and
 ``resources/<definition id>.yaml``; for the cluster ``kubernetesResources/nodes.yaml`` and ``systemPods.yaml``.
-Beside talosctl's files, ``support-bundle.yaml`` says what was collected and what was missed and why: a node that
-cannot be reached, a section a node refused, a Kubernetes API that does not answer.
+Beside talosctl's files, ``support-bundle.yaml`` says what was collected and what was missed and why, per node and
+for the cluster: a node that cannot be reached, a section a node refused, a Kubernetes API that does not answer.
 
 No secret goes in: a resource of a type the node marks sensitive (or of Talos's secret types) is written as talosctl
 writes it, its metadata with ``spec: <REDACTED>`` (its spec is never read), every other resource and every Kubernetes
@@ -172,7 +172,7 @@ class BundleWriter:
     def __init__(self, spool):
         self.archive = zipfile.ZipFile(spool, "w", zipfile.ZIP_DEFLATED)
         self.collected = {}
-        self.missed = []
+        self.missed = {}
 
     def add(self, source, section, path, data):
         self.archive.writestr(path, data)
@@ -181,7 +181,7 @@ class BundleWriter:
             sections.append(section)
 
     def miss(self, source, section, reason):
-        self.missed.append({"source": source, "section": section, "reason": reason})
+        self.missed.setdefault(source, []).append({"section": section, "reason": reason})
 
     def close(self, report):
         self.archive.writestr(REPORT, _yaml([report]))
@@ -206,8 +206,9 @@ class SupportBundle:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _each(self, writer, nodes, section, method, request=None, stream=False):
-        """``{node: reply}`` of ``method`` on ``nodes``; a node that fails is recorded as missing ``section``."""
+    def _each(self, writer, nodes, section, method, request=None, stream=False, failures=None):
+        """``{node: reply}`` of ``method`` on ``nodes``; a node that fails is recorded as missing ``section`` (and its
+        TalosError in ``failures``, when given)."""
         self.progress("support bundle: %s of %d node(s)" % (section, len(nodes)))
         many = self.client.stream_many if stream else self.client.call_many
         answers = many(method, request, nodes=nodes, max_concurrency=self.max_concurrency)
@@ -216,6 +217,8 @@ class SupportBundle:
             answer = answers[node]
             if isinstance(answer, TalosError):
                 writer.miss(self.names[node], section, answer.message)
+                if failures is not None:
+                    failures[node] = answer
             else:
                 found[node] = answer
         return found
@@ -226,10 +229,12 @@ class SupportBundle:
     # -- the node's part ---------------------------------------------------------
 
     def _reachable(self, writer):
-        versions = self._each(writer, self.nodes, "summary", "machine.MachineService/Version")
+        """The nodes that answer Version (their summary written), and ``{node: TalosError}`` of those that do not."""
+        unreached = {}
+        versions = self._each(writer, self.nodes, "summary", "machine.MachineService/Version", failures=unreached)
         for node, items in versions.items():
             writer.add(self.names[node], "summary", self._file(node, "summary"), _summary(node, items[0]))
-        return [node for node in self.nodes if node in versions]
+        return [node for node in self.nodes if node in versions], unreached
 
     def _logs(self, writer, nodes, section, service, path):
         request = machine_pb2.LogsRequest(namespace="system", id=service, driver=common_pb2.CONTAINERD, tail_lines=-1)
@@ -300,7 +305,8 @@ class SupportBundle:
                                _yaml(documents))
 
     def collect_nodes(self, writer):
-        nodes = self._reachable(writer)
+        """The nodes reached, and ``{node: TalosError}`` of those that were not."""
+        nodes, unreached = self._reachable(writer)
         for section in NODE_SECTIONS[1:]:
             if not nodes:
                 break
@@ -333,7 +339,7 @@ class SupportBundle:
                 method = "inspect.InspectService/ControllerRuntimeDependencies"
                 for node, items in self._each(writer, nodes, section, method).items():
                     writer.add(self.names[node], section, self._file(node, "dependencies.dot"), _graph(items[0]))
-        return nodes
+        return nodes, unreached
 
     # -- the cluster's part ------------------------------------------------------
 
@@ -368,37 +374,41 @@ class SupportBundle:
             kube.close()
 
     def plan(self):
-        """What ``collect`` would gather (check mode): the nodes that answer Version, and the sections."""
+        """What ``collect`` would gather (check mode): ``report`` and ``unreached`` as ``collect`` gives them, for the
+        nodes that answer Version, with the sections they would give as ``collected``."""
         answers = self.client.call_many("machine.MachineService/Version", nodes=self.nodes, max_concurrency=self.max_concurrency)
-        reached = [node for node in self.nodes if not isinstance(answers[node], TalosError)]
-        missed = [{"source": self.names[node], "section": "summary", "reason": answers[node].message}
-                  for node in self.nodes if node not in reached]
-        sections = dict((self.names[node], list(NODE_SECTIONS)) for node in reached)
-        if self.kube_api_factory is not None and reached:
-            sections["cluster"] = list(CLUSTER_SECTIONS)
-        return {"nodes": [self.names[node] for node in self.nodes], "reached_nodes": [self.names[node] for node in reached],
-                "missed_nodes": [self.names[node] for node in self.nodes if node not in reached], "sections": sections,
-                "missed": missed}
+        unreached = dict((node, answers[node]) for node in self.nodes if isinstance(answers[node], TalosError))
+        collected = dict((self.names[node], list(NODE_SECTIONS)) for node in self.nodes if node not in unreached)
+        missed = dict((self.names[node], [{"section": "summary", "reason": error.message}])
+                      for node, error in unreached.items())
+        cluster = list(CLUSTER_SECTIONS) if self.kube_api_factory is not None and collected else []
+        return self._report(collected, missed, unreached, cluster, []), unreached
 
     def collect(self, spool):
-        """Write the bundle into the open binary file ``spool``; the report (collected, missed, nodes)."""
+        """Write the bundle into the open binary file ``spool``.
+
+        Returns ``(report, unreached)``: the report (also written to the archive) is ``nodes``, each node's
+        ``reached``, ``collected`` (the sections) and ``missed`` (``[{section, reason}]``) by its name, and the
+        ``cluster``'s ``collected`` and ``missed``; ``unreached`` is ``{node: TalosError}`` of the nodes that did
+        not answer.
+        """
         writer = BundleWriter(spool)
         try:
-            reached = self.collect_nodes(writer)
+            reached, unreached = self.collect_nodes(writer)
             self.collect_cluster(writer, reached)
         except BaseException:
             # The spool is thrown away; the zip is closed so that nothing writes to it later.
             writer.archive.close()
             raise
-        report = {
-            "nodes": [self.names[node] for node in self.nodes],
-            "reached_nodes": [self.names[node] for node in reached],
-            "missed_nodes": [self.names[node] for node in self.nodes if node not in reached],
-            "collected": writer.collected,
-            "missed": writer.missed,
-        }
+        report = self._report(writer.collected, writer.missed, unreached, writer.collected.get("cluster", []),
+                              writer.missed.get("cluster", []))
         writer.close(report)
-        return report
+        return report, unreached
+
+    def _report(self, collected, missed, unreached, cluster_collected, cluster_missed):
+        nodes = dict((self.names[node], {"reached": node not in unreached, "collected": collected.get(self.names[node], []),
+                                         "missed": missed.get(self.names[node], [])}) for node in self.nodes)
+        return {"nodes": nodes, "cluster": {"collected": cluster_collected, "missed": cluster_missed}}
 
 
 def age_recipients(recipients):
@@ -419,9 +429,9 @@ def age_recipients(recipients):
 def write_bundle(bundle, dest, recipients=()):
     """Collect ``bundle`` into ``dest``: a private file (0600) that appears whole or not at all, encrypted with age
     to ``recipients`` (from ``age_recipients``) when there are any. The zip is built in an anonymous temporary file
-    first. The report."""
+    first. ``(report, unreached)`` as ``SupportBundle.collect`` gives them."""
     with tempfile.TemporaryFile(prefix="talos-support-") as spool:
-        report = bundle.collect(spool)
+        outcome = bundle.collect(spool)
         spool.seek(0)
         with PrivateFile(dest, "the support bundle") as staged:
             if recipients:
@@ -431,7 +441,7 @@ def write_bundle(bundle, dest, recipients=()):
                 for block in iter(lambda: spool.read(1024 * 1024), b""):
                     staged.write(block)
             staged.commit()
-    return report
+    return outcome
 
 
 class _Sink:

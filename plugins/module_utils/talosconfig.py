@@ -143,7 +143,10 @@ class ConnectionSettings:
     """Everything needed to reach a Talos cluster, resolved from options and talosconfig.
 
     ``endpoints`` are ``host:port`` strings, ``nodes`` the target nodes
-    (``[None]`` means the endpoint answers itself), ``ca``/``crt``/``key`` PEM
+    (``[None]`` means the endpoint answers itself), ``nodes_listed`` whether
+    they came as a list (the nodes option or the context's nodes) rather than
+    as one node (the node option, the host's node, the endpoint itself): the
+    shape of a task's result follows it. ``ca``/``crt``/``key`` PEM
     text (``key`` already relabelled for ssl), ``ca_source`` names where the CA
     came from, for error messages.
     """
@@ -151,9 +154,10 @@ class ConnectionSettings:
     def __init__(self, endpoints, nodes=None, ca=None, crt=None, key=None, insecure=False,
                  timeout=DEFAULT_TIMEOUT, context=None, config_path=None, cluster=None,
                  ca_source="the ca option", certificate_source="the crt and key options", params=None,
-                 endpoints_source="the endpoints option"):
+                 endpoints_source="the endpoints option", nodes_listed=None):
         self.endpoints = [normalize_endpoint(e, endpoints_source) for e in endpoints]
         self.nodes = list(nodes) if nodes else [None]
+        self.nodes_listed = len(self.nodes) > 1 if nodes_listed is None else bool(nodes_listed)
         self.ca = ca
         self.crt = crt
         self.key = relabel_private_key(key) if key else key
@@ -165,8 +169,9 @@ class ConnectionSettings:
         self.ca_source = ca_source
         self.certificate_source = certificate_source
         if params is None:  # built directly: these values are the options
-            params = dict(endpoints=list(self.endpoints), nodes=[n for n in self.nodes if n], ca=ca, crt=crt, key=key,
-                          insecure=self.insecure, timeout=timeout)
+            named = [n for n in self.nodes if n]
+            params = dict(endpoints=list(self.endpoints), ca=ca, crt=crt, key=key, insecure=self.insecure, timeout=timeout,
+                          **(dict(nodes=named) if self.nodes_listed else dict(node=(named or [None])[0])))
         self._params = dict(params)
         if not self.endpoints:
             raise TalosConfigError(
@@ -219,6 +224,7 @@ class ConnectionSettings:
             nodes = [params["node"]]
         else:
             nodes = context_data.get("nodes") or []
+        nodes_listed = bool(nodes) and not params["node"]
 
         pems = {}
         for name in ("ca", "crt", "key"):
@@ -235,7 +241,7 @@ class ConnectionSettings:
         return cls(endpoints=[str(e) for e in endpoints], nodes=[str(n) for n in nodes], insecure=params["insecure"],
                    timeout=timeout, context=context_name, config_path=path, cluster=context_data.get("cluster") or None,
                    ca_source=ca_source, certificate_source=certificate_source, params=params,
-                   endpoints_source=endpoints_source, **pems)
+                   endpoints_source=endpoints_source, nodes_listed=nodes_listed, **pems)
 
     def replace(self, **overrides):
         """New settings from the same options with some of them replaced (``insecure=False``...)."""

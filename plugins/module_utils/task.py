@@ -92,7 +92,10 @@ class TaskSpec:
     when asked); ``quorum_wait`` adds ``quorum_wait_timeout``; ``shared_options``
     adds other groups of options that several modules share, each an
     ``(argument_spec, ranges)`` pair defined once where its concept lives (the
-    Image Factory's: ``image_factory.FACTORY_OPTIONS``). A module option with
+    Image Factory's: ``image_factory.FACTORY_OPTIONS``). ``several_nodes``
+    declares that the module acts on every node of O(nodes) (or the talosconfig
+    context's), with the result shape of several_nodes.result: it adds
+    ``max_concurrency`` (doc fragment talos_linux.talos.several_nodes). A module option with
     one of their names is refused. ``ranges`` gives the inclusive ``(lowest, highest)`` bounds of every
     int or float option (None for no bound on that side): a numeric option
     without bounds is a programming error. Strings must not be empty unless
@@ -103,7 +106,7 @@ class TaskSpec:
     """
 
     def __init__(self, argument_spec, connection=True, wait=False, wait_defaults=None, quorum_wait=False, ranges=None,
-                 may_be_empty=(), supports_check_mode=True, libraries=None, host_node=True, shared_options=(), **rules):
+                 may_be_empty=(), supports_check_mode=True, libraries=None, host_node=True, shared_options=(), several_nodes=False, **rules):
         unknown = sorted(set(rules) - set(_VALIDATOR_KEYS))
         if unknown:
             raise ValueError("unknown TaskSpec rules: %s" % ", ".join(unknown))
@@ -121,6 +124,10 @@ class TaskSpec:
         if quorum_wait:
             spec.update(QUORUM_WAIT_ARGUMENT_SPEC)
             bounds.update(QUORUM_WAIT_RANGES)
+        if several_nodes:
+            # Imported here: the modules that only make files never load the client several_nodes stands on.
+            from ansible_collections.talos_linux.talos.plugins.module_utils.several_nodes import CONCURRENCY_OPTIONS
+            shared_options = [CONCURRENCY_OPTIONS] + list(shared_options)
         for group_spec, group_ranges in shared_options:
             spec.update(group_spec)
             bounds.update(group_ranges)
@@ -143,6 +150,7 @@ class TaskSpec:
         self.supports_check_mode = supports_check_mode
         self.connection = connection
         self.host_node = connection and host_node
+        self.several_nodes = bool(several_nodes)
         self.libraries = libraries if libraries is not None else (CLIENT_LIBRARIES if connection else GENERATOR_LIBRARIES)
         self.rules = rules
 

@@ -192,7 +192,7 @@ EXAMPLES = r"""
 RETURN = r"""
 node:
   description: The node the configuration was applied to (null when the endpoint answered for itself).
-  returned: when the task targets one node
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: 10.5.0.2
 mode:
@@ -201,12 +201,12 @@ mode:
       dry run reported), one of V(reboot), V(auto), V(no_reboot), V(staged), V(try).
     - Talos v1.14 answers V(no_reboot) for O(mode=auto), and for O(mode=reboot), which the module completes with a
       reboot (see RV(rebooted)).
-  returned: when the task targets one node
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: no_reboot
 mode_details:
   description: The node's description of what it did (or, for a dry run, would do), with secret values redacted.
-  returned: when the task targets one node
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: "Applied configuration without a reboot"
 rebooted:
@@ -222,12 +222,12 @@ etcd_gate_open:
     - When the configuration reboots the node, whether the etcd quorum guard lets it go - true when etcd keeps its
       quorum without it, or when there is nothing to guard (a worker); false when etcd would lose its quorum (the task
       then fails, unless O(force_quorum_loss=true)).
-  returned: when the configuration reboots the node, in the result of each node in RV(nodes)
+  returned: when the configuration reboots the node; at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: bool
   sample: true
 quorum:
   description: When the configuration reboots a control plane that is an etcd member, the etcd quorum check made.
-  returned: when the configuration reboots the node, in the result of each node in RV(nodes)
+  returned: when the configuration reboots the node; at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 installer_kept:
@@ -235,25 +235,27 @@ installer_kept:
     - With O(keep_newer_installer=true), when the configuration named an installer of an older release than the node's
       active configuration, the installer image the configuration named (C(given)) and the one applied instead
       (C(applied)).
-  returned: when the installer was kept, in the result of each node in RV(nodes)
+  returned: when the installer was kept; at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: dict
   sample:
     given: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
     applied: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1
 warnings:
   description: The node's warnings about the configuration; they are shown as task warnings too.
-  returned: in the result of each node in RV(nodes)
+  returned: at the top with one node (O(node)), else in each node's entry of RV(nodes)
   type: list
   elements: str
   sample: []
 nodes:
   description:
-    - The result of each node, by node, with the keys above (C(changed), C(node), C(mode), C(mode_details),
-      C(warnings), C(rebooted)); the shape of every module acting on several nodes (docs/architecture.md, "Several
-      nodes in one task").
-    - With one node its keys are at the top of the result and under this key as well, where a task's
-      C(changed_when) cannot overwrite what the node reported.
-  returned: always
+    - The result of each node, keyed by node, with the keys above (C(changed), C(node), C(mode), C(mode_details),
+      C(warnings), C(rebooted)).
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.3: {changed: true, node: 10.5.0.3, mode: no_reboot, mode_details: "Applied configuration without a reboot",
@@ -262,12 +264,12 @@ results:
   description:
     - The results of RV(nodes) as a list, in the order of O(nodes).
     - Deprecated, to be removed in version 3.0.0 of the collection; use RV(nodes).
-  returned: when the task targets several nodes
+  returned: with O(nodes) or the talosconfig context's nodes
   type: list
   elements: dict
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import ConfigApplier, load_config, patch_secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -291,7 +293,7 @@ SPEC = TaskSpec(
     ranges=dict(try_timeout=(1, None)),
     mutually_exclusive=[("config", "config_file")],
     required_one_of=[("config", "config_file")],
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 
@@ -326,13 +328,13 @@ def run(task):
 
 
 def _summarize(task, output, nodes):
-    """The task-wide keys of several nodes' results, and their warnings as the task's."""
-    results = output.get("nodes", {})
+    """The task-wide keys of the nodes' results, and their warnings as the task's."""
+    results = list(output["nodes"].values()) if "nodes" in output else [dict(output)]
     output.pop("warnings", None)  # one node's keys at the top: its warnings become the task's below
-    output["rebooted"] = any(result.get("rebooted") for result in results.values())
-    if len(nodes) > 1:
-        output["results"] = list(results.values())
-    for result in results.values():
+    output["rebooted"] = any(result.get("rebooted") for result in results)
+    if "nodes" in output:
+        output["results"] = results
+    for result in results:
         for warning in result.get("warnings", ()):
             task.warn("%s: %s" % (label(result.get("node"), start=True), warning))
 

@@ -22,8 +22,12 @@ description:
   - Every certificate is reported with its subject, issuer, C(not_before), C(not_after), C(days_left), key algorithm
     and SHA-256 fingerprint. No key is read from a node or returned.
   - A certificate with O(warn_days) days or fewer left is listed in RV(expiring) and gives a warning.
-  - A node that cannot be read (it does not answer, its config cannot be parsed) gets its error in its entry and a
-    warning; the task fails only when no node can be read.
+  - With O(node) (or the host's own node, or the endpoint itself) the node's certificates are at the top of the
+    result; with O(nodes) (or the talosconfig context's nodes) the nodes are read concurrently, at most
+    O(max_concurrency) at a time, and each node's certificates are in RV(nodes), keyed by node.
+  - A node that cannot be read (it does not answer, its config cannot be parsed) fails the task, once every node is
+    read; its entry in RV(nodes) has C(failed) and C(msg), and the others, RV(files) and RV(expiring) are still
+    returned.
   - Read-only; never changes a node or a file.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
@@ -50,6 +54,7 @@ options:
     type: int
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
   - talos_linux.talos.attributes.read_only
@@ -84,45 +89,52 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+config_form:
+  description: V(v1alpha1), or V(documents) when the Kubernetes CAs live in a C(KubeAPIServerCAConfig) document.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: str
+talos_ca:
+  description: The Talos API CA the node's config names (C(machine.ca)); null when it names none.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: dict
+talos_accepted_cas:
+  description: The further Talos API CAs the node accepts client certificates from (C(machine.acceptedCAs)).
+  returned: with O(node), the host's own node or the endpoint itself
+  type: list
+  elements: dict
+kubernetes_ca:
+  description: The Kubernetes CA the node's config names; null when it names none.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: dict
+kubernetes_accepted_cas:
+  description: The further Kubernetes CAs the node's config accepts.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: list
+  elements: dict
+apid:
+  description:
+    - The serving certificate of the node's Talos API, with C(trusted) telling whether the CA of the talosconfig
+      in use signed it; null when no TLS handshake completed.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: dict
+config_error:
+  description: Why the node's CAs could not be read (a weaker role than C(os:admin)); absent otherwise.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: str
+apid_error:
+  description: Why no TLS handshake with the node's Talos API completed (see O(api_port)); absent otherwise.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: str
 nodes:
   description:
-    - The certificates of each targeted node, keyed by node (the endpoint when the endpoint answered for itself).
+    - The certificates of each node (the keys above), keyed by node.
     - Each certificate is a dict of C(subject), C(issuer) (RFC 4514), C(not_before), C(not_after) (UTC, ISO 8601),
       C(days_left) (whole days, negative once expired), C(key_algorithm) and C(fingerprint_sha256).
-  returned: always
+    - A node that could not be read has C(failed=true), C(msg), C(code) and C(node) instead, and fails the task.
+    - With O(nodes), even of one node, nothing of a node is at the top of the result; the shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
-  contains:
-    config_form:
-      description: V(v1alpha1), or V(documents) when the Kubernetes CAs live in a C(KubeAPIServerCAConfig) document.
-      type: str
-    talos_ca:
-      description: The Talos API CA the node's config names (C(machine.ca)); null when it names none.
-      type: dict
-    talos_accepted_cas:
-      description: The further Talos API CAs the node accepts client certificates from (C(machine.acceptedCAs)).
-      type: list
-      elements: dict
-    kubernetes_ca:
-      description: The Kubernetes CA the node's config names; null when it names none.
-      type: dict
-    kubernetes_accepted_cas:
-      description: The further Kubernetes CAs the node's config accepts.
-      type: list
-      elements: dict
-    apid:
-      description:
-        - The serving certificate of the node's Talos API, with C(trusted) telling whether the CA of the talosconfig
-          in use signed it; null when no TLS handshake completed.
-      type: dict
-    config_error:
-      description: Why the node's CAs could not be read (a weaker role than C(os:admin)); absent otherwise.
-      type: str
-    apid_error:
-      description: Why no TLS handshake with the node's Talos API completed (see O(api_port)); absent otherwise.
-      type: str
-    error:
-      description: Why the node could not be read at all (unreachable, a config that cannot be parsed); absent otherwise.
-      type: str
   sample:
     10.5.0.2:
       config_form: v1alpha1
@@ -133,6 +145,7 @@ nodes:
       kubernetes_ca: {subject: O=kubernetes, days_left: 3320}
       kubernetes_accepted_cas: []
       apid: {subject: CN=cp-1, issuer: O=talos, days_left: 364, trusted: true}
+    10.5.0.3: {node: 10.5.0.3, failed: true, code: Unavailable, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
 files:
   description: The certificates of the controller's files.
   returned: always
@@ -162,7 +175,7 @@ expiring:
       description: The node (C(node 10.5.0.2)) or file (C(talosconfig /path)) that holds it.
       type: str
     name:
-      description: Its place in RV(nodes) or RV(files), such as C(apid) or C(client).
+      description: Its place in the node's certificates or in RV(files), such as C(apid) or C(client).
       type: str
     subject:
       description: Its subject.
@@ -180,8 +193,8 @@ expiring:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import certificates
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError, TalosPermissionError
+from ansible_collections.talos_linux.talos.plugins.module_utils import certificates, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosError, TalosPermissionError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import read_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import read_active_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -198,16 +211,17 @@ SPEC = TaskSpec(
         api_port=dict(type="int"),
     ),
     ranges=dict(warn_days=(0, None), api_port=(1, 65535)),
+    several_nodes=True,
 )
 
 
-def _node_entry(task, node, port, now):
+def _node_entry(task, client, node, port, now):
     """The certificates of one node; a node that cannot be reached at all raises its TalosError."""
     settings = task.settings
-    where = certificates.node_label(node, settings)
+    where = several_nodes.node_key(node, settings)
     entry = {}
     try:
-        authorities = certificates.ConfigAuthorities.from_config(read_active_config(task.client, node), where)
+        authorities = certificates.ConfigAuthorities.from_config(read_active_config(client, node), where)
         entry.update(authorities.report(now, where))
     except TalosPermissionError as error:
         entry["config_error"] = error.message
@@ -239,21 +253,25 @@ def run(task):
             raise TaskFailed("kubeconfig %s does not exist or is not a kubeconfig (a YAML mapping)." % path)
         files["kubeconfig"] = certificates.kubeconfig_report(config, path, now, settings.timeout)
 
-    nodes, failures = {}, []
-    for node in task.target_nodes:
-        where = certificates.node_label(node, settings)
-        try:
-            nodes[where] = _node_entry(task, node, port, now)
-        except TalosError as error:
-            nodes[where] = {"error": error.message}
-            failures.append(error)
-            task.warn("Node %s could not be read: %s" % (where, error.message))
-    result = {"changed": False, "nodes": nodes, "files": files}
-    result["expiring"] = certificates.expiring(result, params["warn_days"])
-    for item in result["expiring"]:
-        task.warn(certificates.expiry_warning(item))
-    if failures and len(failures) == len(nodes):
-        raise TaskFailed.from_error(failures[0], **result)
+    def controller_part(nodes_result):
+        # The files and what expires are the task's, whichever node failed.
+        per_node = nodes_result.get("nodes")
+        if per_node is None:
+            per_node = {several_nodes.node_key(task.target_nodes[0], settings): nodes_result}
+        expiring = certificates.expiring({"nodes": per_node, "files": files}, params["warn_days"])
+        for item in expiring:
+            task.warn(certificates.expiry_warning(item))
+        return dict(files=files, expiring=expiring)
+
+    def read(client, node):
+        return _node_entry(task, client, node, port, now)
+
+    try:
+        result = several_nodes.run(task.client, task.target_nodes, read, params["max_concurrency"])
+    except ActionFailed as failure:
+        failure.result.update(controller_part(failure.result))
+        raise
+    result.update(controller_part(result), changed=False)
     return result
 
 

@@ -128,8 +128,8 @@ endpoints:
   type: list
   elements: str
   sample: [10.5.0.2]
-nodes:
-  description: The context's nodes.
+context_nodes:
+  description: The context's nodes (O(nodes)), the default target nodes of a task that uses the context.
   returned: always
   type: list
   elements: str
@@ -188,7 +188,7 @@ def run(task):
         "dest": path,
         "context": params["cluster_name"],
         "endpoints": list(params["endpoints"]),
-        "nodes": list(params["nodes"]),
+        "context_nodes": list(params["nodes"]),
         "issued": issued,
         "certificate": client_config.certificate_facts(crt_b64),
     }

@@ -15,8 +15,10 @@ description:
     services, etcd membership, disks, memory, addresses, mounts and a fingerprint of the active machine
     configuration - and returns it as the C(talos) fact.
   - Read-only; never changes a node.
-  - With several O(nodes), the nodes are read concurrently (at most O(max_concurrency) at a time) and the facts are
-    returned per node.
+  - With O(node) (or the host's own node, or the endpoint itself) the facts are the C(talos) fact of the host. With
+    O(nodes) (or the talosconfig context's nodes) the nodes are read concurrently, at most O(max_concurrency) at a
+    time, and each node's facts are returned in RV(nodes), keyed by node, not as facts; a node that cannot be read
+    fails the task once every node is read, and RV(nodes) still holds the facts of the others.
   - A node in maintenance mode (reached with O(insecure=true)) answers what a reader may see; its facts say
     C(maintenance=true).
 author:
@@ -58,24 +60,9 @@ options:
         description:
           - The resource ID. When not set, every resource of the type in the namespace is returned.
         type: str
-  max_concurrency:
-    description:
-      - How many nodes are read at the same time when the task targets several O(nodes). Each read is one gRPC
-        stream on the endpoint's connection, which the endpoint relays to its node; the others wait their turn, so
-        a task on a thousand nodes never opens a thousand streams at once.
-      - Each node's O(timeout) starts when its read does, not while it waits.
-      - Must be at least V(1).
-    type: int
-    default: 32
-  fail_on_node_error:
-    description:
-      - With several O(nodes), fail the task when any node cannot be read.
-      - By default the task fails only when no node could be read; the failed nodes appear in RV(nodes) with their
-        error.
-    type: bool
-    default: false
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
   - talos_linux.talos.attributes.read_only
@@ -121,6 +108,12 @@ EXAMPLES = r"""
   register: cluster
   run_once: true
 
+- name: Each node's facts are under nodes, keyed by node
+  ansible.builtin.debug:
+    msg: "{{ item.key }} is a {{ item.value.machine.type }}"
+  loop: "{{ cluster.nodes | dict2items }}"
+  run_once: true
+
 - name: Read a node in maintenance mode
   talos_linux.talos.talos_facts:
     endpoints: [10.5.0.9]
@@ -131,14 +124,14 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: Facts to add to C(ansible_facts).
-  returned: always
+  returned: with O(node), the host's own node or the endpoint itself
   type: dict
   contains:
     talos:
       description:
-        - The facts of the node, when the task targets one node.
+        - The facts of the node.
         - Subsets that were not gathered are absent.
-      returned: when the task targets one node
+      returned: with O(node), the host's own node or the endpoint itself
       type: dict
       contains:
         node:
@@ -257,29 +250,23 @@ ansible_facts:
           description: Subsets the node refused (for lack of a role, or in maintenance mode), with the reason.
           type: dict
           sample: {config: "Permission denied for cosi.resource.State/Get on node 10.5.0.2 ..."}
-    talos_nodes:
-      description:
-        - The facts of every node by node, when the task targets several nodes (as RV(nodes)).
-        - Deprecated, to be removed in version 3.0.0 of the collection; it doubles the size of the result. Use
-          RV(nodes), the shape of every module that takes several nodes.
-      returned: when the task targets several nodes
-      type: dict
 nodes:
   description:
-    - The facts of every node by node, when the task targets several nodes, each as RV(ansible_facts.talos).
-    - A node that could not be read has C(failed=true) and C(msg) instead.
-    - The shape of every module that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when the task targets several nodes
+    - Each node's facts (the keys of RV(ansible_facts.talos)), keyed by node; they are not set as facts.
+    - A node that could not be read has C(failed=true), C(msg), C(code) and C(node) instead, and fails the task.
+    - With O(nodes), even of one node, this is the whole result; the shape of every module that takes several
+      nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.2: {node: 10.5.0.2, maintenance: false, hostname: cp-1}
-    10.5.0.3: {node: 10.5.0.3, failed: true, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
+    10.5.0.3: {node: 10.5.0.3, failed: true, code: Unavailable, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -289,9 +276,8 @@ SPEC = TaskSpec(
             namespace=dict(type="str"),
             id=dict(type="str"),
         )),
-        fail_on_node_error=dict(type="bool", default=False),
     ),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 
@@ -301,23 +287,11 @@ def run(task):
     gatherer = FactGatherer(task.client, nodes, task.params["insecure"], task.params["max_concurrency"])
     facts, errors = gatherer.gather(subsets, task.params["resources"])
 
-    if len(nodes) == 1:
-        if errors:
-            raise errors[nodes[0]]
-        return dict(changed=False, ansible_facts={"talos": facts[nodes[0]]})
-
-    per_node = {}
-    for node in nodes:
-        if node in errors:
-            per_node[node] = {"node": node, "failed": True, "msg": errors[node].message}
-        else:
-            per_node[node] = facts[node]
-    result = dict(changed=False, nodes=per_node, ansible_facts={"talos_nodes": per_node})
-    if errors and (len(errors) == len(nodes) or task.params["fail_on_node_error"]):
-        failed = sorted(errors)
-        raise TaskFailed("Could not read %d of %d nodes (%s): %s" % (
-            len(failed), len(nodes), ", ".join(failed), errors[failed[0]].message), **result)
-    return result
+    outcomes = dict((node, errors[node] if node in errors else facts[node]) for node in nodes)
+    result = several_nodes.result(outcomes, nodes, task.settings)
+    if task.settings.nodes_listed:
+        return result
+    return dict(changed=False, ansible_facts={"talos": result})
 
 
 def main():

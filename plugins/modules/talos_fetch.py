@@ -83,12 +83,12 @@ EXAMPLES = r"""
 RETURN = r"""
 dest:
   description: Where the node's files went.
-  returned: with one node
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: /srv/talos/pod-logs/10.5.0.2
 files:
   description: Every member placed, in archive order.
-  returned: with one node
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: dict
   contains:
@@ -115,16 +115,19 @@ files:
       returned: for links
 not_fetched:
   description: Members not fetched and why (device files, pipes, hard links).
-  returned: with one node
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: dict
   sample: [{path: /srv/talos/dev/null, reason: a device file is not fetched}]
 nodes:
   description:
-    - Each node's result (the keys above), keyed by node; a node that failed has C(failed) and C(msg).
-    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
-      that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when several nodes are targeted
+    - Each node's result (the keys above), keyed by node.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
 """
 
@@ -140,13 +143,8 @@ SPEC = TaskSpec(
         dest=dict(type="path", required=True),
         flat=dict(type="bool", default=False),
     ),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
-
-
-def _node_dir(task, node):
-    # The endpoint answers for itself when no node is named: its host names the directory then.
-    return node or task.settings.endpoints[0].rsplit(":", 1)[0].strip("[]")
 
 
 def run(task):
@@ -161,7 +159,7 @@ def run(task):
         raise TaskFailed("dest %s is not a directory: set dest to a directory on the controller." % dest)
 
     def copy(client, node):
-        root = dest if params["flat"] else os.path.join(dest, _node_dir(task, node))
+        root = dest if params["flat"] else os.path.join(dest, several_nodes.node_key(node, task.settings))
         files, skipped = node_files.fetch(client, node, src, root, check_mode=task.check_mode)
         changed = [entry for entry in files if entry["changed"]]
         result = dict(changed=bool(changed), dest=root, files=files, not_fetched=skipped)

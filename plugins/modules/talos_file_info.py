@@ -124,7 +124,7 @@ EXAMPLES = r"""
 RETURN = r"""
 files:
   description: With O(get=list), the entries, O(path) itself first, in the order the node walks them.
-  returned: with get=list and one node
+  returned: with get=list and one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: dict
   contains:
@@ -165,17 +165,17 @@ files:
     - {path: /var/log, name: ".", type: directory, size: 4096, mode: "0755", modified: 1795000000, uid: 0, gid: 0}
 stat:
   description: With O(get=stat), the metadata of O(path), keys as in RV(files).
-  returned: with get=stat and one node
+  returned: with get=stat and one node (O(node), the host's own node or the endpoint itself)
   type: dict
 content:
   description: With O(get=content), the file's text, redacted.
-  returned: with get=content and one node
+  returned: with get=content and one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: "nameserver 127.0.0.53\n"
 usage:
   description: With O(get=usage), the sizes, deepest entries first and O(path) itself last; a directory's size is
     that of everything it holds.
-  returned: with get=usage and one node
+  returned: with get=usage and one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: dict
   contains:
@@ -190,14 +190,17 @@ usage:
       type: int
 size:
   description: With O(get=usage), the size of O(path) with everything it holds (when the threshold kept it).
-  returned: with get=usage and one node
+  returned: with get=usage and one node (O(node), the host's own node or the endpoint itself)
   type: int
 nodes:
   description:
-    - Each node's result (the keys above), keyed by node; a node that failed has C(failed) and C(msg).
-    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
-      that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when several nodes are targeted
+    - Each node's result (the keys above), keyed by node.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
 """
 
@@ -218,7 +221,7 @@ SPEC = TaskSpec(
     ),
     # Read's 1 KiB frames arrive in one reply stream; 32 MiB is Talos's largest message, a sane ceiling for text.
     ranges=dict(depth=(0, None), max_size=(1, 32 * 1024 * 1024), threshold=(None, None)),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 

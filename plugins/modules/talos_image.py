@@ -124,10 +124,13 @@ EXAMPLES = r"""
 RETURN = r"""
 nodes:
   description:
-    - The outcome on each node, keyed by node, with the keys below; a node that failed has C(failed) and C(msg).
-    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
-      that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when several nodes are targeted
+    - The outcome on each node, keyed by node, with the keys below.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.3:
@@ -139,21 +142,21 @@ nodes:
       image_reason: the node has no Image Factory schematic ...
 image:
   description: The image as containerd names it (a single node).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: registry.k8s.io/pause:3.10
 pulled:
   description: The pulled image pinned to its digest, as the node named it; null when nothing was pulled.
-  returned: when one node is targeted and O(state=present)
+  returned: with one node (O(node), the host's own node or the endpoint itself) and O(state=present)
   type: str
 removed:
   description: The names removed (or, in check mode, that would be).
-  returned: when one node is targeted and O(state=absent)
+  returned: with one node (O(node), the host's own node or the endpoint itself) and O(state=absent)
   type: list
   elements: str
 image_reason:
   description: With O(installer_version) or O(installer_image), why this installer was chosen for the node.
-  returned: when one node is targeted and O(installer_version) or O(installer_image) is set
+  returned: with one node (O(node), the host's own node or the endpoint itself) and O(installer_version) or O(installer_image) is set
   type: str
 """
 
@@ -178,7 +181,7 @@ SPEC = TaskSpec(
     mutually_exclusive=[("name", "installer_version", "installer_image")],
     required_if=[("state", "absent", ("name",))],
     required_by=dict(image_repository="installer_version", image_factory_url="installer_version"),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 
@@ -227,7 +230,7 @@ def run(task):
     for node, reason in reasons.items():
         if not isinstance(outcomes[node], TalosError):
             outcomes[node]["image_reason"] = reason
-    return several_nodes.result(outcomes, nodes, task.settings.endpoints[0])
+    return several_nodes.result(outcomes, nodes, task.settings)
 
 
 def main():

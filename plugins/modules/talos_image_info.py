@@ -60,10 +60,13 @@ EXAMPLES = r"""
 RETURN = r"""
 nodes:
   description:
-    - The images on each node, keyed by node; a node that failed has C(failed) and C(msg).
-    - With one node the result holds RV(namespace) and RV(images) alone, not this key too. This is the shape of
-      every module that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when several nodes are targeted
+    - The images on each node (RV(namespace) and RV(images)), keyed by node.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.3:
@@ -76,12 +79,12 @@ nodes:
           labels: {io.cri-containerd.image: managed}
 namespace:
   description: The containerd namespace listed (a single node).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: cri
 images:
   description: The images of the namespace (name, digest, size in bytes, created_at, labels) (a single node).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: dict
   sample:
@@ -101,7 +104,7 @@ SPEC = TaskSpec(
     argument_spec=dict(
         namespace=dict(type="str", default="cri", choices=["system", "cri"]),
     ),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 
@@ -110,7 +113,7 @@ def run(task):
     store = images.NodeImages(task.client, namespace, task.params["max_concurrency"])
     outcomes = dict((node, listed if isinstance(listed, TalosError) else {"namespace": namespace, "images": listed})
                     for node, listed in store.list(task.target_nodes).items())
-    return several_nodes.result(outcomes, task.target_nodes, task.settings.endpoints[0])
+    return several_nodes.result(outcomes, task.target_nodes, task.settings)
 
 
 def main():

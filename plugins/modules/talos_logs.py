@@ -95,16 +95,19 @@ EXAMPLES = r"""
 RETURN = r"""
 lines:
   description: The log lines, oldest first, when the task reads one node.
-  returned: when one node is read
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: str
   sample: ['{"level":"info","ts":"2026-11-23T21:00:00.000Z","msg":"ready to serve client requests"}']
 nodes:
   description:
-    - Each node's result (RV(lines)), keyed by node; a node that failed has C(failed) and C(msg).
-    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
-      that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when several nodes are targeted
+    - Each node's result (RV(lines)), keyed by node.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.2:
@@ -143,7 +146,7 @@ SPEC = TaskSpec(
     ),
     required_if=[("kernel", False, ("service",))],
     ranges=dict(lines=(0, None)),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 
@@ -161,7 +164,7 @@ def run(task):
     nodes = task.target_nodes
     result = several_nodes.run(task.client, nodes, read, params["max_concurrency"])
     # The list of earlier releases, deprecated for lines and nodes (3.0.0).
-    read = [result] if len(nodes) == 1 else list(result["nodes"].values())
+    read = list(result["nodes"].values()) if "nodes" in result else [result]
     result["logs"] = [{"node": node, "lines": outcome["lines"]} for node, outcome in zip(nodes, read)]
     return result
 

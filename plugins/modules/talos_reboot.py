@@ -105,32 +105,32 @@ boot_id_before:
   description:
     - The node's boot ID before the reboot; C(boot-time:<seconds>) when the certificate may not read it (no
       C(os:admin) role).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1
 boot_id_after:
   description: The boot ID after the reboot, in the same form; null without O(wait) and in check mode.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: 9a0c7f55-2b0e-4d8b-a1f2-7f4c0f2e9d11
 elapsed:
   description: Seconds from the reboot request to the end of the wait; null without O(wait) and in check mode.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: float
   sample: 74.2
 actor_id:
   description: The actor ID Talos gave the reboot (its events carry it); null in check mode.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
 mode:
   description: The reboot mode used.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: default
 controlplane:
   description: Whether the node is a control plane (it answered the etcd member list).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 etcd_gate_open:
@@ -138,34 +138,36 @@ etcd_gate_open:
     - Whether the etcd quorum guard lets the node go - true when etcd keeps its quorum without it, or when there is
       nothing to guard (a worker, a node that is no etcd member).
     - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 services:
   description:
     - The state and health of each service of O(wait_for_services) at the end of the wait; on a worker, a service only
       control planes run is C(not run on worker nodes).
-  returned: when one node is targeted, O(wait_for_services) is set and the module waited
+  returned: with one node (O(node), the host's own node or the endpoint itself), O(wait_for_services) is set and the module waited
   type: dict
   sample: {etcd: "Running, healthy", kubelet: "Running, healthy"}
 nodes:
   description:
-    - The result of each node rebooted, by node, with the keys above; the shape of every module acting on several nodes
-      (docs/architecture.md, "Several nodes in one task").
-    - With one node its keys are at the top of the result and under this key as well, where a task's
-      C(changed_when) cannot overwrite what the node reported.
-  returned: always
+    - The result of each node rebooted, keyed by node, with the keys above.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.5: {changed: true, mode: default, boot_id_before: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1, elapsed: 41.3}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import unknown_services_problem
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
@@ -178,7 +180,7 @@ SPEC = TaskSpec(
     ),
     wait=True,
     quorum_wait=True,
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 

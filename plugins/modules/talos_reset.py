@@ -136,7 +136,7 @@ EXAMPLES = r"""
 RETURN = r"""
 wiped:
   description: What the reset wipes (or, in check mode, would wipe).
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   contains:
     system_disk:
@@ -155,24 +155,24 @@ expected_state:
   description:
     - How the node ends - V(maintenance) (rebooted without configuration), V(configured) (rebooted with its
       configuration) or V(off).
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: maintenance
 state:
   description:
     - The state observed at the end - V(maintenance), V(configured) or V(off) after the wait; null without O(wait)
       and in check mode; V(maintenance) for a node found in maintenance mode.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: maintenance
 graceful:
   description: Whether the reset was graceful.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 controlplane:
   description: Whether the node is a control plane (it answered the etcd member list).
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 etcd_gate_open:
@@ -181,34 +181,36 @@ etcd_gate_open:
       nothing to guard (a worker, a node that is no etcd member).
     - False when etcd would lose its quorum; the task then fails, unless O(force_quorum_loss=true).
     - Null when the node was found in maintenance mode.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 quorum:
   description:
     - The etcd quorum check made on a control plane that is an etcd member - of its removal for a graceful reset,
       of its absence otherwise; null when none was made.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   sample: {safe: true, voters_after: 2, quorum_after: 2, healthy_after: 2, unhealthy: []}
 actor_id:
   description: The actor ID Talos gave the reset; null when no reset was sent.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: 9b2d5c3e-7f0a-4a9e-8d3f-0e8a7c6b5d4f
 nodes:
   description:
-    - The result of each node reset, by node, with the keys above; the shape of every module acting on several nodes
-      (docs/architecture.md, "Several nodes in one task").
-    - With one node its keys are at the top of the result and under this key as well, where a task's
-      C(changed_when) cannot overwrite what the node reported.
-  returned: always
+    - The result of each node reset, keyed by node, with the keys above.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.5: {changed: true, controlplane: false, state: powered off}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -223,7 +225,7 @@ SPEC = TaskSpec(
     ),
     wait=True,
     quorum_wait=True,
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 

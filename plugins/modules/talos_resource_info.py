@@ -180,10 +180,13 @@ resources:
         addresses: [10.5.0.2]
 nodes:
   description:
-    - Each node's result (RV(resources)), keyed by node; a node that failed has C(failed) and C(msg).
-    - With one node the result holds that node's keys alone, not this key too. This is the shape of every module
-      that takes several nodes (docs/architecture.md, "Several nodes in one task").
-  returned: when several nodes are targeted
+    - Each node's result (RV(resources)), keyed by node.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
 elapsed:
   description: Seconds spent waiting, when O(wait=true).
@@ -214,7 +217,7 @@ SPEC = TaskSpec(
     wait=True,
     wait_defaults=dict(wait=False, wait_timeout=120),
     ranges=dict(wait_timeout=(0, None)),
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 # Seconds between two reads of a node that cannot watch.
@@ -253,7 +256,7 @@ def run(task):
     result.update(read_kind)
     if waiter:
         result["elapsed"] = waiter.elapsed
-    if len(nodes) > 1:  # one list of every node's, deprecated for nodes (3.0.0)
+    if "nodes" in result:  # one list of every node's, deprecated for nodes (3.0.0)
         result["resources"] = [item for outcome in result["nodes"].values() for item in outcome["resources"]]
     return result
 

@@ -236,11 +236,14 @@ kubernetes_ca:
   description: The same as RV(talos_ca), for the Kubernetes CA.
   returned: when O(rotate) holds V(kubernetes)
   type: dict
-nodes:
+node_phases:
   description:
     - Each node's C(machine_type), and where its config stood when the task started (V(original), V(accepted),
       V(swapped), V(done)) in the rotation in progress (also with O(abandon), whose steps take it back to V(original))
       - C(phase) for the Talos API CA, C(kubernetes_phase) for the Kubernetes CA, each when rotated.
+    - Keyed by node as targeted. A node that cannot be read fails the task before any node changes.
+    - Not named C(nodes), whose entries are each node's whole result in the modules that take several nodes; a
+      rotation's result is the cluster's, with O(node) too.
   returned: always
   type: dict
   sample: {10.5.0.2: {machine_type: controlplane, phase: original, kubernetes_phase: original}}
@@ -390,7 +393,8 @@ def run(task):
     def prepared(name):
         return _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, givens[name])
 
-    result = {"rotation": None, "nodes": dict((node, {}) for node in nodes), "plan": [], "done": [], "changed": False}
+    result = {"rotation": None, "node_phases": dict((node, {}) for node in nodes), "plan": [], "done": [],
+              "changed": False}
     diffs = []
     # Every check of every CA's run comes before the first change of either.
     runs = []
@@ -479,8 +483,8 @@ def _report(task, result, name, rotation, files, given, now):
     upcoming = files.new if files.new is not None or rotation.due is None else given
     result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(upcoming, now)}
     for node, phase in rotation.reported_phases().items():
-        result["nodes"][node].update(machine_type="controlplane" if rotation.configs[node].control_plane else "worker",
-                                     **{_PHASE_KEYS[name]: phase})
+        result["node_phases"][node].update(
+            machine_type="controlplane" if rotation.configs[node].control_plane else "worker", **{_PHASE_KEYS[name]: phase})
     result["plan"].extend(rotation.plan)
     result["files"] = _files(files)
     return dict((node, rotation.configs[node].fields()) for node in rotation.nodes), upcoming

@@ -86,29 +86,29 @@ EXAMPLES = r"""
 RETURN = r"""
 name:
   description: The service ID.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: kubelet
 node:
   description: The node the service runs on (null when the endpoint answered for itself).
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: 10.5.0.3
 state:
   description:
     - The service state after the task, as ServiceList reports it (C(Running), C(Finished), C(Waiting), ...).
     - In check mode, the state the service would reach.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: Running
 health:
   description: The service health after the task (see RV(before.health)).
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   sample: {"unknown": false, "healthy": true, "last_message": "", "last_change": "2026-01-01T10:00:00Z"}
 before:
   description: The service as ServiceList reported it before the task.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   contains:
     state:
@@ -129,20 +129,22 @@ after:
   description:
     - The service as ServiceList reported it after the task, with the same fields as RV(before).
     - In check mode, RV(before) with the state the service would reach.
-  returned: always
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
 response:
   description: The node's answer to the start, stop or restart request.
-  returned: when a request was sent
+  returned: when a request was sent, with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: Service "kubelet" restarted
 nodes:
   description:
-    - The result of each node acted on, by node, with the keys above; the shape of every module acting on several nodes
-      (docs/architecture.md, "Several nodes in one task").
-    - With one node its keys are at the top of the result and under this key as well, where a task's
-      C(changed_when) cannot overwrite what the node reported.
-  returned: always
+    - The result of each node acted on, keyed by node, with the keys above.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.5: {changed: true, name: kubelet, state: Running, response: Service "kubelet" restarted}
@@ -165,7 +167,7 @@ SPEC = TaskSpec(
         state=dict(type="str", required=True, choices=["started", "stopped", "restarted"]),
     ),
     wait=True,
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 RECENT_EVENTS = 10
@@ -209,8 +211,7 @@ def run(task):
         return _control(task, client, node, name, state)
 
     # A service's start, stop or restart leaves the node up: no control plane waits for another.
-    return several_nodes.run(task.client, task.target_nodes, control, task.params["max_concurrency"],
-                             lone_node_keyed=True)
+    return several_nodes.run(task.client, task.target_nodes, control, task.params["max_concurrency"])
 
 
 def _control(task, client, node, name, state):

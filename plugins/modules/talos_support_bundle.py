@@ -16,9 +16,12 @@ description:
     and C(.state), C(kubernetes-logs/kube-system/<pod>.log), C(mounts), C(devices), C(io), C(processes),
     C(summary) and C(resources/<type>.yaml); for the cluster C(kubernetesResources/nodes.yaml) and
     C(kubernetesResources/systemPods.yaml) read through the admin kubeconfig Talos returns (kept in memory).
-  - Beside them, C(support-bundle.yaml) lists the nodes reached and missed and every section missed with the reason.
-    A node that cannot be reached, a section a node refuses or a Kubernetes API that does not answer is recorded
-    there and in RV(missed), and does not fail the task.
+  - Beside them, C(support-bundle.yaml) says, for each node and for the cluster, what was collected and every section
+    missed with the reason, as the task returns it. A section a node refuses or a Kubernetes API that does not answer
+    is recorded there and does not fail the task, since the bundle is for looking at what is there.
+  - A node that cannot be reached at all fails the task, as in every module that takes several nodes, once the bundle
+    of the nodes that answered is written; its entry in RV(nodes) says why. A play that wants the bundle of a
+    cluster with a node down sets C(failed_when) or C(ignore_errors) on the task.
   - No secret goes into the bundle - a resource of a type Talos marks sensitive (C(MachineConfigs), C(KubeletSpecs),
     C(APIServerConfigs), the C(secrets) namespace...) is written as talosctl writes it, its metadata kept and its
     C(spec) replaced by C(<REDACTED>) (listing them needs C(os:admin); with a weaker role they are in RV(missed)), every other
@@ -28,6 +31,8 @@ description:
   - The file is private (mode 0600) and appears whole or not at all. With O(encryption_recipients) it is encrypted
     with age to them, as C(talosctl support) does (the C(pyrage) library); decrypt with C(age -d -i <identity>).
   - Each section is asked of every node at once, at most O(max_concurrency) nodes at a time.
+  - With O(node) (or the host's own node, or the endpoint itself) that node's entry is at the top of the result; with
+    O(nodes) (or the talosconfig context's nodes) the entries are in RV(nodes), keyed by node.
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
@@ -54,19 +59,15 @@ options:
     type: list
     elements: str
     default: []
-  max_concurrency:
-    description:
-      - How many nodes are asked at the same time.
-    type: int
-    default: 5
 extends_documentation_fragment:
   - talos_linux.talos.connection
+  - talos_linux.talos.several_nodes
   - talos_linux.talos.attributes
   - talos_linux.talos.attributes.actiongroup_talos
 attributes:
   check_mode:
     support: full
-    details: Asks every node for its version and reports which nodes and sections would be collected; writes nothing.
+    details: Asks every node for its version and reports the sections that would be collected; writes nothing.
   diff_mode:
     support: none
     details: A bundle is new every time; there is nothing to compare.
@@ -74,13 +75,13 @@ attributes:
     support: none
     details: Every run collects a new bundle.
 requirements:
-  - kubernetes (Python library) for the Kubernetes part; without it that part is listed as missed.
+  - kubernetes (Python library) for the Kubernetes part; without it that part is listed in RV(cluster) as missed.
   - pyrage (Python library) when O(encryption_recipients) is set.
 notes:
   - Name every node with O(nodes) (control planes and workers); the kubeconfig comes from the first node reached that
     gives one.
   - Reading files (C(devices)) and the kubeconfig needs the C(os:admin) role; with a lesser role those parts are
-    listed as missed.
+    listed as missed, and the task does not fail for them.
 seealso:
   - module: talos_linux.talos.talos_logs
   - module: talos_linux.talos.talos_resource_info
@@ -114,41 +115,46 @@ encrypted:
   description: Whether the bundle is encrypted with age.
   returned: always
   type: bool
-nodes:
-  description: The nodes asked, as named in the archive.
-  returned: always
-  type: list
-  elements: str
-reached_nodes:
-  description: The nodes that answered.
-  returned: always
-  type: list
-  elements: str
-missed_nodes:
-  description: The nodes that could not be reached; their reasons are in RV(missed).
-  returned: always
-  type: list
-  elements: str
+reached:
+  description: Whether the node answered.
+  returned: with O(node), the host's own node or the endpoint itself
+  type: bool
 collected:
-  description: For each node (and V(cluster)), the sections collected.
-  returned: unless in check mode
-  type: dict
-  sample: {"10.5.0.2": [summary, dmesg, service-logs, mounts], cluster: [kubernetes-nodes]}
+  description: The sections collected from the node (in check mode, that would be collected).
+  returned: with O(node), the host's own node or the endpoint itself
+  type: list
+  elements: str
+  sample: [summary, dmesg, service-logs, mounts]
 missed:
-  description: Every section missed, with its source (a node or V(cluster)) and the reason.
-  returned: always
+  description: Every section missed on the node, with the reason.
+  returned: with O(node), the host's own node or the endpoint itself
   type: list
   elements: dict
-  sample: [{source: 10.5.0.4, section: summary, reason: "node 10.5.0.4 is unreachable ..."}]
-sections:
-  description: In check mode, the sections that would be collected from each reached node and from the cluster.
-  returned: in check mode
+  sample: [{section: devices, reason: "Permission denied for machine.MachineService/Read on node 10.5.0.3 ..."}]
+nodes:
+  description:
+    - Each node's entry (the keys above), keyed by node as the archive's folders are named (the endpoint's host when
+      it answered for itself).
+    - A node that could not be reached has C(failed=true), C(msg), C(code) and C(node) instead, and fails the task
+      once the bundle of the others is written.
+    - With O(nodes), even of one node, nothing of a node is at the top of the result; the shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
+  sample:
+    10.5.0.2: {reached: true, collected: [summary, dmesg, service-logs, mounts], missed: []}
+    10.5.0.4: {node: 10.5.0.4, failed: true, code: Unavailable, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
+cluster:
+  description: The Kubernetes part - C(collected), the sections collected (in check mode, that would be), and
+    C(missed), each with C(section) and C(reason).
+  returned: always
+  type: dict
+  sample: {collected: [kubernetes-nodes], missed: [{section: kubernetes-system-pods, reason: "..."}]}
 """
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import support_bundle
+from ansible_collections.talos_linux.talos.plugins.module_utils import several_nodes, support_bundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -160,16 +166,9 @@ SPEC = TaskSpec(
         kubernetes=dict(type="bool", default=True),
         kubernetes_endpoint=dict(type="str"),
         encryption_recipients=dict(type="list", elements="str", default=[]),
-        max_concurrency=dict(type="int", default=5),
     ),
-    ranges=dict(max_concurrency=(1, None)),
+    several_nodes=True,
 )
-
-
-def _names(task, nodes):
-    # The endpoint answers for itself when no node is named: its host names the node's folder then.
-    endpoint_host = task.settings.endpoints[0].rsplit(":", 1)[0].strip("[]")
-    return dict((node, node or endpoint_host) for node in nodes)
 
 
 def _kube_api_factory(task):
@@ -202,13 +201,19 @@ def run(task):
                          "(pip install pyrage), or leave encryption_recipients empty for a plain zip.")
     parsed = support_bundle.age_recipients(recipients) if recipients else []
     nodes = task.target_nodes
-    bundle = support_bundle.SupportBundle(task.client, nodes, _names(task, nodes), params["max_concurrency"], task.progress,
+    names = dict((node, several_nodes.node_key(node, task.settings)) for node in nodes)
+    bundle = support_bundle.SupportBundle(task.client, nodes, names, params["max_concurrency"], task.progress,
                                           _kube_api_factory(task), hide=task.hide)
+    task_keys = dict(changed=True, encrypted=bool(recipients))
     if task.check_mode:
-        report = bundle.plan()
-        return dict(report, changed=True, encrypted=bool(recipients))
-    report = support_bundle.write_bundle(bundle, dest, parsed)
-    return dict(report, changed=True, dest=dest, encrypted=bool(recipients))
+        report, unreached = bundle.plan()
+    else:
+        report, unreached = support_bundle.write_bundle(bundle, dest, parsed)
+        task_keys["dest"] = dest
+    task_keys["cluster"] = report["cluster"]
+    # A node that was not reached fails the task; the bundle of the others is written by then.
+    outcomes = dict((node, unreached.get(node) or report["nodes"][names[node]]) for node in nodes)
+    return several_nodes.result(outcomes, nodes, task.settings, task_keys)
 
 
 def main():

@@ -190,34 +190,34 @@ upgraded:
     - Whether the node was upgraded to the target version (in check mode, would be) - it ran another version before.
     - False for a node that already ran the target; the task may still report it changed when only its installer
       reference was updated (RV(installer_reference)), which reboots nothing.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 previous_version:
   description: The Talos version the node ran before the task.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: v1.13.0
 current_version:
   description:
     - The Talos version the node reports at the end. Without O(wait), or in check mode, the version it ran
       before the reboot.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: v1.14.0
 target_version:
   description: The version the node was asked to run, from the image tag or O(version).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: v1.14.0
 image:
   description: The installer image reference used.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
 image_reason:
   description: Why this installer - the option that names it, or what the node runs.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: the node runs Image Factory schematic ce4c98... on platform nocloud, so its system extensions (qemu-guest-agent) are kept
 installer_reference:
@@ -225,7 +225,7 @@ installer_reference:
     - The installer reference in the node's machine config - C(home) (V(.machine.install.image), V(UnattendedInstallConfig
       installer.image), or null when the config names no installer), C(before) and C(after) the task, and whether it
       C(changed).
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   sample:
     home: .machine.install.image
@@ -234,20 +234,20 @@ installer_reference:
     changed: true
 rebooted:
   description: Whether the node was rebooted (or, without O(wait), asked to reboot) into the new version.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 api_used:
   description:
     - The upgrade API used, V(lifecycle) or V(legacy); in check mode the one the module would try first;
       null when nothing had to be done.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: lifecycle
 controlplane:
   description:
     - Whether the node is a control plane (it answered the etcd member list); null when nothing had to be done.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 etcd_gate_open:
@@ -257,18 +257,18 @@ etcd_gate_open:
     - False when etcd would lose its quorum (a state that may pass, see O(quorum_wait_timeout)); the task then fails,
       unless O(force_quorum_loss=true).
     - Null when nothing had to be done.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
 quorum:
   description: The etcd quorum check made on a control plane that is an etcd member; null otherwise.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: dict
   sample: {safe: true, voters_after: 3, quorum_after: 2, healthy_after: 2, unhealthy: []}
 progress:
   description:
     - What happened, in order - the image pull, each line of installer output, the reboot and the wait.
-  returned: when one node is targeted
+  returned: with one node (O(node), the host's own node or the endpoint itself)
   type: list
   elements: str
   sample:
@@ -280,24 +280,25 @@ progress:
 step:
   description:
     - On failure, the step that failed - V(pull), V(install), V(reboot), V(upgrade) (legacy API) or V(wait).
-  returned: on failure, when one node is targeted
+  returned: on failure, with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: install
 nodes:
   description:
-    - Each node's result, keyed by node (the endpoint when no node is targeted), with the keys above; a failed
-      node's has C(failed) and C(msg) (and the keys its failure knows); the shape of every module taking several
-      nodes (docs/architecture.md, "Several nodes in one task").
-    - With one node its keys are at the top of the result and under this key as well, where a task's
-      C(changed_when) cannot overwrite what the node reported.
-  returned: always
+    - Each node's result, keyed by node, with the keys above.
+    - A node that failed has C(failed), C(msg), C(code) and C(node) instead, and fails the task once every node is
+      done.
+    - With O(nodes), even of one node, the result holds this key and nothing of a node at the top; with O(node) (or
+      the host's own node) it holds that node's keys at the top and not this key. The shape of every module that
+      takes several nodes (docs/architecture.md, "Several nodes in one task").
+  returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
     10.5.0.5: {changed: true, upgraded: true, previous_version: v1.13.0, current_version: v1.14.0, rebooted: true}
     10.5.0.6: {changed: false, upgraded: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -321,7 +322,7 @@ SPEC = TaskSpec(
     required_one_of=[("image", "version")],
     required_by=dict(image_repository="version", image_factory_url="version"),
     quorum_wait=True,
-    shared_options=[several_nodes.CONCURRENCY_OPTIONS],
+    several_nodes=True,
 )
 
 

@@ -249,7 +249,8 @@ def test_talosconfig_roles_from_an_existing_bundle(emulator, run_playbook, tmp_p
     ]
     run = run_playbook(local_play(tasks))
     assert run.task("reader reads")["status"] == "ok"
+    # The contexts list the node: each result is keyed by it, as with the nodes option.
     refused = run.task("reader may not apply")
-    assert refused["status"] == "failed" and refused["result"].get("code") == "PermissionDenied"
-    assert run.task("admin reads the sensitive config")["result"]["ansible_facts"]["talos"]["config"]["hash"]
+    assert refused["status"] == "failed" and refused["result"]["nodes"][node.address]["code"] == "PermissionDenied"
+    assert run.task("admin reads the sensitive config")["result"]["nodes"][node.address]["config"]["hash"]
     assert cluster.audit(method="ApplyConfiguration", include_failed=False) == []

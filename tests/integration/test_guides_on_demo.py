@@ -394,7 +394,7 @@ def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, image_factory,
     assert stat.S_IMODE(os.stat(demo.file("support.zip")).st_mode) == 0o600
     with zipfile.ZipFile(demo.file("support.zip")) as archive:
         names = archive.namelist()
-    assert sorted(bundle["reached_nodes"]) == sorted(bundle["nodes"]) and len(bundle["nodes"]) == 5
+    assert len(bundle["nodes"]) == 5 and all(entry["reached"] for entry in bundle["nodes"].values())
     assert any(name.startswith("kubernetesResources/") for name in names) is KUBERNETES
     demo.run("node-files.yml")
     for name in nodes[:3]:

@@ -134,20 +134,21 @@ def node_name(cluster, address):
     return cluster.node(address).hostname
 
 
-def test_a_reader_sees_serving_certificates_and_a_node_that_is_off_is_a_warning(emulator, run_playbook):
+def test_a_reader_sees_serving_certificates_and_a_node_that_is_off_fails_the_task_after_the_others(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=2)
     cp, worker, off = cluster.controlplanes[0], cluster.workers[0], cluster.workers[1]
     cluster.power_off(off)
-    run = run_playbook(info_play(cluster, [cp.address, worker.address, off.address], role="reader", warn_days=400))
+    run = run_playbook(info_play(cluster, [cp.address, worker.address, off.address], role="reader", warn_days=400),
+                       expect_rc=2)
     task = run.task("certificates")
-    assert task["status"] == "ok", task["result"]
+    assert task["status"] == "failed", task["result"]
     result = task["result"]
+    assert result["msg"].startswith("1 of 3 nodes failed (%s): " % off.address)
     for address in (cp.address, worker.address):
         node = result["nodes"][address]
         assert "Permission denied" in node["config_error"] and "talos_ca" not in node
         assert node["apid"]["trusted"] is True
-    assert "error" in result["nodes"][off.address]
-    assert any("Node %s could not be read" % off.address in warning for warning in result["warnings"])
+    assert result["nodes"][off.address]["failed"] is True and result["nodes"][off.address]["code"]
     # warn_days above a year: every apid serving certificate and the talosconfig's client certificate are listed.
     names = sorted((item["where"], item["name"]) for item in result["expiring"])
     assert ("node %s" % cp.address, "apid") in names and ("node %s" % worker.address, "apid") in names
@@ -161,7 +162,8 @@ def test_every_node_off_fails_the_task(emulator, run_playbook):
     play = info_play(cluster, [worker.address])
     play["module_defaults"]["group/talos_linux.talos.talos"]["endpoints"] = [worker.endpoint]
     task = run_playbook(play, expect_rc=2).task("certificates")
-    assert task["status"] == "failed" and task["result"]["nodes"][worker.address]["error"]
+    assert task["status"] == "failed" and task["result"]["nodes"][worker.address]["failed"] is True
+    assert task["result"]["msg"].startswith("Talos endpoint %s " % worker.endpoint)
 
 
 def test_expired_certificate_is_reported_with_negative_days(emulator, run_playbook, tmp_path):
@@ -175,3 +177,19 @@ def test_expired_certificate_is_reported_with_negative_days(emulator, run_playbo
     (user,) = result["files"]["kubeconfig"]["users"]
     assert user["client"]["days_left"] < 0 and user["client"]["not_after"] < now.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert any("expired on" in warning for warning in result["warnings"])
+
+
+def test_one_node_is_reported_at_the_top_and_a_list_of_one_under_nodes(emulator, run_playbook):
+    cluster = emulator(controlplanes=1)
+    cp = cluster.controlplanes[0]
+    listed = run_playbook(info_play(cluster, [cp.address])).task("certificates")["result"]
+    assert sorted(listed["nodes"]) == [cp.address] and "apid" not in listed
+    one = info_play(cluster, [cp.address], warn_days=400)
+    del one["tasks"][0]["talos_linux.talos.talos_certificate_info"]["nodes"]
+    one["module_defaults"]["group/talos_linux.talos.talos"]["node"] = cp.address
+    result = run_playbook(one).task("certificates")["result"]
+    assert "nodes" not in result and result["apid"] == listed["nodes"][cp.address]["apid"]
+    assert result["talos_ca"]["fingerprint_sha256"] == _fingerprint(cluster.secrets.os_ca)
+    # warn_days above a year: the node's apid certificate is found at the top as it is under nodes.
+    assert ("node %s" % cp.address, "apid") in [(item["where"], item["name"]) for item in result["expiring"]]
+    assert result["files"]["talosconfig"]["path"] == cluster.talosconfig_path("admin")

@@ -84,7 +84,8 @@ def test_several_nodes_with_exclusions_and_resources(emulator, run_playbook):
 
     result = run.task("gather")["result"]
     assert set(result["nodes"]) == set(addresses)
-    assert result["ansible_facts"]["talos_nodes"] == result["nodes"]
+    # Each node's facts once, under nodes: none is set as the host's fact.
+    assert "ansible_facts" not in result
     for node in cluster.nodes:
         facts = result["nodes"][node.address]
         assert facts["hostname"] == node.hostname and facts["machine"]["type"] == node.machine_type
@@ -95,27 +96,25 @@ def test_several_nodes_with_exclusions_and_resources(emulator, run_playbook):
         assert machine_type["items"][0]["spec"] == node.machine_type
 
 
-def test_a_failed_node_is_reported_and_fail_on_node_error(emulator, run_playbook):
+def test_a_list_of_one_is_keyed_and_a_failed_node_fails_the_task_with_every_nodes_facts(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=1)
     controlplane, worker = cluster.controlplanes[0], cluster.workers[0]
     cluster.faults.make_unreachable(worker)
     tasks = [
-        {"name": "tolerant", FACTS: {"nodes": [controlplane.address, worker.address], "gather_subset": ["min"], "timeout": 5}},
-        {"name": "strict", FACTS: {"nodes": [controlplane.address, worker.address], "gather_subset": ["min"],
-                                   "fail_on_node_error": True, "timeout": 5}},
+        {"name": "one listed", FACTS: {"nodes": [controlplane.address], "gather_subset": ["min"]}},
+        {"name": "both", FACTS: {"nodes": [controlplane.address, worker.address], "gather_subset": ["min"], "timeout": 5}},
     ]
     run = run_playbook(play(tasks, cluster.talosconfig_path()), expect_rc=2)
 
-    tolerant = run.task("tolerant")
-    assert tolerant["status"] == "ok"
-    assert tolerant["result"]["nodes"][controlplane.address]["hostname"] == controlplane.hostname
-    assert tolerant["result"]["nodes"][worker.address]["failed"] is True
-    assert worker.address in tolerant["result"]["nodes"][worker.address]["msg"]
+    listed = run.task("one listed")["result"]
+    assert "ansible_facts" not in listed and listed["nodes"][controlplane.address]["hostname"] == controlplane.hostname
 
-    strict = run.task("strict")
-    assert strict["status"] == "failed"
-    assert strict["result"]["msg"].startswith("Could not read 1 of 2 nodes (%s)" % worker.address)
-    assert strict["result"]["nodes"][controlplane.address]["hostname"] == controlplane.hostname
+    both = run.task("both")
+    assert both["status"] == "failed"
+    assert both["result"]["msg"].startswith("1 of 2 nodes failed (%s): " % worker.address)
+    assert both["result"]["nodes"][controlplane.address]["hostname"] == controlplane.hostname
+    failed = both["result"]["nodes"][worker.address]
+    assert failed["failed"] is True and failed["code"] and worker.address in failed["msg"]
 
 
 def test_reader_certificate_leaves_out_the_config(emulator, run_playbook):

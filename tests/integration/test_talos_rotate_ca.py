@@ -199,7 +199,7 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_talosconfig(rotation_
     result = check["result"]
     assert [(entry["step"], entry["node"]) for entry in result["plan"]][:5] == [("accept", node) for node in setup.addresses]
     assert [entry["step"] for entry in result["plan"]] == ["accept"] * 5 + ["swap"] * 5 + ["prove"] * 5 + ["drop"] * 5
-    assert all(entry["phase"] == "original" for entry in result["nodes"].values())
+    assert all(entry["phase"] == "original" for entry in result["node_phases"].values())
     assert "<new CA>" in result["diff"]["after"] and "machine.acceptedCAs" in result["diff"]["before"]
     assert [node.config_bytes for node in cluster.nodes] == configs and len(cluster.audit()) == audited
     assert setup.talos_ca() == old_ca and not setup.secrets.with_name("secrets.yaml.previous").exists()
@@ -262,7 +262,7 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
     watcher.join(5)
     assert failed["result"]["msg"].startswith("The Talos API CA rotation stopped at the swap step on node %s" % worker.address)
     assert failed["result"]["rotation"] == "a rotation in progress is continued"
-    phases = dict((node, entry["phase"]) for node, entry in failed["result"]["nodes"].items())
+    phases = dict((node, entry["phase"]) for node, entry in failed["result"]["node_phases"].items())
     assert phases[other.address] == "accepted" and phases[worker.address] == "accepted"
 
     cluster.power_on(worker)
@@ -333,7 +333,7 @@ def test_a_run_killed_right_after_its_swap_step_is_finished_by_a_rerun(rotation_
     assert finished["status"] == "changed", finished["result"].get("msg")
     result = finished["result"]
     assert result["rotation"] == "a rotation in progress is continued"
-    assert set(entry["phase"] for entry in result["nodes"].values()) == {"swapped"}
+    assert set(entry["phase"] for entry in result["node_phases"].values()) == {"swapped"}
     assert [entry["step"] for entry in result["done"]] == ["prove"] * 5 + ["drop"] * 5
     assert setup.talos_ca() == new_ca
     _assert_rotated(setup, old_ca, str(old_talosconfig))
@@ -455,7 +455,7 @@ def test_a_rotation_that_failed_half_way_is_rolled_back_with_abandon(rotation_cl
     assert check["status"] == "changed" and result["rotation"] == "a rotation in progress is rolled back"
     assert result["talos_ca"]["old"]["fingerprint_sha256"] == talos_pki.fingerprint(talos_pki.load_certificate(new_ca, "new"))
     assert result["talos_ca"]["new"]["fingerprint_sha256"] == talos_pki.fingerprint(talos_pki.load_certificate(old_ca, "old"))
-    phases = dict((node.address, result["nodes"][node.address]["phase"]) for node in cluster.nodes)
+    phases = dict((node.address, result["node_phases"][node.address]["phase"]) for node in cluster.nodes)
     assert phases == dict((node.address, "accepted" if node is cluster.workers[1] else "swapped") for node in cluster.nodes)
     assert [entry["step"] for entry in result["plan"]] == ["swap"] * 4 + ["prove"] * 5 + ["drop"] * 5
     assert _applies(cluster, audited) == [] and setup.bundle() == new_bundle

@@ -205,7 +205,7 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_admin_kubeconfig(rota
     document = "KubeAPIServerCAConfig" if setup.form == "documents" else "v1alpha1"
     assert {entry["document"] for entry in result["plan"] if entry["step"] != "prove"} == {document}
     assert {entry["ca"] for entry in result["plan"]} == {"kubernetes"}
-    assert all(entry["kubernetes_phase"] == "original" and "phase" not in entry for entry in result["nodes"].values())
+    assert all(entry["kubernetes_phase"] == "original" and "phase" not in entry for entry in result["node_phases"].values())
     assert result["rotation"].startswith("the Kubernetes CA was issued on ") and "talos_ca" not in result
     assert "<new CA>" in result["diff"]["after"] and "certs.k8s" in result["diff"]["before"]
     assert [node.config_bytes for node in cluster.nodes] == configs and len(cluster.audit()) == audited
@@ -292,7 +292,7 @@ def test_both_cas_rotate_talos_first(rotation_cluster):
     assert "the Talos CA was issued on" in result["rotation"] and "the Kubernetes CA was issued on" in result["rotation"]
     assert setup.ca("os") != old_talos_ca
     for node in setup.addresses:
-        assert result["nodes"][node]["phase"] == result["nodes"][node]["kubernetes_phase"] == "original"
+        assert result["node_phases"][node]["phase"] == result["node_phases"][node]["kubernetes_phase"] == "original"
     # The old talosconfig is refused, the new one reads every node.
     _run, refused = setup.play("talos_certificate_info", {"nodes": setup.addresses, "talosconfig": str(old_talosconfig)},
                                expect_rc=2)

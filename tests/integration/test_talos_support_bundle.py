@@ -4,7 +4,8 @@
 """talos_support_bundle through ansible-playbook against a 3 + 2 emulated cluster with one worker powered off: with
 the Kubernetes API down, then up (a real kube-apiserver on the cluster's Kubernetes CA) and encrypted with age. Both
 archives open with the standard library's zip reader, hold talosctl's layout, list what they missed, and hold none
-of the secrets of the bundle the cluster was built from."""
+of the secrets of the bundle the cluster was built from. The node that is off fails the task once the bundle of the
+others is written."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -46,8 +47,8 @@ def bundle_cluster(module_emulator):
     return cluster
 
 
-def bundle_play(cluster, dest, **options):
-    nodes = [node.address for node in cluster.nodes]
+def bundle_play(cluster, dest, nodes=None, **options):
+    nodes = nodes or [node.address for node in cluster.nodes]
     return module_play(cluster, "talos_support_bundle", dict({"dest": str(dest), "nodes": nodes, "node": "{{ omit }}"},
                                                              **options), cluster.controlplanes[0].address, "bundle", timeout=10)
 
@@ -56,32 +57,37 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
     cluster = bundle_cluster
     off = cluster.workers[1].address
     dest = tmp_path / "support.zip"
-    planned = run_playbook(bundle_play(cluster, dest), check=True).task("bundle")["result"]
-    assert planned["missed_nodes"] == [off] and not dest.exists()
-    assert planned["sections"]["cluster"] == ["kubernetes-nodes", "kubernetes-system-pods"]
+    planned = run_playbook(bundle_play(cluster, dest), check=True, expect_rc=2).task("bundle")["result"]
+    assert planned["msg"].startswith("1 of 5 nodes failed (%s): " % off) and not dest.exists()
+    assert planned["nodes"][off]["failed"] is True and "unreachable" in planned["nodes"][off]["msg"]
+    assert planned["cluster"]["collected"] == ["kubernetes-nodes", "kubernetes-system-pods"]
+    assert planned["nodes"][cluster.controlplanes[0].address]["collected"][0] == "summary"
 
-    run = run_playbook(bundle_play(cluster, dest), verbosity=3)
+    run = run_playbook(bundle_play(cluster, dest), verbosity=3, expect_rc=2)
     result = run.task("bundle")["result"]
-    assert run.task("bundle")["status"] == "changed" and result["dest"] == str(dest) and result["encrypted"] is False
+    # The node that is off fails the task, once the bundle of the others is written.
+    assert run.task("bundle")["status"] == "failed" and result["dest"] == str(dest) and result["encrypted"] is False
+    assert result["msg"].startswith("1 of 5 nodes failed (%s): " % off)
     assert stat.S_IMODE(os.stat(str(dest)).st_mode) == 0o600
-    assert result["missed_nodes"] == [off] and len(result["reached_nodes"]) == 4
-    missed = dict(((entry["source"], entry["section"]), entry["reason"]) for entry in result["missed"])
-    assert "unreachable" in missed[(off, "summary")]
-    assert "could not be reached" in missed[("cluster", "kubernetes-nodes")]
+    reached = sorted(name for name, entry in result["nodes"].items() if entry.get("reached"))
+    assert len(reached) == 4 and off not in reached
+    assert result["nodes"][off]["failed"] is True and "unreachable" in result["nodes"][off]["msg"]
+    missed = dict((entry["section"], entry["reason"]) for entry in result["cluster"]["missed"])
+    assert "could not be reached" in missed["kubernetes-nodes"]
     # unzip, the standard tool, tests every member's checksum.
     tested = subprocess.run(["unzip", "-t", str(dest)], capture_output=True, text=True, check=False)
     assert tested.returncode == 0 and "No errors detected" in tested.stdout, tested.stdout + tested.stderr
     with zipfile.ZipFile(str(dest)) as archive:
         assert archive.testzip() is None
         names = set(archive.namelist())
-        for node in result["reached_nodes"]:
-            assert [name for name in NODE_FILES if "%s/%s" % (node, name) not in names] == [], (sorted(names), result["missed"])
+        for node in reached:
+            assert [name for name in NODE_FILES if "%s/%s" % (node, name) not in names] == [], (sorted(names), result["nodes"])
         assert not [name for name in names if name.startswith(off + "/")]
         cp = cluster.controlplanes[0]
         assert "%s/kubernetes-logs/kube-system/kube-apiserver-%s.log" % (cp.address, cp.name) in names
         assert not [name for name in names if name.startswith("kubernetesResources/")]
         # Sensitive types are written as talosctl writes them: each resource's metadata, and its spec replaced whole.
-        for node in result["reached_nodes"]:
+        for node in reached:
             machine_configs = list(yaml.safe_load_all(archive.read("%s/resources/machineconfigs.config.talos.dev.yaml" % node)))
             assert machine_configs and {document["spec"] for document in machine_configs} == {"<REDACTED>"}
             assert {document["metadata"]["type"] for document in machine_configs} == {"MachineConfigs.config.talos.dev"}
@@ -90,7 +96,8 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
             assert kubelet["metadata"]["id"] == "kubelet" and kubelet["spec"] == "<REDACTED>"
         api_server = yaml.safe_load(archive.read("%s/resources/apiserverconfigs.kubernetes.talos.dev.yaml" % cp.address))
         assert api_server["metadata"]["namespace"] == "controlplane" and api_server["spec"] == "<REDACTED>"
-        assert not [entry for entry in result["missed"] if entry["section"] == "resources"], result["missed"]
+        assert not [entry for node in reached for entry in result["nodes"][node]["missed"]
+                    if entry["section"] == "resources"], result["nodes"]
         summary = archive.read("%s/summary" % cp.address).decode()
         assert "Tag:         %s" % cp.talos_version in summary
         assert cp.boot_id in archive.read("%s/dmesg.log" % cp.address).decode()
@@ -99,7 +106,8 @@ def test_a_bundle_with_the_kubernetes_api_down_holds_every_reached_node(bundle_c
         graph = archive.read("%s/dependencies.dot" % cp.address).decode()
         assert graph.startswith("digraph {") and '"controller:etcd.SpecController" -> "resource:etcd/EtcdSpecs.etcd.talos.dev"' in graph
         report = yaml.safe_load(archive.read("support-bundle.yaml"))
-        assert report["missed_nodes"] == [off] and report["missed"] == result["missed"]
+        assert report["nodes"][off]["reached"] is False and report["cluster"] == result["cluster"]
+        assert dict((node, report["nodes"][node]) for node in reached) == dict((node, result["nodes"][node]) for node in reached)
         assert_no_secret_in(archive, cluster_secrets(cluster))
     output = run.stdout + run.stderr
     assert not [secret for secret in cluster_secrets(cluster) if secret in output]
@@ -117,11 +125,12 @@ def test_a_bundle_with_the_kubernetes_api_up_encrypted_with_age(bundle_cluster, 
     cluster.wait_until(lambda: kubelets.sync() or len(_node_names(server)) == 4, timeout=60)
     identity = pyrage.x25519.Identity.generate()
     dest = tmp_path / "support.zip.age"
-    run = run_playbook(bundle_play(cluster, dest, kubernetes_endpoint=server.url,
+    running = [node.address for node in cluster.nodes if node is not cluster.workers[1]]
+    run = run_playbook(bundle_play(cluster, dest, running, kubernetes_endpoint=server.url,
                                    encryption_recipients=[str(identity.to_public())]))
     result = run.task("bundle")["result"]
-    assert result["encrypted"] is True
-    assert not [entry for entry in result["missed"] if entry["source"] == "cluster"], result["missed"]
+    assert run.task("bundle")["status"] == "changed" and result["encrypted"] is True and sorted(result["nodes"]) == sorted(running)
+    assert result["cluster"] == {"collected": ["kubernetes-nodes", "kubernetes-system-pods"], "missed": []}
     # age itself (filippo.io/age, the format's reference implementation) opens it, as a user would.
     identity_file = tmp_path / "identity.txt"
     identity_file.write_text(str(identity) + "\n")

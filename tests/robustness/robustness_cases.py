@@ -63,14 +63,16 @@ def _etcd_info_of_the_control_plane(result):
 
 
 def _certificate_info_of_the_control_plane(result):
-    (node,) = result["nodes"].values()
+    node = result  # one node (node, from module_defaults): its certificates at the top
+    assert "nodes" not in result
     assert node["talos_ca"]["fingerprint_sha256"] == result["files"]["secrets"]["talos_ca"]["fingerprint_sha256"], result
     assert node["apid"]["trusted"] is True and result["files"]["talosconfig"]["client"]["roles"] == ["os:admin"], result
 
 
 def _rotation_not_due(result):
     assert result["rotation"] is None and result["plan"] == [] and "diff" not in result, result
-    assert result["nodes"] == {result["invocation"]["module_args"]["node"]: {"machine_type": "controlplane", "phase": "original"}}
+    assert result["node_phases"] == {
+        result["invocation"]["module_args"]["node"]: {"machine_type": "controlplane", "phase": "original"}}
 
 
 def _defragment_planned(result):

@@ -151,9 +151,13 @@ def _reply_item_type(method):
 class FakeTalos(object):
     """A TalosClient that answers from registered answers and records every RPC; see the module docstring."""
 
-    def __init__(self, nodes=None, answers=None, insecure=False, settings=None):
-        """Target ``nodes`` (default: the endpoint node) through endpoint 10.5.0.2, or as ``settings`` say."""
-        self.settings = settings or self._settings(dict(endpoints=["10.5.0.2"], nodes=nodes, insecure=insecure, timeout=60))
+    def __init__(self, nodes=None, answers=None, insecure=False, settings=None, nodes_listed=None):
+        """Target ``nodes`` (default: the endpoint node) through endpoint 10.5.0.2, or as ``settings`` say.
+
+        ``nodes_listed`` says whether they came as the nodes option (default: when there are several).
+        """
+        self.settings = settings or self._settings(dict(endpoints=["10.5.0.2"], nodes=nodes, insecure=insecure, timeout=60,
+                                                        nodes_listed=nodes_listed))
         self._answers = {}
         self.calls = []
         # The overrides of every with_settings call, in order.
@@ -166,7 +170,7 @@ class FakeTalos(object):
     def _settings(options):
         credentials = {} if options["insecure"] else _PLACEHOLDER_CREDENTIALS
         return ConnectionSettings(options["endpoints"], nodes=options["nodes"], insecure=options["insecure"],
-                                  timeout=options["timeout"], **credentials)
+                                  timeout=options["timeout"], nodes_listed=options.get("nodes_listed"), **credentials)
 
     # -- what the test says and reads ------------------------------------------------
 
@@ -212,10 +216,10 @@ class FakeTalos(object):
         """A client with some connection options replaced, sharing this one's answers and call records."""
         self.settings_changes.append(overrides)
         options = dict(endpoints=self.settings.endpoints, nodes=self.settings.nodes, insecure=self.settings.insecure,
-                       timeout=self.settings.timeout)
+                       timeout=self.settings.timeout, nodes_listed=self.settings.nodes_listed)
         for name, value in overrides.items():
             if name == "node":
-                options["nodes"] = [value] if value else None
+                options["nodes"], options["nodes_listed"] = ([value] if value else None), False
             elif name in options:
                 options[name] = value
             else:

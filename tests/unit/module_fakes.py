@@ -2,6 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A Task with a fake client, for unit tests of a module's run()."""
 
+import copy
+
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, TaskFailed
@@ -24,14 +26,25 @@ def spec_params(spec, **options):
 
 
 class FakeTask(Task):
-    """A Task whose client is ``client`` and whose target nodes are ``nodes`` (default: the client's)."""
+    """A Task whose client is ``client`` and whose target nodes are ``nodes`` (default: the client's).
 
-    def __init__(self, client, defaults, nodes=None, check_mode=False, diff=False, **params):
+    The client's settings (those of a FakeTalos) become the task's, naming ``nodes`` as the nodes option when
+    ``nodes_listed`` (default: as the client's settings say for its own nodes, else when there are several).
+    """
+
+    def __init__(self, client, defaults, nodes=None, check_mode=False, diff=False, nodes_listed=None, **params):
         merged = dict(defaults)
         merged.update(params)
         super(FakeTask, self).__init__("module", merged, check_mode=check_mode, diff=diff)
         self._client = client
         self._nodes = list(nodes) if nodes is not None else list(getattr(client, "nodes", [None]))
+        settings = getattr(client, "settings", None)
+        if settings is not None:
+            if nodes_listed is None:
+                nodes_listed = settings.nodes_listed if nodes is None else len(self._nodes) > 1
+            settings = copy.copy(settings)
+            settings.nodes, settings.nodes_listed = list(self._nodes) or [None], nodes_listed
+            client.settings = self._settings = settings
 
     @property
     def target_nodes(self):
@@ -60,11 +73,12 @@ def run_module(run, client, defaults, **options):
     return succeeded, result, task
 
 
-def run_task(module, client, targets=None, check_mode=False, diff=False, **options):
+def run_task(module, client, targets=None, check_mode=False, diff=False, nodes_listed=None, **options):
     """Run ``module``'s ``run`` with ``options`` validated by its real ``SPEC`` (spec_params): ``(succeeded, result, task)``.
 
-    ``targets`` are the task's target nodes (default: the client's); an
-    option given as None is left out, as a task that does not set it.
+    ``targets`` are the task's target nodes (default: the client's), given as
+    the nodes option when ``nodes_listed`` (default: when there are several);
+    an option given as None is left out, as a task that does not set it.
     """
     params = spec_params(module.SPEC, **dict((name, value) for name, value in options.items() if value is not None))
-    return run_module(module.run, client, params, nodes=targets, check_mode=check_mode, diff=diff)
+    return run_module(module.run, client, params, nodes=targets, check_mode=check_mode, diff=diff, nodes_listed=nodes_listed)

@@ -23,14 +23,14 @@ GROUP_FRAGMENT = "talos_linux.talos.attributes.actiongroup_talos"
 MODULES = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "plugins", "modules")) if name.endswith(".py"))
 
 
-def documentation(module):
-    """The module's DOCUMENTATION, read without importing it."""
+def documentation(module, name="DOCUMENTATION"):
+    """The module's DOCUMENTATION (or RETURN), read without importing it."""
     with open(os.path.join(ROOT, "plugins", "modules", module + ".py")) as source:
         tree = ast.parse(source.read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "DOCUMENTATION" for target in node.targets):
-            return yaml.safe_load(node.value.value)
-    raise AssertionError("%s has no DOCUMENTATION" % module)
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == name for target in node.targets):
+            return yaml.safe_load(node.value.value) or {}
+    raise AssertionError("%s has no %s" % (module, name))
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -158,17 +158,25 @@ def test_a_role_takes_its_inventory_groups_from_its_variables(role):
     assert found == []
 
 
+NODES_RETURNED = "with O(nodes) or the talosconfig context's nodes"
+
+
 @pytest.mark.parametrize("module", MODULES)
-def test_every_module_that_works_on_several_nodes_bounds_them_with_the_shared_option(module):
-    with open(os.path.join(ROOT, "plugins", "modules", module + ".py")) as source:
-        fans_out = re.search(r"several_nodes\.(run|result)\(|lifecycle\.on_nodes\(|FactGatherer\(", source.read())
-    if not fans_out:
-        return
+def test_a_module_declared_to_act_on_several_nodes_takes_the_shared_option_and_returns_nodes(module):
     from ansible_collections.talos_linux.talos.plugins.module_utils.several_nodes import CONCURRENCY_OPTIONS
     spec = importlib.import_module("%s.modules.%s" % (PACKAGE, module)).SPEC
+    returned = documentation(module, "RETURN")
+    if not spec.several_nodes:
+        # `nodes` has one meaning everywhere: a map keyed by node, never a list of names or an option's echo.
+        assert returned.get("nodes", {}).get("type", "dict") == "dict"
+        assert returned.get("nodes", {}).get("returned") != NODES_RETURNED, "the shape of several_nodes, undeclared"
+        return
     shared_spec, shared_ranges = CONCURRENCY_OPTIONS
     assert spec.argument_spec["max_concurrency"] == shared_spec["max_concurrency"]
     assert spec.ranges["max_concurrency"] == shared_ranges["max_concurrency"]
     documented = documentation(module)
-    assert ("talos_linux.talos.several_nodes" in documented.get("extends_documentation_fragment", [])
-            or "max_concurrency" in documented["options"])
+    assert "talos_linux.talos.several_nodes" in documented.get("extends_documentation_fragment", [])
+    assert "max_concurrency" not in documented["options"]  # the fragment's text and default, not a copy
+    assert returned["nodes"]["type"] == "dict" and returned["nodes"]["returned"] == NODES_RETURNED
+    # The shape is described once, where several_nodes is: each module's RETURN points there.
+    assert 'docs/architecture.md, "Several nodes in one task"' in " ".join(returned["nodes"]["description"])

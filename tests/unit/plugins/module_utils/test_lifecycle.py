@@ -286,7 +286,10 @@ def test_without_wait_control_planes_that_did_not_reboot_go_in_turn():
                            waited=False)
 
 
-def test_one_node_acted_on_is_under_nodes_as_well():
+def test_one_node_acted_on_is_at_the_top_and_a_list_of_one_under_nodes_only():
     client = FakeTalos(nodes=["10.5.0.5"])
     assert lifecycle.on_nodes(client, ["10.5.0.5"], ActionRecorder(changed=["10.5.0.5"]), max_concurrency=32) == {
-        "changed": True, "node_was": "10.5.0.5", "nodes": {"10.5.0.5": {"changed": True, "node_was": "10.5.0.5"}}}
+        "changed": True, "node_was": "10.5.0.5"}
+    listed = FakeTalos(nodes=["10.5.0.5"], nodes_listed=True)
+    assert lifecycle.on_nodes(listed, ["10.5.0.5"], ActionRecorder(changed=["10.5.0.5"]), max_concurrency=32) == {
+        "changed": True, "nodes": {"10.5.0.5": {"changed": True, "node_was": "10.5.0.5"}}}

@@ -42,10 +42,22 @@ def test_one_node_runs_on_the_tasks_client_its_result_is_the_tasks_and_its_failu
         several_nodes.run(client, ["10.5.0.5"], ActionRecorder(fail=["10.5.0.5"]), max_concurrency=32)
 
 
-def test_an_action_keeps_one_nodes_result_under_nodes_as_well():
+def test_a_list_of_one_node_gives_nodes_and_nothing_of_the_node_at_the_top():
+    # The shape follows the option, not the count: a play's nodes list of one is keyed like one of five.
+    client = FakeTalos(nodes=["10.5.0.5"], nodes_listed=True)
+    result = several_nodes.run(client, ["10.5.0.5"], ActionRecorder(changed=["10.5.0.5"]), max_concurrency=32)
+    assert result == {"changed": True, "nodes": {"10.5.0.5": {"changed": True, "node_was": "10.5.0.5"}}}
+    with pytest.raises(ActionFailed) as failed:
+        several_nodes.run(client, ["10.5.0.5"], ActionRecorder(fail=["10.5.0.5"]), max_concurrency=32)
+    assert failed.value.message == "The reboot of node 10.5.0.5 failed."
+    assert failed.value.to_result()["nodes"]["10.5.0.5"]["failed"] is True
+
+
+def test_the_endpoint_answering_for_itself_is_one_node_at_the_top_and_keyed_by_its_host():
     client = FakeTalos()
-    assert several_nodes.run(client, [None], ActionRecorder(), max_concurrency=32, lone_node_keyed=True) == {
-        "changed": False, "node_was": None, "nodes": {client.settings.endpoints[0]: {"changed": False, "node_was": None}}}
+    assert several_nodes.run(client, [None], ActionRecorder(), max_concurrency=32) == {"changed": False, "node_was": None}
+    assert several_nodes.node_key(None, client.settings) == "10.5.0.2"
+    assert several_nodes.node_key("10.5.0.3", client.settings) == "10.5.0.3"
 
 
 def test_a_failed_node_fails_the_task_after_the_others_with_every_result():
@@ -73,20 +85,36 @@ def test_in_turn_runs_each_node_through_it():
     assert sorted(turns) == WORKERS and all(outcome["in_turn"] for outcome in result["nodes"].values())
 
 
-def test_the_result_of_outcomes_read_elsewhere_keys_the_endpoint_node_by_the_endpoint():
-    assert several_nodes.result({None: {"images": []}}, [None], "10.5.0.2:50000") == {"images": []}
-    assert several_nodes.result({None: {"images": []}, "10.5.0.3": {"images": ["a"]}}, [None, "10.5.0.3"],
-                                "10.5.0.2:50000") == {
-        "changed": False, "nodes": {"10.5.0.2:50000": {"images": []}, "10.5.0.3": {"images": ["a"]}}}
+def test_the_result_of_outcomes_read_elsewhere_follows_the_option():
+    one, listed = FakeTalos().settings, FakeTalos(nodes=["10.5.0.2", "10.5.0.3"]).settings
+    assert several_nodes.result({None: {"images": []}}, [None], one) == {"images": []}
+    assert several_nodes.result({"10.5.0.2": {"images": []}, "10.5.0.3": {"images": ["a"]}}, ["10.5.0.2", "10.5.0.3"],
+                                listed) == {
+        "changed": False, "nodes": {"10.5.0.2": {"images": []}, "10.5.0.3": {"images": ["a"]}}}
     refused = TalosApiError("Node 10.5.0.3 refused.", code="PermissionDenied", node="10.5.0.3")
     with pytest.raises(TalosApiError) as raised:
-        several_nodes.result({"10.5.0.3": refused}, ["10.5.0.3"], "10.5.0.2:50000")
+        several_nodes.result({"10.5.0.3": refused}, ["10.5.0.3"], FakeTalos(nodes=["10.5.0.3"]).settings)
     assert raised.value is refused
     with pytest.raises(ActionFailed) as failed:
-        several_nodes.result({"10.5.0.2": {"images": []}, "10.5.0.3": refused}, ["10.5.0.2", "10.5.0.3"], "e:50000")
+        several_nodes.result({"10.5.0.2": {"images": []}, "10.5.0.3": refused}, ["10.5.0.2", "10.5.0.3"], listed)
     assert failed.value.message == "1 of 2 nodes failed (10.5.0.3): Node 10.5.0.3 refused."
     assert failed.value.to_result()["nodes"]["10.5.0.3"] == {"code": "PermissionDenied", "node": "10.5.0.3",
                                                              "failed": True, "msg": "Node 10.5.0.3 refused."}
+
+
+def test_the_tasks_own_keys_are_beside_the_nodes_on_success_and_on_failure():
+    one, listed = FakeTalos(nodes=["10.5.0.3"]).settings, FakeTalos(nodes=["10.5.0.2", "10.5.0.3"]).settings
+    written = {"dest": "/tmp/bundle.zip", "changed": True}
+    assert several_nodes.result({"10.5.0.3": {"reached": True}}, ["10.5.0.3"], one, written) == dict(written, reached=True)
+    refused = TalosApiError("Node 10.5.0.3 refused.", code="PermissionDenied", node="10.5.0.3")
+    with pytest.raises(ActionFailed) as failed:
+        several_nodes.result({"10.5.0.3": refused}, ["10.5.0.3"], one, written)
+    assert failed.value.to_result() == dict(written, code="PermissionDenied", node="10.5.0.3")
+    assert failed.value.message == "Node 10.5.0.3 refused."
+    with pytest.raises(ActionFailed) as failed:
+        several_nodes.result({"10.5.0.2": {"reached": True}, "10.5.0.3": refused}, ["10.5.0.2", "10.5.0.3"], listed,
+                             written)
+    assert failed.value.to_result()["dest"] == "/tmp/bundle.zip" and failed.value.to_result()["changed"] is True
 
 
 def test_several_nodes_text_diffs_stay_a_list_and_data_diffs_are_keyed_by_node():
@@ -95,8 +123,10 @@ def test_several_nodes_text_diffs_stay_a_list_and_data_diffs_are_keyed_by_node()
     def text(node_client, node):
         return {"changed": True, "diff": {"before": "a\n", "after": "b\n", "before_header": node, "after_header": node}}
 
-    diff = several_nodes.run(client, client.nodes, text, max_concurrency=2)["diff"]
-    assert sorted(entry["before_header"] for entry in diff) == WORKERS[:2]
+    result = several_nodes.run(client, client.nodes, text, max_concurrency=2)
+    assert sorted(entry["before_header"] for entry in result["diff"]) == WORKERS[:2]
+    # Once, at the top: a node's entry does not repeat its diff.
+    assert all("diff" not in outcome for outcome in result["nodes"].values())
 
     def data(node_client, node):
         return {"changed": True, "diff": {"before": {"state": "up"}, "after": {"state": "down"}}}

@@ -142,7 +142,7 @@ def test_every_section_of_every_reachable_node_at_a_bounded_concurrency(tmp_path
     bundle = support_bundle.SupportBundle(fake, nodes, dict((node, node) for node in nodes), 2, progress.append,
                                           kube_api_factory=lambda kubeconfig: None)
     with open(str(tmp_path / "spool"), "w+b") as spool:
-        report = bundle.collect(spool)
+        report, unreached = bundle.collect(spool)
         spool.seek(0)
         archive = zipfile.ZipFile(spool)
         names = set(archive.namelist())
@@ -168,10 +168,16 @@ def test_every_section_of_every_reachable_node_at_a_bounded_concurrency(tmp_path
             assert not [secret for secret in ("m4chine-t0ken", "c4-k3y-value", "k8s-b00tstrap") if secret in text], name
         assert "BEGIN PRIVATE KEY" not in archive.read("10.5.0.3/service-logs/apid.log").decode()
         assert "60.00%" in archive.read("10.5.0.2/mounts").decode()
-    assert report["missed_nodes"] == ["10.5.0.4"] and report["reached_nodes"] == ["10.5.0.2", "10.5.0.3"]
-    missed = [(entry["source"], entry["section"]) for entry in report["missed"]]
-    assert ("10.5.0.4", "summary") in missed and ("10.5.0.2", "resources") not in missed
-    assert ("cluster", "kubernetes-nodes") in missed and ("cluster", "kubernetes-system-pods") in missed
+        # The archive's report is the task's: what each node and the cluster gave and missed.
+        assert yaml.safe_load(archive.read("support-bundle.yaml")) == report
+    assert sorted(unreached) == ["10.5.0.4"] and "10.5.0.4" in unreached["10.5.0.4"].message
+    assert dict((name, entry["reached"]) for name, entry in report["nodes"].items()) == {
+        "10.5.0.2": True, "10.5.0.3": True, "10.5.0.4": False}
+    assert [entry["section"] for entry in report["nodes"]["10.5.0.4"]["missed"]] == ["summary"]
+    assert "resources" in report["nodes"]["10.5.0.2"]["collected"]
+    assert "resources" not in [entry["section"] for entry in report["nodes"]["10.5.0.2"]["missed"]]
+    assert [entry["section"] for entry in report["cluster"]["missed"]] == ["kubernetes-nodes", "kubernetes-system-pods"]
+    assert report["cluster"]["collected"] == []
     unbounded = [call for call in fake.calls if call.via in ("call_many", "stream_many") and call.kwargs["max_concurrency"] != 2]
     assert not unbounded and len(fake.calls) > 20
     assert progress[0] == "support bundle: summary of 3 node(s)"

@@ -103,6 +103,20 @@ def test_node_option_targets_one_node(tmp_path, pki):
     assert settings.nodes == ["10.5.0.9"]
 
 
+@pytest.mark.parametrize("options, listed", [
+    (dict(nodes=["10.9.9.10"]), True),                # the nodes option, even of one node
+    (dict(nodes=["10.9.9.10", "10.9.9.11"]), True),
+    (dict(), True),                                    # the context's nodes (10.5.0.3)
+    (dict(node="10.5.0.9"), False),                    # the node option (or the host's node the door fills in)
+    (dict(context="lab"), False),                      # no node: the endpoint answers for itself
+])
+def test_settings_say_whether_the_nodes_came_as_a_list(tmp_path, pki, options, listed):
+    # The shape of a task's result follows it (several_nodes.result).
+    settings = ConnectionSettings.from_params(params(talosconfig=write_config(tmp_path, pki), **options), environ={})
+    assert settings.nodes_listed is listed
+    assert settings.replace(timeout=5).nodes_listed is listed
+
+
 def test_options_alone_need_no_file(tmp_path, pki, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     settings = ConnectionSettings.from_params(
@@ -282,6 +296,8 @@ def test_relabel_private_key_only_touches_the_talos_label():
 def test_directly_built_settings_can_be_replaced(pki, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     settings = ConnectionSettings(["10.0.0.1"], nodes=["10.0.0.2"], ca=pki["ca"], crt=pki["crt"], key=pki["key"], timeout=5)
+    assert settings.nodes_listed is False and settings.replace().nodes == ["10.0.0.2"]
+    assert settings.replace().nodes_listed is False
     other = settings.replace(node="10.0.0.3")
     assert other.endpoints == ["10.0.0.1:50000"]
     assert other.nodes == ["10.0.0.3"]

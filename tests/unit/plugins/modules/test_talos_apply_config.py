@@ -417,7 +417,14 @@ class TestSeveralNodes:
     def test_one_node_keeps_its_keys_at_the_top(self, waits):
         ok, result, task = run(talos_node(warnings=["a warning"]), diff=True)
         assert ok and (result["node"], result["mode"]) == ("10.5.0.3", "no_reboot") and "results" not in result
-        assert result["nodes"]["10.5.0.3"]["changed"] is True and result["diff"]["before_header"].startswith("node 10.5.0.3")
+        assert "nodes" not in result and result["changed"] is True and result["rebooted"] is False
+        assert result["diff"]["before_header"].startswith("node 10.5.0.3")
+        assert result["warnings"] == ["Node 10.5.0.3: a warning"]
+
+    def test_a_list_of_one_node_keeps_its_keys_under_nodes_only(self, waits):
+        ok, result, task = run(talos_node(warnings=["a warning"]), diff=True, nodes_listed=True)
+        assert ok and set(result) == {"changed", "nodes", "diff", "rebooted", "results", "warnings"}
+        assert result["nodes"]["10.5.0.3"]["mode"] == "no_reboot" and "diff" not in result["nodes"]["10.5.0.3"]
         assert result["warnings"] == ["Node 10.5.0.3: a warning"]
 
     def test_a_failing_node_fails_the_task_once_the_others_are_done(self, waits):

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import facts as facts_utils
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_hash
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -212,36 +212,42 @@ class TestSeveralNodes:
     def test_facts_per_node(self):
         client = cluster({CP: {"type": "controlplane"}, WORKER: {"type": "worker"}})
         ok, result = run(client, [CP, WORKER])
-        assert ok and set(result["nodes"]) == {CP, WORKER}
-        assert result["ansible_facts"] == {"talos_nodes": result["nodes"]}
+        # Each node's facts once, under nodes; none of them is the host's fact.
+        assert ok and set(result) == {"changed", "nodes"} and set(result["nodes"]) == {CP, WORKER}
         assert "etcd" in result["nodes"][CP] and "etcd" not in result["nodes"][WORKER]
         assert result["nodes"][WORKER]["network"]["addresses"] == ["%s/24" % WORKER]
 
-    def test_one_failed_node_is_reported_not_fatal(self):
+    def test_a_list_of_one_node_is_keyed_as_a_list_of_several(self):
+        client = cluster({CP: {"type": "controlplane"}})
+        ok, result, _task = run_task(talos_facts, client, targets=[CP], nodes_listed=True, gather_subset=["min"])
+        assert ok and set(result) == {"changed", "nodes"} and result["nodes"][CP]["machine"]["type"] == "controlplane"
+
+    def test_a_failed_node_fails_the_task_once_the_others_are_read(self):
         client = cluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
-        ok, result = run(client, [CP, WORKER])
-        assert ok and result["nodes"][WORKER]["failed"] is True and "unavailable" in result["nodes"][WORKER]["msg"]
-        assert result["nodes"][CP]["hostname"]
+        with pytest.raises(ActionFailed) as failed:
+            run(client, [CP, WORKER])
+        assert failed.value.message.startswith("1 of 2 nodes failed (%s): " % WORKER)
+        result = failed.value.to_result()
+        assert result["nodes"][WORKER]["failed"] is True and "unavailable" in result["nodes"][WORKER]["msg"]
+        assert result["nodes"][WORKER]["code"] == "Unavailable" and result["nodes"][WORKER]["node"] == WORKER
+        assert result["nodes"][CP]["hostname"] and "ansible_facts" not in result
         # A node that is down is asked once by each read of the first wave (they go out together), never after it.
         asked = [call for call in client.calls if call.node == WORKER]
         assert len(asked) == len(set((call.method, call.request.SerializeToString()) for call in asked)) == 8
         assert not set(call.method for call in asked) & {"cosi.resource.State/List", "machine.MachineService/EtcdMemberList"}
 
-    def test_fail_on_node_error(self):
-        client = cluster({CP: {"type": "controlplane"}, WORKER: {"down": True}})
-        ok, result = run(client, [CP, WORKER], fail_on_node_error=True)
-        assert not ok and result["msg"].startswith("Could not read 1 of 2 nodes (%s)" % WORKER)
-        assert result["nodes"][CP]["hostname"]
-
     def test_a_refused_route_fails_that_node_only(self):
         refuse = fails_with("PermissionDenied", "no request forwarding", endpoint="10.5.0.9:50000")
-        ok, result = run(cluster({CP: {"type": "controlplane"}, WORKER: {"error": refuse}}), [CP, WORKER])
-        assert ok and result["nodes"][WORKER]["failed"] is True and "refused to forward" in result["nodes"][WORKER]["msg"]
-        assert "unavailable" not in result["nodes"][CP]
+        with pytest.raises(ActionFailed) as failed:
+            run(cluster({CP: {"type": "controlplane"}, WORKER: {"error": refuse}}), [CP, WORKER])
+        result = failed.value.to_result()
+        assert result["nodes"][WORKER]["failed"] is True and "refused to forward" in result["nodes"][WORKER]["msg"]
+        assert "unavailable" not in result["nodes"][CP] and "failed" not in result["nodes"][CP]
 
     def test_every_node_failed(self):
-        ok, result = run(cluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
-        assert not ok and result["msg"].startswith("Could not read 2 of 2 nodes")
+        with pytest.raises(ActionFailed) as failed:
+            run(cluster({CP: {"down": True}, WORKER: {"down": True}}), [CP, WORKER])
+        assert failed.value.message.startswith("2 of 2 nodes failed (%s, %s): " % (CP, WORKER))
 
 
 class TestConcurrency:
