@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: talos_release_problem
 short_description: Why a value cannot be the Talos version nodes are upgraded to
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Checks a target Talos version (or the tag of an installer image) as M(talos_linux.talos.talos_upgrade) checks its
     O(talos_linux.talos.talos_upgrade#module:version) and O(talos_linux.talos.talos_upgrade#module:image) - a release

@@ -8,7 +8,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: talos
 short_description: Talos Linux cluster nodes as Ansible inventory
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Asks a Talos cluster which nodes it has, through the Talos API and the credentials of a talosconfig, and makes
     every node an inventory host, grouped by machine type.

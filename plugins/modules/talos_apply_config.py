@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_apply_config
 short_description: Apply a machine configuration to Talos nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Applies a Talos machine configuration to one or more nodes with the ApplyConfiguration RPC, the way
     C(talosctl apply-config) does, including to nodes in maintenance mode that have no configuration yet.
@@ -260,13 +260,6 @@ nodes:
   sample:
     10.5.0.3: {changed: true, node: 10.5.0.3, mode: no_reboot, mode_details: "Applied configuration without a reboot",
                warnings: [], rebooted: false}
-results:
-  description:
-    - The results of RV(nodes) as a list, in the order of O(nodes).
-    - Deprecated, to be removed in version 3.0.0 of the collection; use RV(nodes).
-  returned: with O(nodes) or the talosconfig context's nodes
-  type: list
-  elements: dict
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
@@ -321,19 +314,17 @@ def run(task):
         output = lifecycle.on_nodes(task.client, nodes, apply_node, params["max_concurrency"],
                                     waited=params["wait"] or task.check_mode, progress=task.progress)
     except ActionFailed as failure:
-        _summarize(task, failure.result, nodes)
+        _summarize(task, failure.result)
         raise
-    _summarize(task, output, nodes)
+    _summarize(task, output)
     return output
 
 
-def _summarize(task, output, nodes):
+def _summarize(task, output):
     """The task-wide keys of the nodes' results, and their warnings as the task's."""
     results = list(output["nodes"].values()) if "nodes" in output else [dict(output)]
     output.pop("warnings", None)  # one node's keys at the top: its warnings become the task's below
     output["rebooted"] = any(result.get("rebooted") for result in results)
-    if "nodes" in output:
-        output["results"] = results
     for result in results:
         for warning in result.get("warnings", ()):
             task.warn("%s: %s" % (label(result.get("node"), start=True), warning))

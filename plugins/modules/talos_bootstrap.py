@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_bootstrap
 short_description: Bootstrap etcd on a Talos control-plane node
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Bootstraps the etcd cluster of a Talos cluster on one control-plane node with the Bootstrap RPC, the way
     C(talosctl bootstrap) does. Run it once per cluster, on one control plane; the other control planes join by
@@ -30,8 +30,8 @@ author:
 options:
   recover_from:
     description:
-      - Path on the controller of an etcd snapshot (for example one saved by M(talos_linux.talos.talos_etcd_member)
-        with O(talos_linux.talos.talos_etcd_member#module:snapshot)) to recover the cluster's etcd data from.
+      - Path on the controller of an etcd snapshot (for example one saved by
+        M(talos_linux.talos.talos_etcd_snapshot)) to recover the cluster's etcd data from.
       - Ignored when the node is already bootstrapped, so that re-running a recovery play changes nothing.
     type: path
   recover_skip_hash_check:

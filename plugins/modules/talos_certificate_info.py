@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_certificate_info
 short_description: Report what expires when - the Talos and Kubernetes CAs and the certificates of nodes and client files
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads, for every targeted node, the Talos API CA the node issues from and the ones it accepts (C(machine.ca),
     C(machine.acceptedCAs)), its Kubernetes CAs (C(cluster.ca) and C(cluster.acceptedCAs), or the

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_client_config
 short_description: Write a talosconfig with a client certificate issued from the cluster's secrets bundle
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Writes a talosconfig file at O(dest) (mode C(0600)) whose context O(cluster_name) holds O(endpoints),
     O(nodes), the cluster's Talos OS CA and a new Ed25519 client certificate signed by that CA, with the Talos

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_etcd_info
 short_description: Read the health of a Talos cluster's etcd - members, status and alarms
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads what C(talosctl etcd members), C(talosctl etcd status) and C(talosctl etcd alarm list) show - the members
     (EtcdMemberList), the status of the member of every targeted node (EtcdStatus - database size and the part in use,

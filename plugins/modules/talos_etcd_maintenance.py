@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_etcd_maintenance
 short_description: Defragment a Talos cluster's etcd and disarm its alarms
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - The routine maintenance of etcd that C(talosctl etcd defrag) and C(talosctl etcd alarm disarm) do, made safe to
     schedule - defragments the members of the targeted nodes one at a time, never two at once, the leader last, and

@@ -9,14 +9,14 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_etcd_member
 short_description: Manage the etcd membership of Talos control-plane nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
-  - Removes a member from a Talos cluster's etcd, waits until a node has joined it, moves leadership away from a
-    member and saves etcd snapshots, through the Talos etcd API (as C(talosctl etcd ...) does).
-  - The node named by O(node) is the control plane the module asks about the cluster (EtcdMemberList, EtcdSnapshot).
+  - Removes a member from a Talos cluster's etcd, waits until a node has joined it and moves leadership away from a
+    member, through the Talos etcd API (as C(talosctl etcd ...) does).
+  - The node named by O(node) is the control plane the module asks about the cluster (EtcdMemberList).
     The health of every member is read with EtcdStatus from that member's own node, reached through the endpoint at
     the address of its etcd client URL.
-  - The steps run in a fixed order, each only when requested - first O(snapshot), then O(forfeit_leadership), then O(state).
+  - The steps run in a fixed order, each only when requested - first O(forfeit_leadership), then O(state).
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
@@ -69,8 +69,6 @@ options:
   force_quorum_loss:
     description:
       - Remove the member even when the remaining healthy members would lose quorum.
-      - The alias O(force) is deprecated and will be removed in version 3.0.0 of the collection.
-    aliases: [force]
     type: bool
     default: false
   forfeit_leadership:
@@ -80,17 +78,6 @@ options:
         that node.
     type: bool
     default: false
-  snapshot:
-    description:
-      - Path on the controller to save an etcd snapshot of O(node) to, before anything else happens.
-      - Deprecated - use M(talos_linux.talos.talos_etcd_snapshot) (O(talos_linux.talos.talos_etcd_snapshot#module:path),
-        O(talos_linux.talos.talos_etcd_snapshot#module:source=node), O(talos_linux.talos.talos_etcd_snapshot#module:force=true)
-        is what this option does), which also chooses a healthy member and keeps backups in a directory.
-      - The snapshot is taken as that module takes it - streamed into a private temporary file beside this path,
-        checked as etcd's restore checks it, and renamed to this path (mode C(0600)) only then. An existing file with
-        the same content is left alone.
-      - In check mode nothing is streamed.
-    type: path
 extends_documentation_fragment:
   - talos_linux.talos.connection
   - talos_linux.talos.wait
@@ -107,9 +94,9 @@ attributes:
     support: full
     details: A second run finds the member already absent or not the leader and changes nothing.
 notes:
-  - EtcdLeaveCluster, EtcdRemoveMemberByID and EtcdForfeitLeadership need the C(os:admin) role; snapshots need
-    C(os:admin), C(os:operator) or C(os:etcd:backup); reading members and status works with C(os:reader) too.
-  - O(timeout) bounds each call (a snapshot stream included); O(wait_timeout) is how long the wait of
+  - EtcdLeaveCluster, EtcdRemoveMemberByID and EtcdForfeitLeadership need the C(os:admin) role; reading members and
+    status works with C(os:reader) too.
+  - O(timeout) bounds each call; O(wait_timeout) is how long the wait of
     O(state=present) lets the joining member make no progress.
 seealso:
   - module: talos_linux.talos.talos_bootstrap
@@ -231,29 +218,9 @@ quorum:
       description: Names of the remaining voting members that are not healthy.
       type: list
       elements: str
-snapshot:
-  description: The saved snapshot, as M(talos_linux.talos.talos_etcd_snapshot) returns it.
-  returned: when O(snapshot) is set
-  type: dict
-  contains:
-    path:
-      description: Absolute path of the snapshot file.
-      type: str
-    size:
-      description: Size of the snapshot in bytes (absent in check mode).
-      type: int
-    sha256:
-      description: SHA-256 of the snapshot, hexadecimal (absent in check mode).
-      type: str
-    revision:
-      description: The newest etcd revision the snapshot holds (absent in check mode).
-      type: int
-    changed:
-      description: True when the file was (or, in check mode, would be) written.
-      type: bool
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, etcd_snapshot
+from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
@@ -263,10 +230,8 @@ SPEC = TaskSpec(
         member_id=dict(type="raw"),
         state=dict(type="str", default="present", choices=["present", "absent"]),
         method=dict(type="str", default="auto", choices=["auto", "leave", "remove"]),
-        force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
-            dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
+        force_quorum_loss=dict(type="bool", default=False),
         forfeit_leadership=dict(type="bool", default=False),
-        snapshot=dict(type="path", removed_in_version="3.0.0", removed_from_collection="talos_linux.talos"),
     ),
     wait=True,
     mutually_exclusive=[("member", "member_id")],
@@ -283,19 +248,11 @@ def run(task):
         method = "remove" if method == "auto" else method
     else:
         ref = params["member"] or etcd.own_member_name(client, node)
-    snapshot = None
-    if params["snapshot"]:
-        taken = etcd_snapshot.take(client, node, path=params["snapshot"], source="node", force=True,
-                                   check_mode=task.check_mode)
-        snapshot = {key: taken[key] for key in ("path", "size", "sha256", "revision", "changed") if key in taken}
-    result = etcd.manage_member(client, node, ref, params["state"], method,
-                                forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
-                                probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),
-                                wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                                check_mode=task.check_mode, warn=task.warn, progress=task.progress)
-    if snapshot is not None:
-        result.update(snapshot=snapshot, changed=result["changed"] or snapshot["changed"])
-    return result
+    return etcd.manage_member(client, node, ref, params["state"], method,
+                              forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
+                              probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),
+                              wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                              check_mode=task.check_mode, warn=task.warn, progress=task.progress)
 
 
 def main():

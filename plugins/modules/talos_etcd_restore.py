@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_etcd_restore
 short_description: Rebuild a Talos cluster's etcd from a snapshot when the control planes lost it
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Talos's etcd disaster recovery as one task, for the day every control plane lost etcd (or quorum). The control
     planes are O(nodes).

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_etcd_snapshot
 short_description: Back up a Talos cluster's etcd - a checked snapshot from a healthy member onto the controller
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Streams an etcd snapshot (EtcdSnapshot, as C(talosctl etcd snapshot) does) from a healthy member into a private
     file on the controller (mode C(0600)). The stream goes to a temporary file beside the destination and takes its

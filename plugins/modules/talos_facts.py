@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_facts
 short_description: Gather facts about Talos nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads what a Talos node reports about itself through the Talos API - version, hostname, machine type and stage,
     services, etcd membership, disks, memory, addresses, mounts and a fingerprint of the active machine

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_fetch
 short_description: Copy a file or directory from Talos nodes to the controller
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Copies O(src) from each node into O(dest) on the controller through the Talos API (the C(Copy) RPC), as
     C(talosctl cp) does. The node sends a compressed tar archive; it is kept in a temporary file, never whole in

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_file_info
 short_description: List a directory, read a file or measure disk usage on Talos nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Looks at the files of Talos nodes through the Talos API, as C(talosctl ls), C(talosctl read) and
     C(talosctl usage) do. Read-only.

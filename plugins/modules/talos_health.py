@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_health
 short_description: Wait until a Talos cluster is healthy, and say which check is not
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs the cluster health checks of C(talosctl health) and waits until they all pass, for as long as
     O(wait_timeout) says (no hidden cap).

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_image
 short_description: Pull and remove container images on Talos nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Pulls an image into a containerd namespace of the targeted nodes (O(state=present)) or removes it
     (O(state=absent)), like C(talosctl image pull) and C(talosctl image remove).

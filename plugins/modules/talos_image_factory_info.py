@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_image_factory_info
 short_description: Read what a Talos Image Factory offers, and where a schematic's installer and boot media are
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Returns the Talos versions the Image Factory builds images of.
   - With O(talos_version), also the official system extensions (name, image reference, digest, author, description)

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_image_factory_schematic
 short_description: Get the ID of a Talos Image Factory schematic
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Turns a schematic - official system extensions, extra kernel arguments, initial META values, an overlay for
     single-board computers, secure boot and bootloader options - into its ID with the Image Factory, as

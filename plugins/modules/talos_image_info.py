@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_image_info
 short_description: List the container images on Talos nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Lists the images of a containerd namespace on the targeted nodes, like C(talosctl image list).
   - The V(system) namespace holds the images Talos itself runs, such as the installer an upgrade needs; the V(cri)

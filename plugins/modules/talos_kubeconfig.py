@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_kubeconfig
 short_description: Fetch the Kubernetes admin kubeconfig of a Talos cluster
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Fetches the Kubernetes admin kubeconfig from a Talos control-plane node with the Kubeconfig RPC, the way
     C(talosctl kubeconfig) does, and writes it to O(dest) on the controller with mode C(0600), or returns it when

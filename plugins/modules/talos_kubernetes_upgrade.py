@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_kubernetes_upgrade
 short_description: Upgrade Kubernetes on a Talos cluster, as talosctl upgrade-k8s does
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Upgrades the Kubernetes components Talos runs - kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
     and the kubelets - and syncs Talos's bootstrap manifests, in the order C(talosctl upgrade-k8s) follows.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_logs
 short_description: Read the logs of a Talos service, a Kubernetes container or the kernel
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads the log of a Talos service (C(etcd), C(kubelet), C(apid), C(machined), ...) or of a container in the
     Kubernetes containerd namespace (a control-plane static pod) with the C(Logs) RPC, or the kernel log with
@@ -112,24 +112,6 @@ nodes:
   sample:
     10.5.0.2:
       lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
-logs:
-  description:
-    - The log of every node, in the order of the nodes.
-    - Deprecated, to be removed in 3.0.0; use RV(lines) with one node and RV(nodes) with several.
-  returned: always
-  type: list
-  elements: dict
-  contains:
-    node:
-      description: The node (null when the endpoint answered for itself).
-      type: str
-    lines:
-      description: The log lines, oldest first.
-      type: list
-      elements: str
-  sample:
-    - node: 10.5.0.2
-      lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import logs, several_nodes
@@ -161,12 +143,7 @@ def run(task):
             return {"lines": logs.read_kernel_log(client, node, params["lines"], since)}
         return {"lines": logs.read_logs(client, node, params["service"], params["namespace"], params["lines"], since)}
 
-    nodes = task.target_nodes
-    result = several_nodes.run(task.client, nodes, read, params["max_concurrency"])
-    # The list of earlier releases, deprecated for lines and nodes (3.0.0).
-    read = list(result["nodes"].values()) if "nodes" in result else [result]
-    result["logs"] = [{"node": node, "lines": outcome["lines"]} for node, outcome in zip(nodes, read)]
-    return result
+    return several_nodes.run(task.client, task.target_nodes, read, params["max_concurrency"])
 
 
 def main():

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_machine_config
 short_description: Render a Talos machine configuration from the cluster's secrets bundle
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Renders the machine configuration of a control plane or a worker from the secrets bundle O(secrets), as
     C(talosctl gen config --with-secrets) does, for the version contract O(talos_version), then applies

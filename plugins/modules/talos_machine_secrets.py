@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_machine_secrets
 short_description: Create the secrets bundle of a Talos cluster on the controller
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Creates the cluster's secrets bundle at O(path), in the layout C(talosctl gen secrets) writes
     (C(secrets.yaml)) - the etcd, Kubernetes, aggregator and Talos OS CAs with their keys, the service-account key,

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_reboot
 short_description: Reboot Talos Linux nodes and wait until they are back
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reboots a node, or several O(nodes) concurrently, with C(MachineService.Reboot), as C(talosctl reboot) does, and by
     default waits until each node has booted again (a new boot ID), reports stage C(running) and ready, and, with

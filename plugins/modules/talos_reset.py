@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_reset
 short_description: Wipe Talos Linux nodes and power them off or reboot them
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Resets a node, or several O(nodes), with C(MachineService.Reset), as C(talosctl reset) does - wipes its system disk (or the chosen
     system volumes) and user disks - then powers it off or, with O(reboot=true), reboots it.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_resource_info
 short_description: Read Talos COSI resources, optionally waiting for a condition
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads any COSI resource of a Talos node, as C(talosctl get) does, and returns each with its metadata and its spec
     parsed from YAML.
@@ -36,7 +36,6 @@ options:
       - The resource type - full type, display type or alias, case-insensitive, as C(talosctl get) accepts it.
     type: str
     required: true
-    aliases: [kind]
   namespace:
     description:
       - The namespace. Defaults to the type's default namespace from its resource definition.
@@ -155,9 +154,8 @@ resources:
   description:
     - The resources read, each with the C(node) it was read from, its C(metadata) and its C(spec) parsed from YAML
       (a list for multi-document specs) with secrets redacted.
-    - With several O(nodes), the resources of every node in one list, node by node; that list is deprecated, to be
-      removed in 3.0.0; use RV(nodes).
-  returned: always
+    - With several nodes, each node's list is under RV(nodes).
+  returned: with one node
   type: list
   elements: dict
   sample:
@@ -203,7 +201,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Wai
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        type=dict(type="str", required=True, aliases=["kind"]),
+        type=dict(type="str", required=True),
         namespace=dict(type="str"),
         id=dict(type="str"),
         label_selectors=dict(type="list", elements="str", default=[]),
@@ -256,8 +254,6 @@ def run(task):
     result.update(read_kind)
     if waiter:
         result["elapsed"] = waiter.elapsed
-    if "nodes" in result:  # one list of every node's, deprecated for nodes (3.0.0)
-        result["resources"] = [item for outcome in result["nodes"].values() for item in outcome["resources"]]
     return result
 
 

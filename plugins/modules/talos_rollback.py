@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_rollback
 short_description: Roll Talos Linux nodes back to their previous installation
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Makes a node, or several O(nodes), boot its previous Talos installation (the one an upgrade replaced) with
     C(MachineService.Rollback), as C(talosctl rollback) does; the node reboots at once.

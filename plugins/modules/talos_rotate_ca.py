@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_rotate_ca
 short_description: Rotate the Talos API CA and the Kubernetes CA of a cluster, as talosctl rotate-ca does
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Replaces the Talos API CA (C(machine.ca)) of every node by a new one with the key type, whole subject (C(O=talos)
     for a CA talosctl or this collection generated) and lifetime of the old, in four steps applied without a reboot,

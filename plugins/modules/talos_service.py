@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_service
 short_description: Start, stop or restart a Talos service through the Talos API
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Starts, stops or restarts one service of a Talos node with the ServiceStart, ServiceStop and ServiceRestart RPCs.
   - The current state is read with ServiceList first, so O(state=started) and O(state=stopped) change nothing when the

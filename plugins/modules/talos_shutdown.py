@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_shutdown
 short_description: Power off Talos Linux nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Shuts a node, or several O(nodes), down with C(MachineService.Shutdown), as C(talosctl shutdown) does, and by
     default waits until each node stops answering the API.

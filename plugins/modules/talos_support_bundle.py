@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_support_bundle
 short_description: Collect a Talos support bundle of the cluster into one zip on the controller
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Collects what C(talosctl support) collects, in its layout, into one zip file O(dest) on the controller - for each
     node C(<node>/dmesg.log), C(controller-runtime.log), C(dependencies.dot), C(dns-resolve-cache.log), C(service-logs/<service>.log)

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: talos_upgrade
 short_description: Upgrade Talos Linux on nodes
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Upgrades the Talos Linux installation of a node, or of several O(nodes) concurrently, to a target version and,
     by default, waits until each node has rebooted into it.
@@ -113,8 +113,6 @@ options:
         skips the node's own etcd checks.
       - Needed to upgrade the control plane of a one- or two-member etcd cluster, which loses etcd while the node
         reboots.
-      - The alias O(force) is deprecated and will be removed in version 3.0.0 of the collection.
-    aliases: [force]
     type: bool
     default: false
   pull_timeout:
@@ -312,8 +310,7 @@ SPEC = TaskSpec(
         reboot_mode=dict(type="str", default="default", choices=["default", "powercycle"]),
         preserve=dict(type="bool", default=False),
         stage=dict(type="bool", default=False),
-        force_quorum_loss=dict(type="bool", default=False, aliases=["force"], deprecated_aliases=[
-            dict(name="force", version="3.0.0", collection_name="talos_linux.talos")]),
+        force_quorum_loss=dict(type="bool", default=False),
         pull_timeout=dict(type="int", default=images.PULL_TIMEOUT),
     ),
     wait=True,

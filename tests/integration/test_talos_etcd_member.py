@@ -6,12 +6,8 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import stat
 import threading
 
-import pytest
-
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
 from module_plays import module_play
 
 
@@ -21,27 +17,6 @@ def member_play(emulated, node, role="admin", timeout=20, **options):
 
 def names(members):
     return sorted(m["hostname"] for m in members)
-
-
-def test_the_deprecated_snapshot_option_takes_a_checked_snapshot_of_the_node(emulator, run_playbook, tmp_path):
-    cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
-    node = cluster.controlplanes[0]
-    path = tmp_path / "etcd.snapshot"
-
-    deprecated = ["Param 'snapshot' is deprecated"]
-    run = run_playbook(member_play(cluster, node.address, snapshot=str(path)), deprecations=deprecated)
-    result = run.task("etcd")
-    assert result["status"] == "changed"
-    facts = etcd_snapshot.check(str(path))
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert result["result"]["snapshot"] == {"path": str(path), "size": facts["size"], "sha256": facts["sha256"],
-                                            "revision": facts["revision"], "changed": True}
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-
-    other = tmp_path / "other.snapshot"
-    run = run_playbook(member_play(cluster, node.address, snapshot=str(other)), check=True, deprecations=deprecated)
-    assert run.task("etcd")["status"] == "changed" and not other.exists()
-    assert cluster.audit() == []
 
 
 def test_remove_member_by_leaving_then_idempotent(emulator, run_playbook):
@@ -100,20 +75,16 @@ def test_quorum_guard_then_removal_of_the_dead_member_by_id(emulator, run_playbo
         [first.hostname, second.hostname])
 
 
-@pytest.mark.parametrize("door", ["controller", "module"])
-def test_force_is_a_deprecated_alias_of_force_quorum_loss(emulator, run_playbook, door):
+def test_force_quorum_loss_removes_a_member_the_guard_refuses(emulator, run_playbook):
     # About the option only: the model lets the forced removal through (real etcd refuses to lose its quorum itself).
     cluster = emulator(controlplanes=3, bootstrapped=True)
     first, second, third = cluster.controlplanes
     cluster.faults.make_unreachable(third)
 
-    # The deprecation is expected here: it is asserted on the result instead of failing the run when printed.
-    run = run_playbook(member_play(cluster, first.address, timeout=3, member=second.hostname, state="absent", force=True),
-                       extra_vars={"talos_door": door}, env={"ANSIBLE_DEPRECATION_WARNINGS": "False"})
+    run = run_playbook(member_play(cluster, first.address, timeout=3, member=second.hostname, state="absent",
+                                   force_quorum_loss=True))
     result = run.task("etcd")["result"]
     assert result["changed"] is True and result["quorum"]["safe"] is False
-    assert [(d["msg"], d["version"]) for d in result["deprecations"]] == [
-        ("Alias 'force' is deprecated. See the module docs for more information", "3.0.0")]
     assert cluster.etcd.member_of(second) is None
 
 

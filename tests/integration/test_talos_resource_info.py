@@ -39,8 +39,10 @@ def test_list_get_aliases_labels_and_redaction(emulator, run_playbook):
     assert members["changed"] is False and members["type"] == "Members.cluster.talos.dev" and members["namespace"] == "cluster"
     assert sorted(item["spec"]["hostname"] for item in members["resources"]) == sorted([cp.hostname, worker.hostname])
     assert {item["node"] for item in members["resources"]} == {cp.address}
-    statuses = run.task("status of both")["result"]["resources"]
-    assert [(item["node"], item["metadata"]["id"], item["spec"]["stage"]) for item in statuses] == [
+    statuses = run.task("status of both")["result"]
+    assert "resources" not in statuses
+    assert [(item["node"], item["metadata"]["id"], item["spec"]["stage"])
+            for node in (cp.address, worker.address) for item in statuses["nodes"][node]["resources"]] == [
         (cp.address, "machine", "running"), (worker.address, "machine", "running")]
     assert run.task("missing")["result"]["resources"] == []
     assert [item["metadata"]["id"] for item in run.task("labelled")["result"]["resources"]] == ["current"]
@@ -98,7 +100,8 @@ def test_wait_for_a_condition(emulator, run_playbook):
     assert gone["resources"] == [] and gone["elapsed"] >= 1
     stopped = run.task("kubelet stopped")["result"]["resources"]
     assert stopped[0]["spec"]["running"] is False
-    assert len(run.task("ready on both")["result"]["resources"]) == 2
+    both = run.task("ready on both")["result"]
+    assert "resources" not in both and [len(both["nodes"][node]["resources"]) for node in (cp.address, worker.address)] == [1, 1]
     never = run.task("never")["result"]
     assert run.task("never")["status"] == "failed"
     assert "waiting for MachineStatuses.runtime.talos.dev machine on node %s to be present with stage=upgrading" % worker.address in never["msg"]

@@ -172,8 +172,7 @@ def test_quorum_guard_refuses_an_unhealthy_cluster(emulator, run_playbook, check
     assert cluster.audit() == []
 
 
-@pytest.mark.parametrize("override", ["force_quorum_loss", "force"])
-def test_a_single_control_plane_needs_force_quorum_loss(emulator, run_playbook, override):
+def test_a_single_control_plane_needs_force_quorum_loss(emulator, run_playbook):
     cluster = emulator(controlplanes=1, workers=0, bootstrapped=True, talos_version="v1.14.0")
     node = cluster.controlplanes[0]
 
@@ -181,12 +180,8 @@ def test_a_single_control_plane_needs_force_quorum_loss(emulator, run_playbook, 
     assert "etcd would keep 1 voting member and need 1 of them healthy for quorum, but only 0 members" in refused["msg"]
     assert cluster.audit() == []
 
-    options = {"version": "v1.14.1", override: True}
-    # The deprecated alias's warning is expected: not printed, the result carries it.
-    forced = run_playbook(_upgrade_play(cluster, node, **options),
-                          env={"ANSIBLE_DEPRECATION_WARNINGS": "False"}).task("upgrade")["result"]
+    forced = run_playbook(_upgrade_play(cluster, node, version="v1.14.1", force_quorum_loss=True)).task("upgrade")["result"]
     assert forced["current_version"] == "v1.14.1" and forced["etcd_gate_open"] is False
-    assert [d["version"] for d in forced.get("deprecations", [])] == (["3.0.0"] if override == "force" else [])
     assert _calls(cluster, node) == UPGRADE_CALLS
 
 

@@ -213,8 +213,8 @@ def test_an_unhealthy_cluster_is_refused_before_the_first_node_unless_allowed(em
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
     worker = cluster.workers[0]
     cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap")
-    # One control plane: etcd cannot spare it, so the quorum guard is forced (by the deprecated name, which still works).
-    forced = {"upgrade_force": True}
+    # One control plane: etcd cannot spare it, so the quorum guard is forced.
+    forced = {"upgrade_force_quorum_loss": True}
 
     for check in (True, False):
         refused = run_playbook(PLAYBOOK, inventory=inventory, extra_vars=forced, check=check, expect_rc=2)

@@ -58,9 +58,9 @@ def test_resource_info_reads_the_other_nodes_when_one_fails():
 def test_resource_info_keys_several_nodes_and_keeps_one_nodes_resources_at_the_top(nodes):
     client = FakeTalos(nodes=nodes, answers={GET: cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {}))})
     succeeded, result, _task = run_task(talos_resource_info, client, type=MEMBERS, id="cp-1")
-    assert succeeded and [item["node"] for item in result["resources"]] == nodes
+    assert succeeded
     if len(nodes) == 1:
-        assert "nodes" not in result
+        assert "nodes" not in result and [item["node"] for item in result["resources"]] == nodes
     else:
-        # resources: the deprecated flat list of every node's (3.0.0).
-        assert sorted(result["nodes"]) == nodes and result["nodes"][nodes[1]]["resources"] == result["resources"][1:]
+        assert "resources" not in result and sorted(result["nodes"]) == nodes
+        assert [item["node"] for node in nodes for item in result["nodes"][node]["resources"]] == nodes

@@ -406,8 +406,7 @@ class TestSeveralNodes:
         assert sorted(result["nodes"]) == ["10.5.0.3", "10.5.0.4"]
         assert all(result["nodes"][node]["node"] == node and result["nodes"][node]["mode"] == "no_reboot"
                    for node in ("10.5.0.3", "10.5.0.4"))
-        # The deprecated list keeps the order of the nodes.
-        assert [entry["node"] for entry in result["results"]] == ["10.5.0.3", "10.5.0.4"]
+        assert "results" not in result
         assert sorted(call.node for call in client.calls_to(APPLY)) == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
         assert sorted(entry["before_header"] for entry in result["diff"]) == [
             "node 10.5.0.3: active machine configuration", "node 10.5.0.4: active machine configuration"]
@@ -423,7 +422,7 @@ class TestSeveralNodes:
 
     def test_a_list_of_one_node_keeps_its_keys_under_nodes_only(self, waits):
         ok, result, task = run(talos_node(warnings=["a warning"]), diff=True, nodes_listed=True)
-        assert ok and set(result) == {"changed", "nodes", "diff", "rebooted", "results", "warnings"}
+        assert ok and set(result) == {"changed", "nodes", "diff", "rebooted", "warnings"}
         assert result["nodes"]["10.5.0.3"]["mode"] == "no_reboot" and "diff" not in result["nodes"]["10.5.0.3"]
         assert result["warnings"] == ["Node 10.5.0.3: a warning"]
 
@@ -438,6 +437,5 @@ class TestSeveralNodes:
         assert result["changed"] is True and result["rebooted"] is False
         assert result["nodes"]["10.5.0.4"]["failed"] is True
         assert result["nodes"]["10.5.0.3"]["changed"] is True and result["nodes"]["10.5.0.5"]["changed"] is True
-        assert [entry.get("node") for entry in result["results"]] == ["10.5.0.3", "10.5.0.4", "10.5.0.5"]
         assert sorted(call.node for call in client.calls_to(APPLY) if call.node != "10.5.0.4") == (
             ["10.5.0.3"] * 2 + ["10.5.0.5"] * 2)
