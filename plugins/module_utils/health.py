@@ -25,7 +25,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import cluster_n
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import (
-    TalosConfigError, TalosError, TalosUnreachableError, format_seconds,
+    ActionFailed, TalosConfigError, TalosError, TalosUnreachableError, format_seconds,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import EventFollower, Seen, Waiter, WaitTimedOut
 
@@ -318,20 +318,14 @@ def survey(client, nodes, ignored=()):
     return found
 
 
-class HealthFailure(TalosError):
-    """The cluster did not become healthy in time; ``checks`` holds every check's state."""
-
-    def __init__(self, message, checks, elapsed):
-        super(HealthFailure, self).__init__(message, code="DeadlineExceeded")
-        self.checks = checks
-        self.elapsed = elapsed
-
-
-def _failure_message(check, elapsed, timeout):
-    where = " on node %s" % ", ".join(check["nodes"]) if check["nodes"] else ""
-    return ("Cluster health check %s (%s) still failed%s after %s seconds (wait_timeout %s): %s"
-            % (check["name"], check["description"], where, format_seconds(elapsed), timeout,
-               (check["message"] or "no detail").rstrip(".")) + ".")
+def _health_failure(failed, checks, elapsed, timeout):
+    """The failure of a health wait that ran out: every check's state, and which check failed on which nodes."""
+    where = " on node %s" % ", ".join(failed["nodes"]) if failed["nodes"] else ""
+    message = ("Cluster health check %s (%s) still failed%s after %s seconds (wait_timeout %s): %s"
+               % (failed["name"], failed["description"], where, format_seconds(elapsed), timeout,
+                  (failed["message"] or "no detail").rstrip(".")) + ".")
+    return ActionFailed(message, dict(checks=checks, elapsed=elapsed, failed_check=failed["name"],
+                                      failed_nodes=failed["nodes"]), code="DeadlineExceeded")
 
 
 def _failing_state(check):
@@ -344,7 +338,7 @@ def run_talos_checks(client, nodes, timeout, interval=2.0, progress=None, ignore
 
     Every round runs the checks from the first; a failing check leaves the
     later ones pending. ``ignored`` nodes are neither asked nor held against
-    the cluster. Returns ``(checks, elapsed)``; raises HealthFailure.
+    the cluster. Returns ``(checks, elapsed)``; raises ActionFailed with every check's state.
     """
     checks = TalosChecks(client, nodes, ignored)
     waiter = Waiter(timeout, interval, progress)
@@ -369,7 +363,7 @@ def run_talos_checks(client, nodes, timeout, interval=2.0, progress=None, ignore
         results = waiter.until(poll, "the cluster to be healthy", SUBJECT, tolerate=lambda error: False, follow=follow)
     except WaitTimedOut as timed_out:
         results, failed = timed_out.seen.value
-        raise HealthFailure(_failure_message(failed, waiter.elapsed, timeout), results, waiter.elapsed)
+        raise _health_failure(failed, results, waiter.elapsed, timeout)
     return results, waiter.elapsed
 
 
@@ -381,7 +375,7 @@ def check_name(description):
 def server_health_check(client, nodes, node, timeout, progress=None):
     """``cluster.ClusterService/HealthCheck`` on ``node`` (a control plane): Talos and Kubernetes checks.
 
-    Returns ``(checks, elapsed)`` from the progress stream; raises HealthFailure
+    Returns ``(checks, elapsed)`` from the progress stream; raises ActionFailed
     naming the check that had not passed when the server gave up.
     """
     waiter = Waiter(timeout, progress=progress)
@@ -421,13 +415,13 @@ def server_health_check(client, nodes, node, timeout, progress=None):
         failed = pending[-1]
         failed["state"] = "failed"
         failed["message"] = failed["message"] or error.message
-        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, elapsed)
+        raise _health_failure(failed, checks, elapsed, timeout)
     elapsed = waiter.elapsed
     unfinished = [check for check in checks if check["state"] != "passed"]
     if unfinished or not checks:
         failed = unfinished[-1] if unfinished else _check_result("health_check", "the server-side health check", "failed")
         failed["state"] = "failed"
         failed["message"] = failed["message"] or "the server ended the health check without reporting success"
-        raise HealthFailure(_failure_message(failed, elapsed, timeout), checks, elapsed)
+        raise _health_failure(failed, checks, elapsed, timeout)
     waiter.see(SUBJECT, "all checks passed")
     return checks, elapsed

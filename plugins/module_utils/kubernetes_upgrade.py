@@ -194,7 +194,7 @@ class KubernetesUpgrade:
 
     def __init__(self, client, kube, to_version, from_version=None, control_planes=None, workers=None, pre_pull=True,
                  upgrade_kubelet=True, sync_manifests=True, check_deprecated_apis=True, wait_timeout=600,
-                 check_mode=False, progress=None, manifest_options=None, issuer=None, repositories=None):
+                 check_mode=False, progress=None, manifest_options=None, issuer=None, repositories=None, hide=None):
         self.client = client
         self.kube = kube
         self.to_version, self.from_version = requested_versions(to_version, from_version)
@@ -218,9 +218,10 @@ class KubernetesUpgrade:
         self.done = []
         self.result = {}
         self.proxy_enabled = False
-        # For the module: the manifest changes as diffs, and the secret values the manifests hold.
+        # For the module: the manifest changes as diffs. ``hide`` hears the secret values the manifests hold as
+        # soon as they are read, so that a failure after them masks them too.
         self.diffs = []
-        self.secrets = set()
+        self.hide = hide or (lambda values: None)
 
     # -- what to do -------------------------------------------------------------------
 
@@ -657,7 +658,7 @@ class KubernetesUpgrade:
             objects = [obj for group in read_manifests(self.client, node) for obj in group]
         except TalosError as error:
             self._failed("Reading the bootstrap manifests from %s" % label(node), error)
-        self.secrets.update(manifest_secrets(objects))
+        self.hide(manifest_secrets(objects))
         try:
             self.manifest_sync.run(objects)
         except TalosError as error:

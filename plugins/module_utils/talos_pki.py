@@ -24,6 +24,8 @@ import hashlib
 import os
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+
 try:
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
@@ -47,7 +49,7 @@ _PRINTABLE_TEXT = re.compile(r"^[A-Za-z0-9 '()+,\-./:=?]*$")
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", re.S)
 
 
-class PKIError(ValueError):
+class PKIError(TalosConfigError):
     """Key material that cannot be used; the message names the problem, never the material."""
 
 

@@ -5,7 +5,8 @@
 
 A module declares a ``TaskSpec`` (its argument spec and the checks Ansible's
 argument spec cannot make) and a ``run(task)`` that returns the result dict or
-raises ``TaskFailed`` / a ``TalosError``. Two doors run it:
+raises a ``TalosError``: ``TalosConfigError`` for bad input, ``ActionFailed``
+for a failure that carries a partial result. Two doors run it:
 
 - the controller door (``plugins/plugin_utils/controller_door.py``): the action
   plugin of the same name runs ``run`` inside the controller's worker process;
@@ -26,7 +27,7 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_ARGUMENT_SPEC, ConnectionSettings
 
 CONNECTION_MUTUALLY_EXCLUSIVE = [("node", "nodes")]
@@ -65,21 +66,6 @@ GENERATOR_LIBRARIES = (
 )
 
 _VALIDATOR_KEYS = ("mutually_exclusive", "required_together", "required_one_of", "required_if", "required_by")
-
-
-class TaskFailed(Exception):
-    """Ends the task as failed with ``msg`` (one sentence) and extra result keys, such as partial results."""
-
-    def __init__(self, msg, **result):
-        super(TaskFailed, self).__init__(msg)
-        self.msg = msg
-        self.result = result
-
-    @classmethod
-    def from_error(cls, error, **result):
-        """The failure for a TalosError, with its code, node and server message as result keys."""
-        result.update(error.to_result())
-        return cls(error.message, **result)
 
 
 class TaskSpec:
@@ -170,6 +156,9 @@ class Task:
     ``no_log_values`` is the door's set of values to mask in the result; the
     module door shares AnsibleModule's own set. ``report`` shows a progress line
     as it happens (the controller door prints it; the module door cannot).
+    ``result`` holds the task-wide keys ``run`` knows before or while it calls
+    the domain (what was read, which nodes were checked): ``execute`` puts them
+    in the task's result whether ``run`` returns or fails.
     """
 
     def __init__(self, module_name, params, check_mode=False, diff=False, no_log_values=None, argument_spec=None,
@@ -181,6 +170,7 @@ class Task:
         self.no_log_values = no_log_values if no_log_values is not None else set()
         self.argument_spec = argument_spec or {}
         self.warnings = []
+        self.result = {}
         self._report = report
         self._settings = None
         self._client = None
@@ -212,10 +202,20 @@ class Task:
         """
         nodes = self.target_nodes
         if len(nodes) > 1:
-            raise TaskFailed("%s %s but %d nodes are targeted (%s): set node to one of them, for example "
-                             "node: \"{{ ansible_host }}\" with one inventory host per node."
-                             % (self.module_name, what, len(nodes), ", ".join(nodes)))
+            raise TalosConfigError("%s %s but %d nodes are targeted (%s): set node to one of them, for example "
+                                   "node: \"{{ ansible_host }}\" with one inventory host per node."
+                                   % (self.module_name, what, len(nodes), ", ".join(nodes)))
         return nodes[0]
+
+    def require(self, libraries, why=None):
+        """Fail the task as ``execute`` fails it for a missing library, when one of ``libraries`` is missing.
+
+        For the optional libraries only some options need: ``libraries`` are
+        (name on PyPI, module to import) pairs, ``why`` what needs them.
+        """
+        missing = missing_libraries(libraries)
+        if missing:
+            raise missing_library_failure(missing, why)
 
     def warn(self, message):
         self.warnings.append(message)
@@ -254,28 +254,34 @@ def execute(spec, task, run):
     """Check the options, call ``run(task)`` and return its result dict, failures included.
 
     Every door calls this: the result has ``changed``, and ``failed``/``msg``
-    when the task failed (``TaskFailed``, a ``TalosError``, an option out of
-    bounds or a missing library); ``warnings`` holds the task's warnings. The
-    client is always closed.
+    when the task failed (a ``TalosError``, an option out of bounds or a
+    missing library); ``task.result`` under what ``run`` returns or what the
+    error carries; ``warnings`` holds the task's warnings. The client is
+    always closed.
     """
     try:
         problem = spec.problem(task.params)
         if problem:
-            raise TaskFailed(problem)
+            raise TalosConfigError(problem)
         missing = missing_libraries(spec.libraries)
         if missing:
-            raise TaskFailed(missing_required_lib(", ".join(name for name, _tb in missing)), exception=missing[0][1])
-        result = dict(run(task) or {})
-    except TaskFailed as failure:
-        result = dict(failure.result, failed=True, msg=failure.msg)
+            raise missing_library_failure(missing)
+        result = dict(task.result, **(run(task) or {}))
     except TalosError as error:
-        result = dict(error.to_result(), failed=True, msg=error.message)
+        result = dict(task.result, **error.to_result())
+        result.update(failed=True, msg=error.message)
     finally:
         task.close()
     result.setdefault("changed", False)
     if task.warnings:
         result["warnings"] = list(task.warnings)
     return result
+
+
+def missing_library_failure(missing, why=None):
+    """The failure for ``missing`` (from ``missing_libraries``): Ansible's sentence, the first traceback."""
+    message = missing_required_lib(", ".join(name for name, _tb in missing), reason=why)
+    return ActionFailed(message, dict(exception=missing[0][1]))
 
 
 def missing_libraries(libraries):

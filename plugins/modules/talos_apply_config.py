@@ -263,7 +263,6 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import ConfigApplier, load_config, patch_secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
@@ -307,27 +306,17 @@ def run(task):
                                 quorum_wait_timeout=params["quorum_wait_timeout"],
                                 keep_newer_installer=params["keep_newer_installer"])
         result, diff = applier.apply(node)
+        # Task-wide, whether the task ends well or not: whether any node rebooted, and each node's warnings.
+        task.result["rebooted"] = task.result["rebooted"] or bool(result.get("rebooted"))
+        for warning in result.get("warnings", ()):
+            task.warn("%s: %s" % (label(node, start=True), warning))
         return dict(result, diff=diff) if diff is not None and task.diff else result
 
-    nodes = task.target_nodes
-    try:
-        output = lifecycle.on_nodes(task.client, nodes, apply_node, params["max_concurrency"],
-                                    waited=params["wait"] or task.check_mode, progress=task.progress)
-    except ActionFailed as failure:
-        _summarize(task, failure.result)
-        raise
-    _summarize(task, output)
+    task.result["rebooted"] = False
+    output = lifecycle.on_nodes(task.client, task.target_nodes, apply_node, params["max_concurrency"],
+                                waited=params["wait"] or task.check_mode, progress=task.progress)
+    output.pop("warnings", None)  # one node's keys at the top: its warnings are the task's
     return output
-
-
-def _summarize(task, output):
-    """The task-wide keys of the nodes' results, and their warnings as the task's."""
-    results = list(output["nodes"].values()) if "nodes" in output else [dict(output)]
-    output.pop("warnings", None)  # one node's keys at the top: its warnings become the task's below
-    output["rebooted"] = any(result.get("rebooted") for result in results)
-    for result in results:
-        for warning in result.get("warnings", ()):
-            task.warn("%s: %s" % (label(result.get("node"), start=True), warning))
 
 
 def main():

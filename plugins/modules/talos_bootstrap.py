@@ -134,8 +134,9 @@ members:
 import os
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -150,7 +151,7 @@ def run(task):
     params = task.params
     recover_from = params["recover_from"]
     if recover_from and not (os.path.isfile(recover_from) and os.access(recover_from, os.R_OK)):
-        raise TaskFailed("The etcd snapshot to recover from, %s, is not a readable file." % recover_from)
+        raise TalosConfigError("The etcd snapshot to recover from, %s, is not a readable file." % recover_from)
     node = task.single_node("bootstraps exactly one control-plane node")
     return etcd.bootstrap(task.client, node, recover_from, params["recover_skip_hash_check"],
                           wait_timeout=params["wait_timeout"] if params["wait"] else None, check_mode=task.check_mode,

@@ -194,14 +194,14 @@ expiring:
 import os
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import certificates, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosError, TalosPermissionError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError, TalosPermissionError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import read_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import read_active_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_pki import now_utc
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -250,7 +250,7 @@ def run(task):
         path = os.path.abspath(params["kubeconfig"])
         config = read_kubeconfig(path)
         if config is None:
-            raise TaskFailed("kubeconfig %s does not exist or is not a kubeconfig (a YAML mapping)." % path)
+            raise TalosConfigError("kubeconfig %s does not exist or is not a kubeconfig (a YAML mapping)." % path)
         files["kubeconfig"] = certificates.kubeconfig_report(config, path, now, settings.timeout)
 
     def controller_part(nodes_result):

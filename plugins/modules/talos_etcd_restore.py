@@ -160,8 +160,9 @@ members:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_recovery
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -183,7 +184,7 @@ SPEC = TaskSpec(
 def run(task):
     params = task.params
     if task.target_nodes == [None]:
-        raise TaskFailed("Set nodes to the cluster's control planes: the restore wipes, bootstraps and joins each of them.")
+        raise TalosConfigError("Set nodes to the cluster's control planes: the restore wipes, bootstraps and joins each of them.")
     return etcd_recovery.restore(task.client, task.target_nodes, snapshot=params["snapshot"], directory=params["directory"],
                                  prefix=params["prefix"], skip_hash_check=params["skip_hash_check"],
                                  allow_quorum=params["allow_quorum"], bootstrap_node=params["bootstrap_node"],

@@ -134,8 +134,9 @@ nodes:
 import os
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import node_files, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -152,11 +153,11 @@ def run(task):
     src = node_files.node_path(params["src"], "src")
     nodes = task.target_nodes
     if params["flat"] and len(nodes) > 1:
-        raise TaskFailed("flat=true puts the files straight into dest, which works with one node, but %d nodes are "
-                         "targeted (%s): leave flat false to get one directory per node." % (len(nodes), ", ".join(nodes)))
+        raise TalosConfigError("flat=true puts the files straight into dest, which works with one node, but %d nodes are "
+                               "targeted (%s): leave flat false to get one directory per node." % (len(nodes), ", ".join(nodes)))
     dest = os.path.abspath(params["dest"])
     if os.path.lexists(dest) and not os.path.isdir(dest):
-        raise TaskFailed("dest %s is not a directory: set dest to a directory on the controller." % dest)
+        raise TalosConfigError("dest %s is not a directory: set dest to a directory on the controller." % dest)
 
     def copy(client, node):
         root = dest if params["flat"] else os.path.join(dest, several_nodes.node_key(node, task.settings))

@@ -189,8 +189,9 @@ unreachable_nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import health
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -212,34 +213,31 @@ def run(task):
     # The talosconfig's own node list does not choose the control plane to ask: the endpoint answers then.
     node = task.single_node("asks one control plane for the cluster's health") if params["nodes"] else params["node"]
     if params["checks"] == "all" and (params["ignore_nodes"] or not params["wait_timeout"]):
-        raise TaskFailed("%s works with checks: talos only: the server-side check (checks: all) waits and checks every "
-                         "node." % ("ignore_nodes" if params["ignore_nodes"] else "wait_timeout 0 (check once)"))
+        raise TalosConfigError("%s works with checks: talos only: the server-side check (checks: all) waits and checks "
+                               "every node." % ("ignore_nodes" if params["ignore_nodes"] else "wait_timeout 0 (check once)"))
     nodes = health.nodes_to_check(task.client, params["control_plane_nodes"], params["worker_nodes"], node)
-    result = dict(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes, worker_nodes=nodes.workers)
+    task.result.update(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes,
+                       worker_nodes=nodes.workers)
     if not params["wait_timeout"]:
-        return _check_once(task, nodes, result)
-    try:
-        if params["checks"] == "all":
-            checks, elapsed = health.server_health_check(task.client, nodes, node, params["wait_timeout"], task.progress)
-        else:
-            checks, elapsed = health.run_talos_checks(task.client, nodes, params["wait_timeout"], params["poll_interval"],
-                                                      task.progress, ignored=params["ignore_nodes"])
-    except health.HealthFailure as failure:
-        failed = [check for check in failure.checks if check["state"] == "failed"][-1]
-        raise TaskFailed(failure.message, checks=failure.checks, elapsed=failure.elapsed, failed_check=failed["name"],
-                         failed_nodes=failed["nodes"], **result)
-    return dict(checks=checks, elapsed=elapsed, **result)
+        return _check_once(task, nodes)
+    if params["checks"] == "all":
+        checks, elapsed = health.server_health_check(task.client, nodes, node, params["wait_timeout"], task.progress)
+    else:
+        checks, elapsed = health.run_talos_checks(task.client, nodes, params["wait_timeout"], params["poll_interval"],
+                                                  task.progress, ignored=params["ignore_nodes"])
+    return dict(checks=checks, elapsed=elapsed)
 
 
-def _check_once(task, nodes, result):
+def _check_once(task, nodes):
     """Every Talos check once (wait_timeout 0): the result names every unhealthy node."""
     survey = health.survey(task.client, nodes, ignored=task.params["ignore_nodes"])
-    result.update(checks=survey.checks, elapsed=survey.elapsed, unhealthy_nodes=survey.unhealthy,
+    result = dict(checks=survey.checks, elapsed=survey.elapsed, unhealthy_nodes=survey.unhealthy,
                   unreachable_nodes=survey.unreachable)
     if survey.healthy:
         return result
-    raise TaskFailed(survey.message(), failed_check=survey.failed[0]["name"],
-                     failed_nodes=sorted(set(node for check in survey.failed for node in check["nodes"])), **result)
+    raise ActionFailed(survey.message(), dict(result, failed_check=survey.failed[0]["name"],
+                                              failed_nodes=sorted(set(node for check in survey.failed
+                                                                      for node in check["nodes"]))))
 
 
 def main():

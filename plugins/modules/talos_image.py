@@ -161,10 +161,10 @@ image_reason:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import images, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.installer import choose_node_installer, resolve_target
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -204,9 +204,9 @@ def run(task):
     params = task.params
     installer = params["installer_version"] or params["installer_image"]
     if params["state"] == "present" and not (params["name"] or installer):
-        raise TaskFailed("state=present needs name (the image to pull), installer_version or installer_image.")
+        raise TalosConfigError("state=present needs name (the image to pull), installer_version or installer_image.")
     if installer and params["state"] != "present":
-        raise TaskFailed("installer_version and installer_image pull an installer: they go with state=present only.")
+        raise TalosConfigError("installer_version and installer_image pull an installer: they go with state=present only.")
     if installer:
         # The target as talos_upgrade checks it, before anything is pulled.
         image, target = resolve_target(params["installer_image"], params["installer_version"],

@@ -328,7 +328,6 @@ deprecated_apis:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import kube_api, kubernetes_manifests
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgrade import (
     IMAGE_OPTIONS,
@@ -416,15 +415,11 @@ def run(task):
         wait_timeout=params["wait_timeout"], check_mode=task.check_mode, progress=task.progress,
         manifest_options=kubernetes_manifests.SyncOptions(
             prune=params["prune"], inventory_policy=params["inventory_policy"], recreate=params["recreate_immutable"],
-            reconcile_timeout=params["reconcile_timeout"]))
+            reconcile_timeout=params["reconcile_timeout"]), hide=task.hide)
     try:
         result = upgrade.run()
-    except ActionFailed:
-        task.hide(upgrade.secrets)
-        raise
     finally:
         kube.close()
-    task.hide(upgrade.secrets)
     result["msg"] = _message(result, task.check_mode)
     if task.diff:
         result["diff"] = _diff(upgrade)

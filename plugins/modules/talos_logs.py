@@ -115,8 +115,9 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import logs, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -135,7 +136,7 @@ SPEC = TaskSpec(
 def run(task):
     params = task.params
     if params["kernel"] and params["service"]:
-        raise TaskFailed("Set either service (a service or container log) or kernel=true (the kernel log), not both.")
+        raise TalosConfigError("Set either service (a service or container log) or kernel=true (the kernel log), not both.")
     since = logs.parse_since(params["since"])
 
     def read(client, node):

@@ -168,9 +168,10 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.node import unknown_services_problem
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -188,7 +189,7 @@ def run(task):
     params = task.params
     problem = unknown_services_problem("wait_for_services", params["wait_for_services"])
     if problem:
-        raise TaskFailed(problem)
+        raise TalosConfigError(problem)
 
     def reboot_node(client, node):
         return lifecycle.reboot(client, node, params["mode"], params["wait_for_services"],

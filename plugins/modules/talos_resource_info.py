@@ -194,9 +194,9 @@ elapsed:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import resources, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
 
 SPEC = TaskSpec(
@@ -231,7 +231,7 @@ def run(task):
     condition = dict(state="present", field=None, value=None)
     condition.update((key, value) for key, value in (params["wait_condition"] or {}).items() if value is not None)
     if params["wait"] and condition.get("field") and condition.get("value") is None:
-        raise TaskFailed("wait_condition.field needs wait_condition.value: the value the field must have.")
+        raise TalosConfigError("wait_condition.field needs wait_condition.value: the value the field must have.")
     # One waiter for every node, type resolution included: wait_timeout is for all of it together.
     waiter = Waiter(params["wait_timeout"], POLL_INTERVAL, task.progress) if params["wait"] else None
     kind = resources.resolve_kind(client, params["type"], node=nodes[0], waiter=waiter)
@@ -245,13 +245,8 @@ def run(task):
             items = resources.read_resources(node_client, kind, namespace, params["id"], selectors, node=node)
         return {"resources": [dict(item, node=node) for item in items]}
 
-    read_kind = dict(type=kind.type, namespace=namespace)
-    try:
-        result = several_nodes.run(client, nodes, read, params["max_concurrency"])
-    except ActionFailed as failure:
-        failure.result.update(read_kind)
-        raise
-    result.update(read_kind)
+    task.result.update(type=kind.type, namespace=namespace)
+    result = several_nodes.run(client, nodes, read, params["max_concurrency"])
     if waiter:
         result["elapsed"] = waiter.elapsed
     return result

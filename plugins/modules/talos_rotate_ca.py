@@ -272,13 +272,11 @@ files:
 
 import os
 
-from ansible.module_utils.basic import missing_required_lib
-
 from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, kube_api, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec, missing_libraries
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
 
 SPEC = TaskSpec(
@@ -336,8 +334,8 @@ def _options(task):
     if params["issued_after"]:
         issued_after = ca_rotation.parse_time(params["issued_after"], "issued_after")
         if issued_after > now:
-            raise TaskFailed("issued_after %s is in the future: every run until then would rotate the CA again."
-                             % params["issued_after"])
+            raise TalosConfigError("issued_after %s is in the future: every run until then would rotate the CA again."
+                                   % params["issued_after"])
     return (now, issued_after, client_config.parse_duration(params["renew_before"], "renew_before"),
             client_config.parse_duration(params["ttl"], "ttl"))
 
@@ -347,29 +345,27 @@ def run(task):
     settings = task.settings
     nodes = [node for node in task.target_nodes if node]
     if not nodes:
-        raise TaskFailed("talos_rotate_ca changes every node of the cluster: list all of them (control planes and workers) "
-                         "in nodes.")
+        raise TalosConfigError("talos_rotate_ca changes every node of the cluster: list all of them (control planes and workers) "
+                               "in nodes.")
     # Talos first, as talosctl rotate-ca does: the Kubernetes part then reaches the nodes with the new talosconfig.
     kinds = [kind for kind in ("talos", "kubernetes") if kind in params["rotate"]]
     abandon = params["abandon"]
     if abandon and (params["issued_after"] or params["new_cas"]):
-        raise TaskFailed("abandon: true rolls the rotation in progress back to the CA it replaces: leave issued_after and "
-                         "new_cas out.")
+        raise TalosConfigError("abandon: true rolls the rotation in progress back to the CA it replaces: leave issued_after and "
+                               "new_cas out.")
     if "talos" in kinds and not settings.config_path:
-        raise TaskFailed("talos_rotate_ca updates the talosconfig it connects with: set talosconfig (or TALOSCONFIG) to "
-                         "the file instead of giving ca, crt and key.")
+        raise TalosConfigError("talos_rotate_ca updates the talosconfig it connects with: set talosconfig (or TALOSCONFIG) to "
+                               "the file instead of giving ca, crt and key.")
     if "kubernetes" in kinds:
         # Only the Kubernetes part reads the Kubernetes API: a Talos API CA rotation runs without the library.
-        missing = missing_libraries((kube_api.LIBRARY,))
-        if missing:
-            raise TaskFailed(missing_required_lib(missing[0][0]), exception=missing[0][1])
+        task.require([kube_api.LIBRARY], "to rotate the Kubernetes CA")
     entries = {}
     for entry in params["new_cas"]:
         if entry["ca"] not in kinds:
-            raise TaskFailed("new_cas has a %s CA but rotate does not hold %s: add %s to rotate, or drop that entry."
-                             % (entry["ca"], entry["ca"], entry["ca"]))
+            raise TalosConfigError("new_cas has a %s CA but rotate does not hold %s: add %s to rotate, or drop that entry."
+                                   % (entry["ca"], entry["ca"], entry["ca"]))
         if entry["ca"] in entries:
-            raise TaskFailed("new_cas has two %s CAs: give one." % entry["ca"])
+            raise TalosConfigError("new_cas has two %s CAs: give one." % entry["ca"])
         entries[entry["ca"]] = entry
     now, issued_after, renew_before, ttl = _options(task)
     bundle_path = os.path.abspath(params["secrets"])
@@ -382,9 +378,9 @@ def run(task):
     in_progress = dict((name, files_of(name).in_progress) for name in ca_rotation.KINDS)
     for name, kind in ca_rotation.KINDS.items():
         if name not in kinds and in_progress[name]:
-            raise TaskFailed("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
-                             "rotate: [%s], or roll it back with rotate: [%s] and abandon: true." % (
-                                 kind.title, bundle_path, name, name))
+            raise TalosConfigError("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
+                                   "rotate: [%s], or roll it back with rotate: [%s] and abandon: true." % (
+                                       kind.title, bundle_path, name, name))
     kinds.sort(key=lambda name: not in_progress[name])
 
     # Every given CA is checked before the first node changes.
@@ -464,9 +460,9 @@ def _given(task, name, entry, files, now):
     label = "new_cas[ca=%s]" % name
     given = ca_rotation.given_authority(entry["crt"], entry["key"], files.old, label, now)
     if files.in_progress and talos_pki.fingerprint(files.new.certificate) != talos_pki.fingerprint(given.certificate):
-        raise TaskFailed("A rotation of the %s to another CA than %s is in progress (%s.previous holds the old one): "
-                         "finish it first by running the task without that entry." % (
-                             files.kind.title, label, files.bundle_path))
+        raise TalosConfigError("A rotation of the %s to another CA than %s is in progress (%s.previous holds the old one): "
+                               "finish it first by running the task without that entry." % (
+                                   files.kind.title, label, files.bundle_path))
     return given
 
 
@@ -514,7 +510,7 @@ def _execute(task, result, diffs, name, rotation, files, given, fields, now):
         details = dict(result)
         details.update(done=result["done"] + [dict(entry, ca=name) for entry in failure.result["done"]], changed=True,
                        files=_files(files))
-        raise TaskFailed(failure.message, **details)
+        raise ActionFailed(failure.message, details, cause=failure)
     result[key]["new"] = ca_rotation.facts_of(files.new, now)
     result["done"].extend(dict(entry, ca=name) for entry in rotation.done)
     result["changed"] = result["changed"] or bool(rotation.done) or files_changed

@@ -151,9 +151,9 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
 from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter, wait_for_service
 
 try:
@@ -205,7 +205,8 @@ def run(task):
     state = task.params["state"]
     reason = talos_node.control_refusal(name, state)
     if reason:
-        raise TaskFailed(reason, name=name)
+        task.result["name"] = name
+        raise TalosConfigError(reason)
 
     def control(client, node):
         return _control(task, client, node, name, state)

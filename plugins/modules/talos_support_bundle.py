@@ -158,7 +158,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils import several_n
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskFailed, TaskSpec, missing_libraries
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec, missing_libraries
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -196,9 +196,8 @@ def run(task):
     dest = os.path.abspath(params["dest"])
     check_destination(dest, "the support bundle", "dest")
     recipients = params["encryption_recipients"]
-    if recipients and missing_libraries([support_bundle.AGE_LIBRARY]):
-        raise TaskFailed("encryption_recipients needs the pyrage Python library on the controller "
-                         "(pip install pyrage), or leave encryption_recipients empty for a plain zip.")
+    if recipients:
+        task.require([support_bundle.AGE_LIBRARY], "for encryption_recipients (leave it empty for a plain zip)")
     parsed = support_bundle.age_recipients(recipients) if recipients else []
     nodes = task.target_nodes
     names = dict((node, several_nodes.node_key(node, task.settings)) for node in nodes)

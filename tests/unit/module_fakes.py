@@ -6,7 +6,8 @@ import copy
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, TaskFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 
 
 def spec_params(spec, **options):
@@ -57,20 +58,19 @@ class FakeTask(Task):
 def run_module(run, client, defaults, **options):
     """Run a module's ``run`` with a FakeTask: ``(succeeded, result, task)``.
 
-    ``defaults`` are the params before ``options``. A TaskFailed's result
-    carries ``msg`` (and ``failed``), as the doors report it; a TalosError
-    propagates; ``warnings`` holds the task's warnings.
+    ``defaults`` are the params before ``options``. A TalosError propagates;
+    an ActionFailed's result holds ``task.result`` under its own keys, as the
+    doors report it; ``warnings`` holds the task's warnings.
     """
     task = FakeTask(client, defaults, **options)
     try:
-        result = dict(run(task) or {})
-        succeeded = True
-    except TaskFailed as failure:
-        result = dict(failure.result, failed=True, msg=failure.msg)
-        succeeded = False
+        result = dict(task.result, **(run(task) or {}))
+    except ActionFailed as failure:
+        failure.result = dict(task.result, **failure.result)
+        raise
     if task.warnings:
         result["warnings"] = list(task.warnings)
-    return succeeded, result, task
+    return True, result, task
 
 
 def run_task(module, client, targets=None, check_mode=False, diff=False, nodes_listed=None, **options):

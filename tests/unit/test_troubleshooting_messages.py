@@ -3,8 +3,8 @@
 """docs/troubleshooting.md has an entry for every message the etcd snapshot, backup and restore, CA rotation, support
 bundle and fetch code can raise.
 
-The messages are read from the code: the first argument of every exception the collection defines (TaskFailed, the
-TalosError family) raised or built in the modules and in their domain modules, and the fail messages of the backup and
+The messages are read from the code: the first argument of every exception the collection defines (the TalosError
+family) raised or built in the modules and in their domain modules, and the fail messages of the backup and
 restore roles. A message's variable parts (``%s``, Jinja) split it into fixed parts; its longest fixed part must be in
 the page (where ``…`` stands for the variable parts), so that rewording a message or adding one fails here until its
 entry follows.

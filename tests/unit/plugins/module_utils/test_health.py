@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import health, waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosUnreachableError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosUnreachableError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
@@ -117,15 +117,17 @@ def test_healthy_cluster_passes_every_check():
 def test_a_failing_check_is_named_and_later_ones_pend(breaks, check, node, text):
     cluster = ClusterState()
     breaks(cluster)
-    with pytest.raises(health.HealthFailure) as raised:
+    with pytest.raises(ActionFailed) as raised:
         health.run_talos_checks(talos(cluster), NODES, timeout=0)
     failure = raised.value
+    checks = failure.result["checks"]
     names = [name for name, _description in health.TALOS_CHECKS]
     position = names.index(check)
-    assert states(failure.checks) == ([(name, "passed") for name in names[:position]] + [(check, "failed")]
-                                      + [(name, "pending") for name in names[position + 1:]])
-    assert failure.checks[position]["nodes"] == [node] and text in failure.checks[position]["message"]
+    assert states(checks) == ([(name, "passed") for name in names[:position]] + [(check, "failed")]
+                              + [(name, "pending") for name in names[position + 1:]])
+    assert checks[position]["nodes"] == [node] and text in checks[position]["message"]
     assert failure.message.startswith("Cluster health check %s (" % check) and node in failure.message
+    assert (failure.result["failed_check"], failure.result["failed_nodes"], failure.code) == (check, [node], "DeadlineExceeded")
 
 
 def test_rounds_repeat_until_the_fault_is_gone(monkeypatch):
@@ -210,9 +212,10 @@ def test_a_node_ignored_is_left_out_but_the_others_still_count():
     cluster = ClusterState()
     cluster.off.add(W1)
     cluster.services[(CP2, "kubelet")] = ("Running", False)
-    with pytest.raises(health.HealthFailure) as raised:
+    with pytest.raises(ActionFailed) as raised:
         health.run_talos_checks(talos(cluster), NODES, timeout=0, ignored=[W1])
-    assert raised.value.checks[-2]["name"] == "kubelet_healthy" and raised.value.checks[-2]["nodes"] == [CP2]
+    checks = raised.value.result["checks"]
+    assert checks[-2]["name"] == "kubelet_healthy" and checks[-2]["nodes"] == [CP2]
 
 
 def progress(*messages):
@@ -234,7 +237,8 @@ def test_server_failure_names_the_unfinished_check():
         "waiting for etcd to be healthy: OK", "waiting for apid to be ready: ...",
         "waiting for apid to be ready: 1 error occurred:\n\t* 10.5.0.5: connection refused\n\n",
     ) + [fails_with("DeadlineExceeded", "context deadline exceeded")]})
-    with pytest.raises(health.HealthFailure) as raised:
+    with pytest.raises(ActionFailed) as raised:
         health.server_health_check(server, NODES, None, 5)
-    assert states(raised.value.checks) == [("etcd_healthy", "passed"), ("apid_ready", "failed")]
+    assert states(raised.value.result["checks"]) == [("etcd_healthy", "passed"), ("apid_ready", "failed")]
+    assert raised.value.result["failed_check"] == "apid_ready" and raised.value.code == "DeadlineExceeded"
     assert "Cluster health check apid_ready" in raised.value.message and "10.5.0.5: connection refused" in raised.value.message

@@ -14,13 +14,12 @@ import pytest
 from ansible.module_utils import basic
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import client as client_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosApiError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosApiError, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module as run_as_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_ARGUMENT_SPEC
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import (
     WAIT_ARGUMENT_SPEC,
     Task,
-    TaskFailed,
     TaskSpec,
     execute,
 )
@@ -179,7 +178,7 @@ def test_mask_only_keeps_the_secrets_of_a_structured_option_masked_and_the_rest_
 
     def body(task):
         task.mask_only("patches", {"abc.secret-token"})
-        raise TaskFailed("patches[0] operation 1 (remove /machine/network) failed; 60 s; abc.secret-token")
+        raise TalosConfigError("patches[0] operation 1 (remove /machine/network) failed; 60 s; abc.secret-token")
 
     result = run_module(capsys, dict(INSECURE, patches=patches, key="remove"), body, argument_spec=spec)
     # "remove" is also the value of the no_log key option, so it stays masked.
@@ -213,12 +212,53 @@ def test_a_numeric_option_without_a_range_is_a_programming_error():
 
 def test_partial_results_of_a_failure_reach_the_result(capsys):
     def body(task):
-        raise TaskFailed("Could not read 1 of 2 nodes (10.5.0.3): refused.", nodes={"10.5.0.2": {"ok": True}})
+        raise ActionFailed("Could not read 1 of 2 nodes (10.5.0.3): refused.", {"nodes": {"10.5.0.2": {"ok": True}}},
+                           cause=TalosApiError("refused.", code="Unavailable", node="10.5.0.3"))
 
     result = run_module(capsys, dict(INSECURE), body)
     assert result["failed"] is True and result["msg"] == "Could not read 1 of 2 nodes (10.5.0.3): refused."
     assert result["nodes"] == {"10.5.0.2": {"ok": True}}
+    assert (result["code"], result["node"]) == ("Unavailable", "10.5.0.3")
     assert result["changed"] is False
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "fails"])
+def test_task_wide_keys_reach_the_result_whether_run_returns_or_fails(capsys, fails):
+    def body(task):
+        task.result.update(type="Members.cluster.talos.dev", namespace="cluster", changed=False)
+        if fails:
+            raise ActionFailed("1 of 2 nodes failed (10.5.0.3): refused.", {"nodes": {"10.5.0.2": {"ok": True}},
+                                                                             "namespace": "its own"})
+        return dict(changed=True, namespace="its own")
+
+    result = run_module(capsys, dict(INSECURE), body)
+    assert result["type"] == "Members.cluster.talos.dev"
+    # What run returns, or what the failure carries, wins over the task-wide keys.
+    assert result["namespace"] == "its own"
+    assert result.get("failed", False) is fails and result["changed"] is not fails
+
+
+def test_bad_input_fails_with_its_sentence_and_the_task_wide_keys(capsys):
+    def body(task):
+        task.result["name"] = "etcd"
+        raise TalosConfigError("etcd cannot be stopped: stop the node instead.")
+
+    result = run_module(capsys, dict(INSECURE), body)
+    assert result == dict(result, failed=True, msg="etcd cannot be stopped: stop the node instead.", name="etcd")
+
+
+def test_require_fails_as_a_missing_library_of_the_spec_does(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyrage", None)
+    ran = []
+
+    def body(task):
+        task.require([("pyrage", "pyrage")], "for encryption_recipients")
+        ran.append(True)
+
+    result = run_module(capsys, dict(INSECURE), body)
+    assert ran == [] and result["failed"] is True
+    assert "Failed to import the required Python library (pyrage)" in result["msg"]
+    assert "for encryption_recipients" in result["msg"]
 
 
 def test_execute_returns_the_warnings_of_the_task_and_closes_it():

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_bootstrap
 from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
@@ -171,13 +171,14 @@ def test_recover_is_skipped_when_already_bootstrapped(tmp_path):
 
 def test_missing_snapshot_file_fails_before_any_call(tmp_path):
     client = control_plane()
-    ok, result = run(client, recover_from=str(tmp_path / "none"))
-    assert not ok and result["msg"] == "The etcd snapshot to recover from, %s, is not a readable file." % (tmp_path / "none")
+    with pytest.raises(TalosConfigError) as refused:
+        run(client, recover_from=str(tmp_path / "none"))
+    assert refused.value.message == "The etcd snapshot to recover from, %s, is not a readable file." % (tmp_path / "none")
     assert client.calls == []
 
 
 def test_several_nodes_are_refused():
     client = control_plane(nodes=["10.5.0.2", "10.5.0.3"])
-    ok, result = run(client)
-    assert not ok and "bootstraps exactly one control-plane node but 2 nodes are targeted" in result["msg"]
+    with pytest.raises(TalosConfigError, match="bootstraps exactly one control-plane node but 2 nodes are targeted"):
+        run(client)
     assert client.calls == []

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
 from fake_talos import FakeTalos
@@ -231,8 +231,8 @@ def test_forced_removal_needs_a_healthy_member_to_go_through():
 
 def test_several_nodes_are_refused():
     cluster = Cluster(nodes=["10.5.0.1", "10.5.0.2"])
-    ok, result = run(cluster, member="cp-2", state="absent")
-    assert not ok and "talks to one control-plane node but 2 nodes are targeted" in result["msg"]
+    with pytest.raises(TalosConfigError, match="talks to one control-plane node but 2 nodes are targeted"):
+        run(cluster, member="cp-2", state="absent")
     assert cluster.client.calls == []
 
 

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosTimeoutError
+from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
 from fake_talos import FakeTalos, fails_with
@@ -62,8 +62,9 @@ def test_allowed_operations(name, state):
 ])
 def test_refused_operations_fail_before_any_call(name, state, words):
     client = node_with({name: "Running"})
-    ok, result = run(client, name=name, state=state)
-    assert not ok and words in result["msg"]
+    with pytest.raises(TalosConfigError) as refused:
+        run(client, name=name, state=state)
+    assert words in refused.value.message
     assert client.names() == []
 
 
