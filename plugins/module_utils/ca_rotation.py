@@ -181,20 +181,6 @@ def rotation_due(authority, issued_after, renew_before, now, kind=None, given=No
     return None
 
 
-def parse_time(text, parameter):
-    """A UTC time from ``2026-11-27``, ``2026-11-27T08:00:00Z`` or with an offset; TalosConfigError names ``parameter``."""
-    value = str(text).strip()
-    if value.endswith("Z"):
-        value = value[:-1] + "+00:00"
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise TalosConfigError("%s must be a date or time such as 2026-11-27 or 2026-11-27T08:00:00Z, got %r." % (parameter, text))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.astimezone(datetime.timezone.utc)
-
-
 class NodeConfig:
     """A node's active config as the rotation of ``kind`` sees it: the CAs of that kind, its phase and its patched forms."""
 

@@ -20,10 +20,11 @@ import socket
 import ssl
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.durations import parse_time
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosConnectionError
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import is_v1alpha1, parse_yaml_stream
 
-DEFAULT_WARN_DAYS = 30
+DEFAULT_WARN_BEFORE = "720h"
 KUBE_APISERVER_CA_KIND = "KubeAPIServerCAConfig"
 # Bundle certificate name -> name in the report.
 BUNDLE_AUTHORITIES = (("os", "talos_ca"), ("k8s", "kubernetes_ca"), ("etcd", "etcd_ca"), ("k8saggregator", "aggregator_ca"))
@@ -227,8 +228,9 @@ def _https_host_port(url):
 
 # Expiry.
 
-def expiring(result, warn_days):
-    """``[{"where", "name", "not_after", "days_left"}]``: every certificate of ``result`` that has ``warn_days`` or fewer left.
+def expiring(result, warn_before, now):
+    """``[{"where", "name", "not_after", "days_left"}]``: every certificate of ``result`` that expires within
+    ``warn_before`` (a timedelta) of ``now``, or has expired.
 
     ``where`` names the node or file, ``name`` the certificate's path in the result.
     """
@@ -237,7 +239,7 @@ def expiring(result, warn_days):
     def walk(value, where, name):
         if isinstance(value, dict):
             if "days_left" in value and "not_after" in value:
-                if value["days_left"] <= warn_days:
+                if parse_time(value["not_after"]) - now <= warn_before:
                     found.append({"where": where, "name": name, "subject": value["subject"],
                                   "not_after": value["not_after"], "days_left": value["days_left"]})
                 return

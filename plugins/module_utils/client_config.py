@@ -12,39 +12,19 @@ roles, not expiring soon), so that writing the file again changes nothing.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import datetime
-import re
-
 try:
     import yaml
 except ImportError:  # reported by the module through missing_required_lib
     yaml = None
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import go_yaml, redaction, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.durations import parse_duration
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
 ROLES = ("os:admin", "os:operator", "os:reader", "os:etcd:backup")
 DEFAULT_ROLES = ("os:admin",)
 DEFAULT_TTL = "8760h"
 DEFAULT_RENEW_BEFORE = "720h"
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-
-
-def parse_duration(text, parameter):
-    """A Go duration (``8760h``, ``720h0m0s``, ``1h30m``) as a timedelta; TalosConfigError names ``parameter``."""
-    value = str(text or "").strip()
-    position, seconds = 0, 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != position:
-            break
-        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    if not value or position != len(value):
-        raise TalosConfigError("%s must be a duration such as 8760h or 720h30m, got %r." % (parameter, text))
-    return datetime.timedelta(seconds=seconds)
-
 
 def validate_roles(roles):
     roles = list(roles or DEFAULT_ROLES)

@@ -29,6 +29,7 @@ import re
 import struct
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.durations import parse_duration
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
     PrivateFile, check_destination, directory_problem, ensure_mode,
@@ -58,8 +59,6 @@ _FNV64_OFFSET, _FNV64_PRIME = 0xCBF29CE484222325, 0x100000001B3
 
 _STAMP = "%Y%m%dT%H%M%SZ"
 _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 class SnapshotInvalid(TalosConfigError):
@@ -398,7 +397,7 @@ def take(client, node, path=None, directory=None, prefix="etcd", source="auto", 
     probes its stream (``probe``): what a run would fail on at its start, it
     fails on too.
     """
-    max_age_seconds = parse_max_age(max_age)
+    max_age_seconds = parse_duration(max_age, "max_age").total_seconds() if max_age else None
     if path is not None:
         path = os.path.abspath(os.path.expanduser(path))
         check_destination(path, "the etcd snapshot", "path")
@@ -478,16 +477,6 @@ def _file_sha256(path):
 
 
 # -- backup directories ------------------------------------------------------------
-
-def parse_max_age(text):
-    """Seconds of a ``max_age`` such as V(30d), V(12h), V(2w); None for none."""
-    if text in (None, ""):
-        return None
-    match = _DURATION.match(str(text).strip())
-    if not match:
-        raise TalosConfigError("max_age must be a number and a unit (s, m, h, d or w) such as 30d or 12h, not %r." % text)
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
 
 def backups(directory, prefix):
     """The backups of ``prefix`` in ``directory`` as ``(taken at, revision, path)``, newest first."""

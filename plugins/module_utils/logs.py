@@ -8,11 +8,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import collections
-import datetime
 import json
 import re
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.durations import parse_time
 from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED, is_secret_value
 
 try:
@@ -24,40 +23,8 @@ except ImportError:  # reported by task.execute through missing_required_lib
 SYSTEM_NAMESPACE = "system"
 KUBERNETES_NAMESPACE = "k8s.io"
 
-_DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
 _LEADING_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)")
 _DMESG_TIME = re.compile(r"^[^:\[]*:\s*[^:\[]*:\s*\[([^\]]+)\]")
-_FRACTION = re.compile(r"\.(\d+)")
-
-
-def parse_time(text):
-    """An RFC 3339 time as an aware datetime (UTC when no zone is given), or None."""
-    text = text.strip().replace(" ", "T", 1)
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    # Python's fromisoformat takes at most microseconds.
-    text = _FRACTION.sub(lambda match: "." + match.group(1)[:6].ljust(6, "0"), text, count=1)
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
-
-
-def parse_since(since, now=None):
-    """``since`` as an aware datetime: a duration before now (``15m``, ``1h30m``, ``90s``) or an RFC 3339 time."""
-    if not since:
-        return None
-    now = now or datetime.datetime.now(datetime.timezone.utc)
-    match = _DURATION.match(since)
-    if match and any(match.groups()):
-        hours, minutes, seconds = (int(part or 0) for part in match.groups())
-        return now - datetime.timedelta(hours=hours, minutes=minutes, seconds=seconds)
-    moment = parse_time(since)
-    if moment is None:
-        raise TalosConfigError("since must be a duration such as 15m, 1h30m or 90s, or an RFC 3339 time such as "
-                               "2026-01-02T15:04:05Z; got %r." % since)
-    return moment
 
 
 def line_time(line):

@@ -21,7 +21,7 @@ description:
     names).
   - Every certificate is reported with its subject, issuer, C(not_before), C(not_after), C(days_left), key algorithm
     and SHA-256 fingerprint. No key is read from a node or returned.
-  - A certificate with O(warn_days) days or fewer left is listed in RV(expiring) and gives a warning.
+  - A certificate that expires within O(warn_before) is listed in RV(expiring) and gives a warning.
   - With O(node) (or the host's own node, or the endpoint itself) the node's certificates are at the top of the
     result; with O(nodes) (or the talosconfig context's nodes) the nodes are read concurrently, at most
     O(max_concurrency) at a time, and each node's certificates are in RV(nodes), keyed by node.
@@ -43,10 +43,13 @@ options:
       - The Kubernetes API server it names is reached for a TLS handshake to read its serving certificate; one that
         cannot be reached gets C(server_error) instead.
     type: path
-  warn_days:
-    description: A certificate with this many days or fewer left is listed in RV(expiring) and gives a warning.
-    type: int
-    default: 30
+  warn_before:
+    description:
+      - A certificate that expires within this duration (or has expired) is listed in RV(expiring) and gives a
+        warning.
+      - A duration as talosctl takes one (V(720h), V(1h30m)) or in days (V(30d)).
+    type: str
+    default: 720h
   api_port:
     description:
       - Port of the Talos API on the nodes, for the TLS handshake that reads apid's serving certificate.
@@ -79,7 +82,7 @@ EXAMPLES = r"""
     nodes: "{{ (groups['controlplane'] + groups['workers']) | map('extract', hostvars, 'ansible_host') | list }}"
     secrets: "{{ playbook_dir }}/secrets.yaml"
     kubeconfig: "{{ playbook_dir }}/kubeconfig"
-    warn_days: 60
+    warn_before: 60d
   register: certificates
 
 - name: Fail when a certificate expires within 60 days
@@ -166,7 +169,7 @@ files:
           (with C(trusted)) or C(server_error); C(users), each with C(name) and C(client). Null without O(kubeconfig).
       type: dict
 expiring:
-  description: Every certificate with O(warn_days) or fewer days left, soonest first.
+  description: Every certificate that expires within O(warn_before), soonest first.
   returned: always
   type: list
   elements: dict
@@ -194,6 +197,7 @@ expiring:
 import os
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import certificates, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.durations import parse_duration
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError, TalosPermissionError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import read_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import read_active_config
@@ -207,10 +211,10 @@ SPEC = TaskSpec(
     argument_spec=dict(
         secrets=dict(type="path"),
         kubeconfig=dict(type="path"),
-        warn_days=dict(type="int", default=certificates.DEFAULT_WARN_DAYS),
+        warn_before=dict(type="str", default=certificates.DEFAULT_WARN_BEFORE),
         api_port=dict(type="int"),
     ),
-    ranges=dict(warn_days=(0, None), api_port=(1, 65535)),
+    ranges=dict(api_port=(1, 65535)),
     several_nodes=True,
 )
 
@@ -239,6 +243,7 @@ def run(task):
     params = task.params
     settings = task.settings
     now = now_utc()
+    warn_before = parse_duration(params["warn_before"], "warn_before")
     port = params["api_port"] or split_endpoint(settings.endpoints[0])[1]
     files = {"talosconfig": None, "secrets": None, "kubeconfig": None}
     if not settings.insecure:
@@ -258,7 +263,7 @@ def run(task):
         per_node = nodes_result.get("nodes")
         if per_node is None:
             per_node = {several_nodes.node_key(task.target_nodes[0], settings): nodes_result}
-        expiring = certificates.expiring({"nodes": per_node, "files": files}, params["warn_days"])
+        expiring = certificates.expiring({"nodes": per_node, "files": files}, warn_before, now)
         for item in expiring:
             task.warn(certificates.expiry_warning(item))
         return dict(files=files, expiring=expiring)

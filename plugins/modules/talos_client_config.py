@@ -60,13 +60,14 @@ options:
     default: [os:admin]
   ttl:
     description:
-      - Validity of a newly issued certificate, as a Go duration like C(talosctl --crt-ttl) (V(8760h) is one year).
+      - Validity of a newly issued certificate, a duration as C(talosctl --crt-ttl) takes it (V(8760h) is one year) or
+        in days (V(365d)).
       - Changing it does not replace a certificate that is still kept.
     type: str
     default: 8760h
   renew_before:
     description:
-      - A kept certificate that expires within this duration is replaced (V(720h) is 30 days). Must be shorter than O(ttl).
+      - A kept certificate that expires within this duration (V(720h), V(30d)) is replaced. Must be shorter than O(ttl).
     type: str
     default: 720h
 extends_documentation_fragment:

@@ -52,8 +52,8 @@ options:
     type: int
   max_age:
     description:
-      - Remove the backups of O(prefix) in O(directory) older than this - a number and a unit, V(s), V(m), V(h), V(d)
-        or V(w) (V(30d)). The new backup is never removed.
+      - Remove the backups of O(prefix) in O(directory) older than this duration - as talosctl takes one (V(720h),
+        V(1h30m)) or in days (V(30d)). The new backup is never removed.
     type: str
   source:
     description:

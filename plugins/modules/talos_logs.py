@@ -46,8 +46,8 @@ options:
     default: 200
   since:
     description:
-      - Keep only the lines since this point - a duration before now (V(15m), V(1h30m), V(90s)) or an RFC 3339 time
-        (V(2026-01-02T15:04:05Z)).
+      - Keep only the lines since this point - a duration before now as talosctl takes one (V(15m), V(1h30m), V(90s))
+        or in days (V(2d)), or an RFC 3339 time (V(2026-01-02T15:04:05Z)).
       - Lines are dated by the time they start with (CRI and kernel logs, JSON C(ts) fields as etcd writes them);
         a line without a time goes with the line before it.
     type: str
@@ -114,7 +114,7 @@ nodes:
       lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import logs, several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils import durations, logs, several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
@@ -137,7 +137,7 @@ def run(task):
     params = task.params
     if params["kernel"] and params["service"]:
         raise TalosConfigError("Set either service (a service or container log) or kernel=true (the kernel log), not both.")
-    since = logs.parse_since(params["since"])
+    since = durations.parse_since(params["since"], "since") if params["since"] else None
 
     def read(client, node):
         if params["kernel"]:

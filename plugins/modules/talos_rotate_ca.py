@@ -77,7 +77,7 @@ options:
       - Once the rotation ran the new CA is younger, so the same task changes nothing on the next run.
     type: str
   renew_before:
-    description: Rotate each CA of O(rotate) that expires within this Go duration (V(8760h) is one year).
+    description: Rotate each CA of O(rotate) that expires within this duration (V(8760h) or V(365d) is one year).
     type: str
     default: 8760h
   new_cas:
@@ -120,7 +120,7 @@ options:
     type: bool
     default: false
   ttl:
-    description: Validity of the talosconfig's new client certificate, a Go duration.
+    description: Validity of the talosconfig's new client certificate, a duration (V(8760h), V(365d)).
     type: str
     default: 8760h
   wait_timeout:
@@ -272,7 +272,7 @@ files:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, kube_api, talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, durations, kube_api, talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
@@ -332,12 +332,12 @@ def _options(task):
     now = talos_pki.now_utc()
     issued_after = None
     if params["issued_after"]:
-        issued_after = ca_rotation.parse_time(params["issued_after"], "issued_after")
+        issued_after = durations.parse_time(params["issued_after"], "issued_after")
         if issued_after > now:
             raise TalosConfigError("issued_after %s is in the future: every run until then would rotate the CA again."
                                    % params["issued_after"])
-    return (now, issued_after, client_config.parse_duration(params["renew_before"], "renew_before"),
-            client_config.parse_duration(params["ttl"], "ttl"))
+    return (now, issued_after, durations.parse_duration(params["renew_before"], "renew_before"),
+            durations.parse_duration(params["ttl"], "ttl"))
 
 
 def run(task):

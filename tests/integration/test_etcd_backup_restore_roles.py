@@ -90,8 +90,10 @@ def test_the_backup_roles_variables_fail_by_their_names_before_the_cluster_is_as
          "digit and hold only letters, digits, '.', '_' and '-' (it names files in the backup directory), not '../up'."),
         (dict(etcd_backup_dir=str(backups), etcd_backup_keep=0), "etcd_backup_keep must be 1 or more (the new backup is "
          "kept), not 0."),
-        (dict(etcd_backup_dir=str(backups), etcd_backup_max_age="a month"), "etcd_backup_max_age must be a number and a "
-         "unit (s, m, h, d or w) such as 30d or 12h, or empty, not 'a month'."),
+        (dict(etcd_backup_dir=str(backups), etcd_backup_max_age="a month"), "etcd_backup_max_age must be a duration such "
+         "as 720h, 1h30m or 30d, or empty, not 'a month'."),
+        (dict(etcd_backup_dir=str(backups), etcd_backup_max_age="2w"), "etcd_backup_max_age must be a duration such "
+         "as 720h, 1h30m or 30d, or empty, not '2w'."),
     ]
     # One run a mode: each case includes the role in a block whose rescue records the failure.
     play = role_play(etcd_model, "etcd_backup")[0]

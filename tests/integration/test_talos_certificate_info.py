@@ -94,7 +94,7 @@ def test_reports_nodes_and_files_and_warns_of_a_client_certificate_close_to_expi
         kubeconfig.write_text(yaml.safe_dump(config))
         secrets = os.path.join(cluster.state_dir, "secrets.yaml")
         run = run_playbook(info_play(cluster, [cp.address, worker.address], secrets=secrets, kubeconfig=str(kubeconfig),
-                                     warn_days=30), verbosity=3)
+                                     warn_before="30d"), verbosity=3)
     finally:
         server.close()
     task = run.task("certificates")
@@ -138,7 +138,7 @@ def test_a_reader_sees_serving_certificates_and_a_node_that_is_off_fails_the_tas
     cluster = emulator(controlplanes=1, workers=2)
     cp, worker, off = cluster.controlplanes[0], cluster.workers[0], cluster.workers[1]
     cluster.power_off(off)
-    run = run_playbook(info_play(cluster, [cp.address, worker.address, off.address], role="reader", warn_days=400),
+    run = run_playbook(info_play(cluster, [cp.address, worker.address, off.address], role="reader", warn_before="400d"),
                        expect_rc=2)
     task = run.task("certificates")
     assert task["status"] == "failed", task["result"]
@@ -149,7 +149,7 @@ def test_a_reader_sees_serving_certificates_and_a_node_that_is_off_fails_the_tas
         assert "Permission denied" in node["config_error"] and "talos_ca" not in node
         assert node["apid"]["trusted"] is True
     assert result["nodes"][off.address]["failed"] is True and result["nodes"][off.address]["code"]
-    # warn_days above a year: every apid serving certificate and the talosconfig's client certificate are listed.
+    # warn_before above a year: every apid serving certificate and the talosconfig's client certificate are listed.
     names = sorted((item["where"], item["name"]) for item in result["expiring"])
     assert ("node %s" % cp.address, "apid") in names and ("node %s" % worker.address, "apid") in names
     assert ("talosconfig %s" % cluster.talosconfig_path("reader"), "client") in names
@@ -184,12 +184,12 @@ def test_one_node_is_reported_at_the_top_and_a_list_of_one_under_nodes(emulator,
     cp = cluster.controlplanes[0]
     listed = run_playbook(info_play(cluster, [cp.address])).task("certificates")["result"]
     assert sorted(listed["nodes"]) == [cp.address] and "apid" not in listed
-    one = info_play(cluster, [cp.address], warn_days=400)
+    one = info_play(cluster, [cp.address], warn_before="400d")
     del one["tasks"][0]["talos_linux.talos.talos_certificate_info"]["nodes"]
     one["module_defaults"]["group/talos_linux.talos.talos"]["node"] = cp.address
     result = run_playbook(one).task("certificates")["result"]
     assert "nodes" not in result and result["apid"] == listed["nodes"][cp.address]["apid"]
     assert result["talos_ca"]["fingerprint_sha256"] == _fingerprint(cluster.secrets.os_ca)
-    # warn_days above a year: the node's apid certificate is found at the top as it is under nodes.
+    # warn_before above a year: the node's apid certificate is found at the top as it is under nodes.
     assert ("node %s" % cp.address, "apid") in [(item["where"], item["name"]) for item in result["expiring"]]
     assert result["files"]["talosconfig"]["path"] == cluster.talosconfig_path("admin")

@@ -111,7 +111,7 @@ def test_bad_destinations_and_options_fail_in_one_sentence_before_the_cluster_is
         (dict(directory=str(out / "a-file")),
          r"^Cannot write etcd backups to .*/a-file: it is not a directory; set directory to a directory\.$"),
         (dict(directory=str(out), prefix="../escape"), r"^prefix must start with a letter or digit"),
-        (dict(directory=str(out), max_age="a month"), r"^max_age must be a number and a unit"),
+        (dict(directory=str(out), max_age="a month"), r"^max_age must be a duration such as 720h, 1h30m or 30d, got .a month.\.$"),
         (dict(path=str(out / "x.snapshot"), keep=2), r"missing parameter\(s\) required by 'keep': directory"),
     ]
     # One task a case, in one run a mode.

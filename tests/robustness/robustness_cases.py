@@ -261,8 +261,8 @@ MODULE_CASES = [
          r"Permission denied for machine.MachineService/EtcdDefragment .*needs role os:admin or os:operator", group="node"),
 
     # talos_certificate_info: certificates only, whatever file it is pointed at.
-    case("certificate-info-negative-warn-days", "talos_certificate_info", {"warn_days": -1},
-         r"^warn_days must be at least 0, got -1\.$"),
+    case("certificate-info-bad-warn-before", "talos_certificate_info", {"warn_before": "30 days"},
+         r"^warn_before must be a duration such as 720h, 1h30m or 30d, got '30 days'\.$"),
     case("certificate-info-reports-bundle-and-node", "talos_certificate_info", {"secrets": "{secrets_bundle}"}, r"",
          group="node", outcome="ok", result=_certificate_info_of_the_control_plane),
     case("certificate-info-secrets-is-a-machine-config", "talos_certificate_info", {"secrets": "{cp_config}"},
@@ -276,7 +276,7 @@ MODULE_CASES = [
     case("rotate-ca-issued-after-in-the-future", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "issued_after": "2999-01-01"},
          r"^issued_after 2999-01-01 is in the future: every run until then would rotate the CA again\.$"),
     case("rotate-ca-issued-after-not-a-time", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "issued_after": "yesterday"},
-         r"^issued_after must be a date or time such as 2026-11-27 or 2026-11-27T08:00:00Z, got 'yesterday'\.$"),
+         r"^issued_after must be an RFC 3339 time such as 2026-11-27T08:00:00Z, or a date such as 2026-11-27; got 'yesterday'\.$"),
     case("rotate-ca-secrets-is-a-machine-config", "talos_rotate_ca", {"secrets": "{cp_config}"},
          r"^The secrets bundle .* is damaged or incomplete: "),
     case("rotate-ca-etcd-is-not-rotated", "talos_rotate_ca", {"secrets": "{secrets_bundle}", "rotate": ["etcd"]},

@@ -86,7 +86,7 @@ def test_kubeconfig_helpers_read_ca_bundles_and_client_certificates(bundle):
     assert certificates._https_host_port("http://k8s.example:6443") is None
 
 
-def test_expiring_lists_certificates_within_warn_days_soonest_first(bundle):
+def test_expiring_lists_certificates_within_warn_before_soonest_first(bundle):
     soon = {"subject": "O=os:admin", "not_after": "2026-06-06T12:00:00Z", "days_left": 5}
     later = {"subject": "CN=cp-1", "not_after": "2026-06-21T12:00:00Z", "days_left": 20}
     far = {"subject": "O=talos", "not_after": "2036-05-29T12:00:00Z", "days_left": 3650}
@@ -94,14 +94,17 @@ def test_expiring_lists_certificates_within_warn_days_soonest_first(bundle):
         "nodes": {"10.5.0.2": {"talos_ca": far, "talos_accepted_cas": [far, later], "apid": None}, "10.5.0.3": {"error": "x"}},
         "files": {"talosconfig": {"path": "/t", "client": soon, "cas": [far]}, "secrets": None},
     }
-    assert certificates.expiring(result, 20) == [
+    now = datetime.datetime(2026, 6, 1, 12, tzinfo=datetime.timezone.utc)
+    assert certificates.expiring(result, datetime.timedelta(days=20), now) == [
         {"where": "talosconfig /t", "name": "client", "subject": "O=os:admin", "not_after": "2026-06-06T12:00:00Z",
          "days_left": 5},
         {"where": "node 10.5.0.2", "name": "talos_accepted_cas[1]", "subject": "CN=cp-1",
          "not_after": "2026-06-21T12:00:00Z", "days_left": 20},
     ]
-    assert certificates.expiring(result, 4) == []
-    assert certificates.expiry_warning(dict(certificates.expiring(result, 5)[0], days_left=-1)) == (
+    assert certificates.expiring(result, datetime.timedelta(days=4, hours=23), now) == []
+    assert certificates.expiring(result, datetime.timedelta(days=5), now)[0]["name"] == "client"
+    assert certificates.expiry_warning(dict(certificates.expiring(result, datetime.timedelta(days=5), now)[0],
+                                            days_left=-1)) == (
         "The client of talosconfig /t (O=os:admin) expired on 2026-06-06T12:00:00Z.")
 
 

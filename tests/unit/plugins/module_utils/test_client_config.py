@@ -93,8 +93,3 @@ def test_bad_options(bundle, options, message):
     with pytest.raises(TalosConfigError) as caught:
         client_config.render_talosconfig(bundle, "prod", **options)
     assert message in caught.value.message
-
-
-@pytest.mark.parametrize("text,seconds", [("8760h", 8760 * 3600), ("720h0m0s", 720 * 3600), ("1h30m", 5400), ("90s", 90)])
-def test_durations(text, seconds):
-    assert client_config.parse_duration(text, "ttl").total_seconds() == seconds

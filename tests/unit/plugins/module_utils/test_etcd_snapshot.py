@@ -333,13 +333,3 @@ def test_a_directory_whose_backups_all_fail_names_each_and_what_is_wrong_in_one_
         "checks out: %s has no sha256 appended by etcd (truncated, or a copy of a data directory's database, which needs "
         "skip_hash_check=true); %s is corrupt (the sha256 etcd appended does not match its content)."
         % (os.path.basename(cut), os.path.basename(corrupt)))
-
-
-@pytest.mark.parametrize("text, seconds", [("30d", 30 * 86400), ("12h", 43200), ("2w", 1209600), (None, None)])
-def test_max_age_reads_a_number_and_a_unit(text, seconds):
-    assert etcd_snapshot.parse_max_age(text) == seconds
-
-
-def test_a_bad_max_age_names_the_option():
-    with pytest.raises(TalosConfigError, match=r"^max_age must be a number and a unit .* not '30 days'\.$"):
-        etcd_snapshot.parse_max_age("30 days")

@@ -11,27 +11,9 @@ import datetime
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import logs
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
 
 UTC = datetime.timezone.utc
 NOW = datetime.datetime(2026, 11, 23, 22, 0, 0, tzinfo=UTC)
-
-
-@pytest.mark.parametrize("since, expected", [
-    ("15m", NOW - datetime.timedelta(minutes=15)),
-    ("1h30m", NOW - datetime.timedelta(minutes=90)),
-    ("90s", NOW - datetime.timedelta(seconds=90)),
-    ("2026-11-23T21:00:00Z", datetime.datetime(2026, 11, 23, 21, 0, tzinfo=UTC)),
-    ("2026-11-23T23:00:00+02:00", datetime.datetime(2026, 11, 23, 21, 0, tzinfo=UTC)),
-    (None, None),
-])
-def test_parse_since(since, expected):
-    assert logs.parse_since(since, now=NOW) == expected
-
-
-def test_bad_since():
-    with pytest.raises(TalosConfigError, match="since must be a duration"):
-        logs.parse_since("yesterday", now=NOW)
 
 
 @pytest.mark.parametrize("line, expected", [
