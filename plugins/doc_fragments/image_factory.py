@@ -11,7 +11,7 @@ class ModuleDocFragment(object):
 
     DOCUMENTATION = r'''
 options:
-  factory_url:
+  image_factory_url:
     description:
       - Base URL of the Image Factory, for example a self-hosted one at an air-gapped site.
       - Its host (and port) is also the registry its installer images are pulled from.

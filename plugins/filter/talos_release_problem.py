@@ -11,7 +11,7 @@ short_description: Why a value cannot be the Talos version nodes are upgraded to
 version_added: 1.0.0
 description:
   - Checks a target Talos version (or the tag of an installer image) as M(talos_linux.talos.talos_upgrade) checks its
-    O(talos_linux.talos.talos_upgrade#module:version) and O(talos_linux.talos.talos_upgrade#module:image) - a release
+    O(talos_linux.talos.talos_upgrade#module:version) and O(talos_linux.talos.talos_upgrade#module:installer_image) - a release
     of a Talos minor release the collection supports (v1.9 to v1.14, any patch or pre-release of them, newer patches
     included).
   - Returns an empty string when the value is such a release, else one sentence that names the value and why it is

@@ -26,6 +26,7 @@ DEFAULT_ROLES = ("os:admin",)
 DEFAULT_TTL = "8760h"
 DEFAULT_RENEW_BEFORE = "720h"
 
+
 def validate_roles(roles):
     roles = list(roles or DEFAULT_ROLES)
     unknown = [role for role in roles if role not in ROLES]

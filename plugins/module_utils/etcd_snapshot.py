@@ -382,11 +382,11 @@ def backup_name(prefix, taken_at, revision):
     return "%s-%s-r%d.snapshot" % (prefix, taken_at.strftime(_STAMP), revision)
 
 
-def take(client, node, path=None, directory=None, prefix="etcd", source="auto", force=False, keep=None, max_age=None,
+def take(client, node, dest=None, directory=None, prefix="etcd", source="auto", force=False, keep=None, max_age=None,
          check_mode=False, progress=None):
     """Take an etcd snapshot onto the controller; returns the task's result.
 
-    With ``path`` the snapshot goes there, unless ``path`` already holds a
+    With ``dest`` the snapshot goes there, unless ``dest`` already holds a
     snapshot that checks out (``force`` takes a new one anyway; it replaces the
     file only when its bytes differ). With ``directory`` every run adds a
     backup named by ``backup_name`` and then applies the retention (``keep``
@@ -398,16 +398,17 @@ def take(client, node, path=None, directory=None, prefix="etcd", source="auto", 
     fails on too.
     """
     max_age_seconds = parse_duration(max_age, "max_age").total_seconds() if max_age else None
-    if path is not None:
-        path = os.path.abspath(os.path.expanduser(path))
-        check_destination(path, "the etcd snapshot", "path")
-        if os.path.isfile(path) and not force:
+    if dest is not None:
+        dest = os.path.abspath(os.path.expanduser(dest))
+        check_destination(dest, "the etcd snapshot", "dest")
+        if os.path.isfile(dest) and not force:
             try:
-                existing = check(path, label="The existing etcd snapshot")
+                existing = check(dest, label="The existing etcd snapshot")
             except SnapshotInvalid:
                 existing = None
             if existing is not None:
-                return dict(existing, changed=ensure_mode(path, "the etcd snapshot", check_mode), member=None, removed=[])
+                existing["dest"] = existing.pop("path")
+                return dict(existing, changed=ensure_mode(dest, "the etcd snapshot", check_mode), member=None, removed=[])
     else:
         if not _PREFIX.match(prefix or ""):
             raise TalosConfigError("prefix must start with a letter or digit and hold only letters, digits, '.', '_' and "
@@ -419,15 +420,15 @@ def take(client, node, path=None, directory=None, prefix="etcd", source="auto", 
     member = choose_source(client, node, source)
     if progress:
         progress("taking an etcd snapshot from %s" % _source(member))
-    result = {"changed": True, "member": member, "path": path, "removed": []}
+    result = {"changed": True, "member": member, "dest": dest, "removed": []}
     if check_mode:
         probe(client, member)
         if directory is not None:
             result["removed"] = prune(directory, prefix, keep, max_age_seconds, check_mode=True, adding=1)
         return result
     taken_at = datetime.datetime.now(datetime.timezone.utc)
-    if path is not None:
-        staged_file = PrivateFile(path, "the etcd snapshot")
+    if dest is not None:
+        staged_file = PrivateFile(dest, "the etcd snapshot")
     else:
         # The backup's name needs the revision the snapshot holds: the file is named once it is checked.
         staged_file = PrivateFile(os.path.join(directory, prefix + ".snapshot"), "the etcd backup", where=directory)
@@ -439,16 +440,17 @@ def take(client, node, path=None, directory=None, prefix="etcd", source="auto", 
         client.stream(etcd.SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=write_chunk)
         staged.flush()
         facts = _check_streamed(staged.temp_path, member)
-        if path is None:
-            path = os.path.join(directory, backup_name(prefix, taken_at, facts["revision"]))
-        elif _file_sha256(path) == facts["sha256"]:
-            result["changed"] = ensure_mode(path, "the etcd snapshot")
-        if result["changed"] or not os.path.isfile(path):
-            staged.commit(path)
-    result.update(facts, path=path, taken_at=taken_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        if dest is None:
+            dest = os.path.join(directory, backup_name(prefix, taken_at, facts["revision"]))
+        elif _file_sha256(dest) == facts["sha256"]:
+            result["changed"] = ensure_mode(dest, "the etcd snapshot")
+        if result["changed"] or not os.path.isfile(dest):
+            staged.commit(dest)
+    facts.pop("path", None)  # the staged file it was checked in
+    result.update(facts, dest=dest, taken_at=taken_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
     result.update(_versions(client, member))
     if directory is not None:
-        result["removed"] = prune(directory, prefix, keep, max_age_seconds, keep_path=path)
+        result["removed"] = prune(directory, prefix, keep, max_age_seconds, keep_path=dest)
     return result
 
 

@@ -80,7 +80,7 @@ def nodes_to_check(client, control_planes, workers, node):
     if control_planes:
         return ClusterNodes(control_planes, workers or [], "options")
     if workers:
-        raise TalosConfigError("worker_nodes needs control_plane_nodes: set both, or neither to discover the nodes.")
+        raise TalosConfigError("worker_nodes needs controlplane_nodes: set both, or neither to discover the nodes.")
     members = [members_source.member_node(resource)
                for resource in client.list_resources(members_source.MEMBERS_NAMESPACE, members_source.MEMBERS_TYPE, node=node)]
     discovered = {True: [], False: []}
@@ -90,7 +90,7 @@ def nodes_to_check(client, control_planes, workers, node):
             discovered[members_source.is_control_plane(member)].append(address)
     if not discovered[True]:
         raise TalosConfigError("%s discovered no control-plane members (COSI %s is empty: cluster discovery may be "
-                               "disabled); set control_plane_nodes and worker_nodes."
+                               "disabled); set controlplane_nodes and worker_nodes."
                                % (talos_node.label(node, start=True), members_source.MEMBERS_TYPE))
     return ClusterNodes(sorted(discovered[True]), sorted(discovered[False]), "discovery")
 

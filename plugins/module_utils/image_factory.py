@@ -91,7 +91,7 @@ class ImageFactoryError(TalosError):
 
 # The options of every module that talks to an Image Factory (doc fragment talos_linux.talos.image_factory).
 FACTORY_ARGUMENT_SPEC = dict(
-    factory_url=dict(type="str", default=FACTORY_URL, fallback=(env_fallback, ["TALOS_IMAGE_FACTORY_URL"])),
+    image_factory_url=dict(type="str", default=FACTORY_URL, fallback=(env_fallback, ["TALOS_IMAGE_FACTORY_URL"])),
     ca_path=dict(type="path", fallback=(env_fallback, ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"])),
     validate_certs=dict(type="bool", default=True),
     use_proxy=dict(type="bool", default=True),
@@ -103,7 +103,7 @@ FACTORY_OPTIONS = (FACTORY_ARGUMENT_SPEC, FACTORY_RANGES)  # TaskSpec(shared_opt
 
 def factory_from_params(params):
     """The ImageFactory that the options of FACTORY_ARGUMENT_SPEC describe."""
-    return ImageFactory(params["factory_url"], ca_path=params["ca_path"], validate_certs=params["validate_certs"],
+    return ImageFactory(params["image_factory_url"], ca_path=params["ca_path"], validate_certs=params["validate_certs"],
                         use_proxy=params["use_proxy"], timeout=params["timeout"])
 
 
@@ -160,7 +160,7 @@ class ImageFactory:
             return ImageFactoryError("The TLS certificate of the Image Factory at %s could not be verified (%s): set ca_path "
                                      "(or REQUESTS_CA_BUNDLE / SSL_CERT_FILE) to the CA bundle that signed it."
                                      % (self.url, text[:300]))
-        return ImageFactoryError("The Image Factory at %s cannot be reached (%s): check factory_url, the proxy settings "
+        return ImageFactoryError("The Image Factory at %s cannot be reached (%s): check image_factory_url, the proxy settings "
                                  "(HTTPS_PROXY, NO_PROXY) and that this host can reach it." % (self.url, text[:300]))
 
     def _json(self, path):

@@ -85,7 +85,7 @@ def target_version(version, option="version"):
     return normalize_version(version)
 
 
-def resolve_target(image=None, version=None, image_option="image", version_option="version"):
+def resolve_target(image=None, version=None, image_option="installer_image", version_option="version"):
     """The installer image given (or None) and the target version tag, from the module's options.
 
     Returns ``(image, version)``; without ``image`` the installer is the
@@ -199,10 +199,10 @@ class InstallerChoice:
         self.reason = reason
 
 
-def choose_installer(build, target, image=None, image_repository=None, factory_url=None):
+def choose_installer(build, target, image=None, repository=None, factory_url=None):
     """The installer for upgrading a node of ``build`` to ``target`` (``vX.Y.Z``): an InstallerChoice.
 
-    In order: the explicit ``image``; ``image_repository`` tagged with the
+    In order: the explicit ``image``; ``repository`` tagged with the
     target; the Image Factory installer of the node's own schematic, platform
     and secure boot (so that its extensions survive) from ``factory_url``, else
     the factory the node was built by, else factory.talos.dev; for a node
@@ -213,10 +213,10 @@ def choose_installer(build, target, image=None, image_repository=None, factory_u
     """
     target = version_tag(target, "version")
     if image:
-        return InstallerChoice(image, "image", "the image option names it")
-    if image_repository:
-        return InstallerChoice("%s:%s" % (image_repository.rstrip("/"), target), "image_repository",
-                               "the image_repository option tagged with the target version")
+        return InstallerChoice(image, "installer_image", "the installer_image option names it")
+    if repository:
+        return InstallerChoice("%s:%s" % (repository.rstrip("/"), target), "installer_repository",
+                               "the installer_repository option tagged with the target version")
     platform = build.platform
     secure = " with secure boot" if build.secure_boot else ""
     if build.schematic_id:
@@ -228,7 +228,7 @@ def choose_installer(build, target, image=None, image_repository=None, factory_u
     if build.extensions:
         raise TalosConfigError(
             "The node runs system extensions (%s) that come from no Image Factory schematic, so no default installer keeps "
-            "them: set image (or image_repository) to an installer that carries them, for example one made with "
+            "them: set installer_image (or installer_repository) to an installer that carries them, for example one made with "
             "talos_image_factory_schematic." % ", ".join(build.extensions))
     if runs_at_least(target, FACTORY_INSTALLER_SINCE) or build.secure_boot:
         url = factory_url or FACTORY_URL
@@ -242,10 +242,10 @@ def choose_installer(build, target, image=None, image_repository=None, factory_u
                            % (target, LEGACY_INSTALLER_REPOSITORY))
 
 
-def choose_node_installer(client, node, target, image=None, image_repository=None, factory_url=None):
+def choose_node_installer(client, node, target, image=None, repository=None, factory_url=None):
     """The InstallerChoice for upgrading ``node`` to ``target``; its build is read only when no option names the installer."""
-    build = None if image or image_repository else read_node_build(client, node)
-    return choose_installer(build, target, image=image, image_repository=image_repository, factory_url=factory_url)
+    build = None if image or repository else read_node_build(client, node)
+    return choose_installer(build, target, image=image, repository=repository, factory_url=factory_url)
 
 
 # -- the installer reference in a machine config -------------------------------------------------
@@ -395,7 +395,7 @@ def update_installer_reference(client, node, reference, image, result, check_mod
     names the target version is left as it is; ``warn(text)`` hears about one
     that cannot follow yet. Returns ``home``, ``before``, ``after`` and ``changed``.
     """
-    target = result["target_version"]
+    target = result["to_version"]
     outcome = dict(home=reference.home, before=reference.image, after=reference.image, changed=False)
     if reference.home is None or normalize_version(image_tag(reference.image)) == target:
         return outcome

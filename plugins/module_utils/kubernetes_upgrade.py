@@ -243,14 +243,14 @@ class KubernetesUpgrade:
         them); then each Talos node's Kubernetes Node, by its name or any address the Node reports, else by the
         nodename Talos registered it with. A node that has none is refused before anything changes."""
         listed = self.kube.nodes()
-        given = [("control_plane_nodes", node) for node in self.control_planes] + [
+        given = [("controlplane_nodes", node) for node in self.control_planes] + [
             ("worker_nodes", node) for node in (self.workers if self.upgrade_kubelet else ())]
         if not self.control_planes or not self.workers:
             self.control_planes = self.control_planes or [item["address"] for item in listed if item["control_plane"]]
             self.workers = self.workers or [item["address"] for item in listed if not item["control_plane"]]
         if not self.control_planes:
             raise TalosConfigError("No control-plane node was found: the API server lists no Node labelled "
-                                   "node-role.kubernetes.io/control-plane; set control_plane_nodes.")
+                                   "node-role.kubernetes.io/control-plane; set controlplane_nodes.")
         by_name = dict((item["name"], item) for item in listed)
         unknown = []
         named = [node for _option, node in given]
@@ -394,7 +394,7 @@ class KubernetesUpgrade:
         if self.from_version is None:
             self.from_version = self._detect_from_version()
         self.result.update(from_version=self.from_version, to_version=self.to_version,
-                           control_plane_nodes=self.control_planes, worker_nodes=self.workers if self.upgrade_kubelet else [])
+                           controlplane_nodes=self.control_planes, worker_nodes=self.workers if self.upgrade_kubelet else [])
         self._check_path()
         self._check_removed_arguments()
         self._check_removed_api_resources()

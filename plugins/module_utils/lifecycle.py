@@ -224,9 +224,9 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
     return result
 
 
-def shutdown(client, node, force=False, force_quorum_loss=False, quorum_wait_timeout=0, wait_timeout=None,
+def shutdown(client, node, graceful=True, force_quorum_loss=False, quorum_wait_timeout=0, wait_timeout=None,
              check_mode=False, progress=None):
-    """Power ``node`` off (``force``: without cordon and drain) and wait until it stops answering."""
+    """Power ``node`` off (``graceful``: after cordon and drain) and wait until it stops answering."""
     result = dict(changed=True, actor_id=None, elapsed=None)
     result.update(guard(client, node, "shut down", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
                         progress=progress))
@@ -235,7 +235,7 @@ def shutdown(client, node, force=False, force_quorum_loss=False, quorum_wait_tim
         return result
 
     waiter = _waiter(wait_timeout, progress, interval=GONE_POLL_SECONDS)
-    result["actor_id"] = _actor_id(client.call(SHUTDOWN, machine_pb2.ShutdownRequest(force=force), node=node))
+    result["actor_id"] = _actor_id(client.call(SHUTDOWN, machine_pb2.ShutdownRequest(force=not graceful), node=node))
     if waiter is not None:
         with _failing_as("The shutdown of %s was requested but the node still answers" % label(node), result):
             waits.wait_until_unreachable(client, node, waiter)
@@ -490,7 +490,7 @@ def rollback(client, node, force_quorum_loss=False, quorum_wait_timeout=0, wait_
              diff=False, progress=None):
     """Make ``node`` boot its previous installation, then wait until it runs a version other than before."""
     previous = read_version_tag(client, node)
-    result = dict(changed=True, previous_version=previous, current_version=None, boot_id_before=None, boot_id_after=None)
+    result = dict(changed=True, from_version=previous, current_version=None, boot_id_before=None, boot_id_after=None)
     result.update(guard(client, node, "roll back", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
                         progress=progress))
     result["boot_id_before"] = waits.read_boot_id(client, node)
@@ -537,7 +537,7 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
     previous = read_version_tag(client, node)
     # ``upgraded``: the node moves (in check mode, would move) to ``target``; ``changed`` may also come from its
     # installer reference alone (installer.update_installer_reference).
-    result = dict(changed=False, upgraded=False, previous_version=previous, current_version=previous, target_version=target,
+    result = dict(changed=False, upgraded=False, from_version=previous, current_version=previous, to_version=target,
                   image=image, rebooted=False, api_used=None, controlplane=None, etcd_gate_open=None, quorum=None,
                   progress=[])
     if previous == target:
@@ -572,7 +572,7 @@ class NodeUpgrade:
         self.image = image
         self.target = target
         self.result = result
-        self.previous = result["previous_version"]
+        self.previous = result["from_version"]
         self.fall_back = fall_back
         self.powercycle = reboot_mode == "powercycle"
         self.preserve = preserve

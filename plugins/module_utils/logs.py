@@ -20,8 +20,8 @@ try:
 except ImportError:  # reported by task.execute through missing_required_lib
     common_pb2 = machine_pb2 = None
 
-SYSTEM_NAMESPACE = "system"
-KUBERNETES_NAMESPACE = "k8s.io"
+# containerd namespaces by the names users give (talosctl image --namespace) -> the name Talos logs them under.
+NAMESPACES = {"system": "system", "cri": "k8s.io"}
 
 _LEADING_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)")
 _DMESG_TIME = re.compile(r"^[^:\[]*:\s*[^:\[]*:\s*\[([^\]]+)\]")
@@ -83,11 +83,11 @@ class LineCollector:
 
 
 def read_logs(client, node, service, namespace, lines, since):
-    """The last ``lines`` lines (0 = all) since ``since`` of a Talos service (``system``) or a CRI container (``k8s.io``)."""
-    driver = common_pb2.CRI if namespace == KUBERNETES_NAMESPACE else common_pb2.CONTAINERD
+    """The last ``lines`` lines (0 = all) since ``since`` of a Talos service (``system``) or a CRI container (``cri``)."""
+    driver = common_pb2.CRI if namespace == "cri" else common_pb2.CONTAINERD
     # The server cuts the tail when no time filter needs the older lines.
     tail = lines if lines > 0 and since is None else -1
-    request = machine_pb2.LogsRequest(namespace=namespace, id=service, driver=driver, follow=False, tail_lines=tail)
+    request = machine_pb2.LogsRequest(namespace=NAMESPACES[namespace], id=service, driver=driver, follow=False, tail_lines=tail)
     collector = LineCollector(lines, since)
     client.stream("machine.MachineService/Logs", request, node=node, on_message=lambda message: collector.feed(message.bytes))
     return collector.close()

@@ -23,20 +23,20 @@ description:
   - While the node is not ready for bootstrap yet (C(FailedPrecondition) "bootstrap is not available yet",
     "time is not in sync yet") or not reachable (C(Unavailable), deadline exceeded), Bootstrap is retried with
     exponential backoff until O(timeout) seconds have passed.
-  - With O(recover_from), the etcd snapshot at that path on the controller is uploaded with EtcdRecover first, and
+  - With O(snapshot), the etcd snapshot at that path on the controller is uploaded with EtcdRecover first, and
     etcd is bootstrapped from it (C(talosctl bootstrap --recover-from)).
 author:
   - Talos Linux Ansible collection contributors (!UNKNOWN)
 options:
-  recover_from:
+  snapshot:
     description:
       - Path on the controller of an etcd snapshot (for example one saved by
         M(talos_linux.talos.talos_etcd_snapshot)) to recover the cluster's etcd data from.
       - Ignored when the node is already bootstrapped, so that re-running a recovery play changes nothing.
     type: path
-  recover_skip_hash_check:
+  skip_hash_check:
     description:
-      - Skip etcd's integrity check of the snapshot. Needed when O(recover_from) is a copy of an etcd data
+      - Skip etcd's integrity check of the snapshot. Needed when O(snapshot) is a copy of an etcd data
         directory's C(member/snap/db) file rather than a snapshot.
     type: bool
     default: false
@@ -72,7 +72,7 @@ EXAMPLES = r"""
 - name: Recover etcd from a snapshot after losing every control plane
   talos_linux.talos.talos_bootstrap:
     node: 10.5.0.2
-    recover_from: ./backups/etcd.snapshot
+    snapshot: ./backups/etcd.snapshot
     timeout: 300
 """
 
@@ -85,7 +85,7 @@ bootstrapped:
   type: bool
   sample: true
 recovered:
-  description: True when the cluster's etcd was bootstrapped from O(recover_from).
+  description: True when the cluster's etcd was bootstrapped from O(snapshot).
   returned: always
   type: bool
   sample: false
@@ -140,8 +140,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        recover_from=dict(type="path"),
-        recover_skip_hash_check=dict(type="bool", default=False),
+        snapshot=dict(type="path"),
+        skip_hash_check=dict(type="bool", default=False),
     ),
     wait=True,
 )
@@ -149,11 +149,11 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
-    recover_from = params["recover_from"]
-    if recover_from and not (os.path.isfile(recover_from) and os.access(recover_from, os.R_OK)):
-        raise TalosConfigError("The etcd snapshot to recover from, %s, is not a readable file." % recover_from)
+    snapshot = params["snapshot"]
+    if snapshot and not (os.path.isfile(snapshot) and os.access(snapshot, os.R_OK)):
+        raise TalosConfigError("The etcd snapshot to recover from, %s, is not a readable file." % snapshot)
     node = task.single_node("bootstraps exactly one control-plane node")
-    return etcd.bootstrap(task.client, node, recover_from, params["recover_skip_hash_check"],
+    return etcd.bootstrap(task.client, node, snapshot, params["skip_hash_check"],
                           wait_timeout=params["wait_timeout"] if params["wait"] else None, check_mode=task.check_mode,
                           progress=task.progress)
 

@@ -22,18 +22,18 @@ description:
   - With O(source=auto) the snapshot comes from a healthy member that is not the leader when there is one (reading
     a snapshot loads the member that serves it), else from the healthy leader; O(node) is then only the control
     plane that lists the members.
-  - With O(path) the task is idempotent - a file there that checks out is kept. With O(directory) every run adds a
+  - With O(dest) the task is idempotent - a file there that checks out is kept. With O(directory) every run adds a
     backup named C(<prefix>-<UTC time>-r<revision>.snapshot) and applies the retention (O(keep), O(max_age)) to the
     backups of O(prefix); the role C(talos_linux.talos.etcd_backup) runs it on a schedule.
   - Snapshot bytes hold every Kubernetes Secret; they never appear in the task's result or output.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 options:
-  path:
+  dest:
     description:
       - The snapshot file to write on the controller. Its directory must exist.
       - A file there that checks out as an etcd snapshot is kept (nothing is streamed) unless O(force=true).
-      - Exactly one of O(path) and O(directory) is required.
+      - Exactly one of O(dest) and O(directory) is required.
     type: path
   directory:
     description:
@@ -65,7 +65,7 @@ options:
     default: auto
   force:
     description:
-      - With O(path), take a new snapshot even when the file there checks out; the file is replaced when the new
+      - With O(dest), take a new snapshot even when the file there checks out; the file is replaced when the new
         snapshot's bytes differ.
     type: bool
     default: false
@@ -86,7 +86,7 @@ attributes:
     support: none
   idempotent:
     support: partial
-    details: With O(path) a second run keeps the file; with O(directory) every run adds a backup, by design.
+    details: With O(dest) a second run keeps the file; with O(directory) every run adds a backup, by design.
 notes:
   - Needs the C(os:etcd:backup) role or more; with O(source=auto) also the right to list members and read their
     status (C(os:etcd:backup) may on Talos v1.11 and newer, else C(os:reader)).
@@ -104,7 +104,7 @@ EXAMPLES = r"""
 - name: Snapshot etcd into a file (kept when it is already there and good)
   talos_linux.talos.talos_etcd_snapshot:
     node: 10.5.0.2
-    path: /backups/etcd-before-upgrade.snapshot
+    dest: /backups/etcd-before-upgrade.snapshot
 
 - name: Nightly backup with retention
   talos_linux.talos.talos_etcd_snapshot:
@@ -117,11 +117,11 @@ EXAMPLES = r"""
 
 - name: Show what was saved
   ansible.builtin.debug:
-    msg: "{{ backup.path }} (revision {{ backup.revision }}, sha256 {{ backup.sha256 }}) from {{ backup.member.hostname }}"
+    msg: "{{ backup.dest }} (revision {{ backup.revision }}, sha256 {{ backup.sha256 }}) from {{ backup.member.hostname }}"
 """
 
 RETURN = r"""
-path:
+dest:
   description: Absolute path of the snapshot file (null in check mode with O(directory), whose name needs the revision).
   returned: always
   type: str
@@ -202,7 +202,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        path=dict(type="path"),
+        dest=dict(type="path"),
         directory=dict(type="path"),
         prefix=dict(type="str", default="etcd"),
         keep=dict(type="int"),
@@ -211,15 +211,15 @@ SPEC = TaskSpec(
         force=dict(type="bool", default=False),
     ),
     ranges=dict(keep=(1, None)),
-    mutually_exclusive=[("path", "directory")],
-    required_one_of=[("path", "directory")],
+    mutually_exclusive=[("dest", "directory")],
+    required_one_of=[("dest", "directory")],
     required_by=dict(keep=("directory",), max_age=("directory",)),
 )
 
 
 def run(task):
     params = task.params
-    return etcd_snapshot.take(task.client, task.single_node("takes one snapshot"), path=params["path"],
+    return etcd_snapshot.take(task.client, task.single_node("takes one snapshot"), dest=params["dest"],
                               directory=params["directory"], prefix=params["prefix"], source=params["source"],
                               force=params["force"], keep=params["keep"], max_age=params["max_age"],
                               check_mode=task.check_mode, progress=task.progress)

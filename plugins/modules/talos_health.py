@@ -20,7 +20,7 @@ description:
     running and ready. It does not need Kubernetes, so it fits clusters whose CNI is installed later.
   - With O(checks=all) the node runs the server-side health check (C(cluster.ClusterService/HealthCheck)), which adds
     the Kubernetes checks (nodes ready, control-plane static pods, kube-proxy, CoreDNS, schedulable nodes).
-  - The nodes come from O(control_plane_nodes) and O(worker_nodes), else from the cluster members the node
+  - The nodes come from O(controlplane_nodes) and O(worker_nodes), else from the cluster members the node
     discovered (COSI C(Members)); RV(node_source) says which.
   - Read-only; runs the checks in check mode too.
 author:
@@ -33,14 +33,14 @@ options:
     type: str
     choices: [talos, all]
     default: talos
-  control_plane_nodes:
+  controlplane_nodes:
     description:
       - Addresses of the control-plane nodes. Without them the nodes are discovered from the cluster members.
     type: list
     elements: str
   worker_nodes:
     description:
-      - Addresses of the worker nodes, with O(control_plane_nodes).
+      - Addresses of the worker nodes, with O(controlplane_nodes).
     type: list
     elements: str
   wait_timeout:
@@ -56,7 +56,7 @@ options:
     description:
       - Nodes known to be down or unhealthy, to leave out of the checks (with O(checks=talos)) - they are not asked and
         no check fails because of them. They are still the cluster's nodes - the etcd member of an ignored control
-        plane still counts as a control plane's - so list them in O(control_plane_nodes) or O(worker_nodes) too.
+        plane still counts as a control plane's - so list them in O(controlplane_nodes) or O(worker_nodes) too.
       - The P(talos_linux.talos.upgrade#role) role ignores the nodes that were unhealthy before it started, when told
         to go ahead without them.
     type: list
@@ -101,7 +101,7 @@ EXAMPLES = r"""
 - name: Wait with the inventory's node lists, through a given control plane
   talos_linux.talos.talos_health:
     node: "{{ hostvars[groups['controlplane'][0]].ansible_host }}"
-    control_plane_nodes: "{{ groups['controlplane'] | map('extract', hostvars, 'ansible_host') | list }}"
+    controlplane_nodes: "{{ groups['controlplane'] | map('extract', hostvars, 'ansible_host') | list }}"
     worker_nodes: "{{ groups['workers'] | map('extract', hostvars, 'ansible_host') | list }}"
   run_once: true
 
@@ -160,7 +160,7 @@ node_source:
   returned: always
   type: str
   sample: discovery
-control_plane_nodes:
+controlplane_nodes:
   description: The control-plane nodes that were checked.
   returned: always
   type: list
@@ -196,7 +196,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 SPEC = TaskSpec(
     argument_spec=dict(
         checks=dict(type="str", choices=["talos", "all"], default="talos"),
-        control_plane_nodes=dict(type="list", elements="str"),
+        controlplane_nodes=dict(type="list", elements="str"),
         worker_nodes=dict(type="list", elements="str"),
         poll_interval=dict(type="int", default=2),
         ignore_nodes=dict(type="list", elements="str", default=[]),
@@ -215,8 +215,8 @@ def run(task):
     if params["checks"] == "all" and (params["ignore_nodes"] or not params["wait_timeout"]):
         raise TalosConfigError("%s works with checks: talos only: the server-side check (checks: all) waits and checks "
                                "every node." % ("ignore_nodes" if params["ignore_nodes"] else "wait_timeout 0 (check once)"))
-    nodes = health.nodes_to_check(task.client, params["control_plane_nodes"], params["worker_nodes"], node)
-    task.result.update(changed=False, node_source=nodes.source, control_plane_nodes=nodes.control_planes,
+    nodes = health.nodes_to_check(task.client, params["controlplane_nodes"], params["worker_nodes"], node)
+    task.result.update(changed=False, node_source=nodes.source, controlplane_nodes=nodes.control_planes,
                        worker_nodes=nodes.workers)
     if not params["wait_timeout"]:
         return _check_once(task, nodes)

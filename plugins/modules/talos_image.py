@@ -20,7 +20,7 @@ description:
   - O(installer_version) pulls the installer M(talos_linux.talos.talos_upgrade) would choose for that version on
     each node - from the node's Image Factory schematic (so that its system extensions survive), its platform and
     secure boot - so one task pre-pulls the right installer on nodes that differ. O(installer_image) pulls one
-    installer everywhere, checked as M(talos_linux.talos.talos_upgrade) checks its O(talos_linux.talos.talos_upgrade#module:image).
+    installer everywhere, checked as M(talos_linux.talos.talos_upgrade) checks its O(talos_linux.talos.talos_upgrade#module:installer_image).
   - Image references are normalized as containerd stores them (V(nginx) is V(docker.io/library/nginx:latest)). An
     image that is already there is not pulled again, and one that is not there is not removed, so the task reports
     no change.
@@ -49,7 +49,7 @@ options:
       - Instead of O(name), an installer image whose tag is a Talos release the collection supports, as
         M(talos_linux.talos.talos_upgrade) takes it; a reference without such a tag fails before anything is pulled.
     type: str
-  image_repository:
+  installer_repository:
     description:
       - With O(installer_version), the installer repository to tag with the version instead of the derived one.
     type: str
@@ -171,7 +171,7 @@ SPEC = TaskSpec(
         name=dict(type="str"),
         installer_version=dict(type="str"),
         installer_image=dict(type="str"),
-        image_repository=dict(type="str"),
+        installer_repository=dict(type="str"),
         image_factory_url=dict(type="str"),
         namespace=dict(type="str", choices=["system", "cri"]),
         state=dict(type="str", default="present", choices=["present", "absent"]),
@@ -180,7 +180,7 @@ SPEC = TaskSpec(
     ranges=dict(pull_timeout=(1, None)),
     mutually_exclusive=[("name", "installer_version", "installer_image")],
     required_if=[("state", "absent", ("name",))],
-    required_by=dict(image_repository="installer_version", image_factory_url="installer_version"),
+    required_by=dict(installer_repository="installer_version", image_factory_url="installer_version"),
     several_nodes=True,
 )
 
@@ -191,7 +191,7 @@ def _installers(task, nodes, image, target):
     chosen, reasons, failures = {}, {}, {}
     for node in nodes:
         try:
-            choice = choose_node_installer(task.client, node, target, image=image, image_repository=params["image_repository"],
+            choice = choose_node_installer(task.client, node, target, image=image, repository=params["installer_repository"],
                                            factory_url=params["image_factory_url"])
         except TalosError as error:
             failures[node] = error

@@ -49,7 +49,7 @@ options:
   pxe_url:
     description:
       - Base URL of the factory's PXE frontend. Defaults to V(https://pxe.talos.dev) for the official factory and to
-        O(factory_url) for any other.
+        O(image_factory_url) for any other.
     type: str
 extends_documentation_fragment:
   - talos_linux.talos.image_factory
@@ -87,7 +87,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-factory_url:
+image_factory_url:
   description: The factory asked.
   returned: always
   type: str
@@ -194,7 +194,7 @@ def run(task):
     version, schematic_id = params["talos_version"], params["schematic_id"]
     if version:
         version = version_tag(version)
-    result = dict(changed=False, factory_url=factory.url, versions=factory.versions())
+    result = dict(changed=False, image_factory_url=factory.url, versions=factory.versions())
     if version:
         result.update(extensions=factory.extensions(version), overlays=factory.overlays(version))
     if schematic_id:

@@ -138,7 +138,7 @@ EXAMPLES = r"""
 
 - name: A Raspberry Pi schematic from YAML, on a self-hosted factory
   talos_linux.talos.talos_image_factory_schematic:
-    factory_url: https://factory.example.internal
+    image_factory_url: https://factory.example.internal
     ca_path: /etc/pki/internal-ca.pem
     schematic: |
       overlay:
@@ -166,7 +166,7 @@ extensions:
   type: list
   elements: str
   sample: [siderolabs/qemu-guest-agent]
-factory_url:
+image_factory_url:
   description: The factory asked.
   returned: success
   type: str
@@ -245,7 +245,7 @@ def run(task):
         factory.check_extensions(extensions, version)
     text = image_factory.schematic_text(canonical)
     schematic_id = image_factory.schematic_id(canonical)
-    result = dict(changed=False, id=schematic_id, schematic=text, extensions=extensions, factory_url=factory.url)
+    result = dict(changed=False, id=schematic_id, schematic=text, extensions=extensions, image_factory_url=factory.url)
 
     held = factory.schematic(schematic_id)
     if held is not None:

@@ -64,7 +64,7 @@ options:
         C(talosctl upgrade-k8s) detects it - so after an interrupted upgrade a component left behind still refuses
         a minor jump.
     type: str
-  control_plane_nodes:
+  controlplane_nodes:
     description:
       - The control-plane nodes, as the Talos API reaches them - an address or a name (an inventory's C(ansible_host)
         or hostname). By default the Nodes the API server lists with the C(node-role.kubernetes.io/control-plane)
@@ -76,7 +76,7 @@ options:
     elements: str
   worker_nodes:
     description:
-      - The worker nodes whose kubelet to upgrade, as for O(control_plane_nodes). By default the other Nodes the API
+      - The worker nodes whose kubelet to upgrade, as for O(controlplane_nodes). By default the other Nodes the API
         server lists, by their InternalIP.
     type: list
     elements: str
@@ -224,7 +224,7 @@ EXAMPLES = r"""
   talos_linux.talos.talos_kubernetes_upgrade:
     node: cp1.example.com
     to_version: 1.37.2
-    control_plane_nodes: [cp1.example.com, cp2.example.com, cp3.example.com]
+    controlplane_nodes: [cp1.example.com, cp2.example.com, cp3.example.com]
     worker_nodes: [worker1.example.com]
     kubernetes_endpoint: https://10.5.0.2:6443
     apiserver_image: registry.example.com/k8s/kube-apiserver
@@ -248,7 +248,7 @@ to_version:
   returned: when the nodes were read
   type: str
   sample: 1.37.2
-control_plane_nodes:
+controlplane_nodes:
   description: The control-plane nodes upgraded.
   returned: when the nodes were read
   type: list
@@ -343,7 +343,7 @@ SPEC = TaskSpec(
     argument_spec=dict(
         to_version=dict(type="str", required=True),
         from_version=dict(type="str"),
-        control_plane_nodes=dict(type="list", elements="str"),
+        controlplane_nodes=dict(type="list", elements="str"),
         worker_nodes=dict(type="list", elements="str"),
         pre_pull_images=dict(type="bool", default=True),
         upgrade_kubelet=dict(type="bool", default=True),
@@ -409,7 +409,7 @@ def run(task):
     kube = kube_api.KubeAPI(kubeconfig, server=server, retry_seconds=params["wait_timeout"])
     upgrade = KubernetesUpgrade(
         task.client, kube, to_version, from_version=from_version, issuer=node, repositories=repositories,
-        control_planes=params["control_plane_nodes"], workers=params["worker_nodes"],
+        control_planes=params["controlplane_nodes"], workers=params["worker_nodes"],
         pre_pull=params["pre_pull_images"], upgrade_kubelet=params["upgrade_kubelet"],
         sync_manifests=params["sync_manifests"], check_deprecated_apis=params["check_deprecated_apis"],
         wait_timeout=params["wait_timeout"], check_mode=task.check_mode, progress=task.progress,

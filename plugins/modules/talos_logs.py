@@ -24,7 +24,7 @@ author:
 options:
   service:
     description:
-      - The service ID as ServiceList reports it (V(etcd), V(kubelet), ...), or with O(namespace=k8s.io) the
+      - The service ID as ServiceList reports it (V(etcd), V(kubelet), ...), or with O(namespace=cri) the
         container ID as C(talosctl logs -k) names it (V(kube-system/kube-apiserver-cp-1:kube-apiserver)).
       - Exactly one of O(service) and O(kernel) is required.
     type: str
@@ -35,9 +35,10 @@ options:
     default: false
   namespace:
     description:
-      - V(system) for Talos services, V(k8s.io) for Kubernetes containers (read through CRI).
+      - The containerd namespace, named as in M(talos_linux.talos.talos_image) and C(talosctl image --namespace) -
+        V(system) for Talos services, V(cri) for Kubernetes containers (containerd's C(k8s.io), read through CRI).
     type: str
-    choices: [system, k8s.io]
+    choices: [system, cri]
     default: system
   lines:
     description:
@@ -82,7 +83,7 @@ EXAMPLES = r"""
 - name: The API server's container log
   talos_linux.talos.talos_logs:
     node: 10.5.0.2
-    namespace: k8s.io
+    namespace: cri
     service: kube-system/kube-apiserver-cp-1:kube-apiserver
 
 - name: The kernel log
@@ -123,7 +124,7 @@ SPEC = TaskSpec(
     argument_spec=dict(
         service=dict(type="str"),
         kernel=dict(type="bool", default=False),
-        namespace=dict(type="str", choices=["system", "k8s.io"], default="system"),
+        namespace=dict(type="str", choices=["system", "cri"], default="system"),
         lines=dict(type="int", default=200),
         since=dict(type="str"),
     ),

@@ -65,11 +65,11 @@ EXAMPLES = r"""
 
 - name: Say what happened
   ansible.builtin.debug:
-    msg: "{{ inventory_hostname }} went from {{ rollback.previous_version }} back to {{ rollback.current_version }}"
+    msg: "{{ inventory_hostname }} went from {{ rollback.from_version }} back to {{ rollback.current_version }}"
 """
 
 RETURN = r"""
-previous_version:
+from_version:
   description: The Talos version the node ran before the rollback.
   returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
@@ -118,7 +118,7 @@ nodes:
   returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
-    10.5.0.5: {changed: true, previous_version: v1.14.1, current_version: v1.14.0}
+    10.5.0.5: {changed: true, from_version: v1.14.1, current_version: v1.14.0}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle

@@ -42,11 +42,12 @@ attributes:
     support: none
     details: A node that is already off cannot be reached, so the task fails on it instead of reporting no change.
 options:
-  force:
+  graceful:
     description:
-      - Skip cordoning and draining the node's Kubernetes workloads before the shutdown (C(ShutdownRequest.force)).
+      - Cordon and drain the node's Kubernetes workloads before the shutdown, as Talos does by default.
+      - V(false) powers the node off at once (C(talosctl shutdown --force), C(ShutdownRequest.force)).
     type: bool
-    default: false
+    default: true
   force_quorum_loss:
     description:
       - Shut a control plane down even when etcd loses its quorum without it.
@@ -68,7 +69,7 @@ EXAMPLES = r"""
 - name: Power off without draining and without waiting
   talos_linux.talos.talos_shutdown:
     node: 10.5.0.12
-    force: true
+    graceful: false
     wait: false
 """
 
@@ -121,7 +122,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        force=dict(type="bool", default=False),
+        graceful=dict(type="bool", default=True),
         force_quorum_loss=dict(type="bool", default=False),
     ),
     wait=True,
@@ -134,7 +135,7 @@ def run(task):
     params = task.params
 
     def shutdown_node(client, node):
-        return lifecycle.shutdown(client, node, force=params["force"], force_quorum_loss=params["force_quorum_loss"],
+        return lifecycle.shutdown(client, node, graceful=params["graceful"], force_quorum_loss=params["force_quorum_loss"],
                                   quorum_wait_timeout=params["quorum_wait_timeout"],
                                   wait_timeout=params["wait_timeout"] if params["wait"] else None,
                                   check_mode=task.check_mode, progress=task.progress)

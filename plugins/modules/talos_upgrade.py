@@ -51,7 +51,7 @@ attributes:
   idempotent:
     support: full
 options:
-  image:
+  installer_image:
     description:
       - Installer image reference with the target version as its tag, for example an Image Factory installer
         V(factory.talos.dev/metal-installer/<schematic>:v1.14.0). It always wins over the default installer.
@@ -65,13 +65,13 @@ options:
         them, newer patches included. Anything else (V(latest), a typo such as V(v1.99.0), a newer minor release) is
         refused before any node is asked to pull it; a newer minor release needs a release of the collection that
         supports it.
-      - The installer is O(image_repository) tagged with this version when it is set; otherwise the node's own
+      - The installer is O(installer_repository) tagged with this version when it is set; otherwise the node's own
         installer - the Image Factory installer of the node's schematic, platform and secure boot, so that its
         system extensions survive (see RV(image_reason) and the collection's docs/images.md). A node without a
         schematic gets the factory installer of the empty schematic for Talos v1.14 and later (Talos publishes no
         other), and V(ghcr.io/siderolabs/installer) before.
     type: str
-  image_repository:
+  installer_repository:
     description:
       - Installer image repository to tag with O(version) instead of the node's own installer.
     type: str
@@ -151,7 +151,7 @@ EXAMPLES = r"""
 - name: Upgrade to an Image Factory installer carrying system extensions
   talos_linux.talos.talos_upgrade:
     node: "{{ ansible_host }}"
-    image: factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
+    installer_image: factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0
     reboot_mode: powercycle
 
 - name: Upgrade a node that only offers the legacy API, staging the upgrade
@@ -191,7 +191,7 @@ upgraded:
   returned: with one node (O(node), the host's own node or the endpoint itself)
   type: bool
   sample: true
-previous_version:
+from_version:
   description: The Talos version the node ran before the task.
   returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
@@ -203,7 +203,7 @@ current_version:
   returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
   sample: v1.14.0
-target_version:
+to_version:
   description: The version the node was asked to run, from the image tag or O(version).
   returned: with one node (O(node), the host's own node or the endpoint itself)
   type: str
@@ -292,8 +292,8 @@ nodes:
   returned: with O(nodes) or the talosconfig context's nodes
   type: dict
   sample:
-    10.5.0.5: {changed: true, upgraded: true, previous_version: v1.13.0, current_version: v1.14.0, rebooted: true}
-    10.5.0.6: {changed: false, upgraded: false, previous_version: v1.14.0, current_version: v1.14.0, rebooted: false}
+    10.5.0.5: {changed: true, upgraded: true, from_version: v1.13.0, current_version: v1.14.0, rebooted: true}
+    10.5.0.6: {changed: false, upgraded: false, from_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
@@ -302,9 +302,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
 
 SPEC = TaskSpec(
     argument_spec=dict(
-        image=dict(type="str"),
+        installer_image=dict(type="str"),
         version=dict(type="str"),
-        image_repository=dict(type="str"),
+        installer_repository=dict(type="str"),
         image_factory_url=dict(type="str"),
         api=dict(type="str", default="auto", choices=["auto", "lifecycle", "legacy"]),
         reboot_mode=dict(type="str", default="default", choices=["default", "powercycle"]),
@@ -315,9 +315,9 @@ SPEC = TaskSpec(
     ),
     wait=True,
     ranges=dict(pull_timeout=(1, None)),
-    mutually_exclusive=[("image", "version")],
-    required_one_of=[("image", "version")],
-    required_by=dict(image_repository="version", image_factory_url="version"),
+    mutually_exclusive=[("installer_image", "version")],
+    required_one_of=[("installer_image", "version")],
+    required_by=dict(installer_repository="version", image_factory_url="version"),
     quorum_wait=True,
     several_nodes=True,
 )
@@ -325,13 +325,13 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
-    image, target = installer.resolve_target(params["image"], params["version"])
+    image, target = installer.resolve_target(params["installer_image"], params["version"])
     api = installer.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
 
     def upgrade_node(client, node):
         # The node's own installer unless an option names one; its config's installer reference is read before
         # anything changes, so that a config with two of them is refused first.
-        choice = installer.choose_node_installer(client, node, target, image=image, image_repository=params["image_repository"],
+        choice = installer.choose_node_installer(client, node, target, image=image, repository=params["installer_repository"],
                                                  factory_url=params["image_factory_url"])
         reference = installer.read_installer_reference(client, node)
         result = lifecycle.upgrade(client, node, choice.image, target, api, fall_back=params["api"] == "auto",

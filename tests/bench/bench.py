@@ -313,7 +313,7 @@ def role_play(cluster, work_dir):
         "hosts": "controlplane:workers",
         "gather_facts": False,
         "roles": [{"role": "talos_linux.talos.cluster", "vars": {
-            "cluster_secrets_path": os.path.join(work_dir, "secrets.yaml"),
+            "cluster_secrets": os.path.join(work_dir, "secrets.yaml"),
             "cluster_generated_dir": work_dir,
             "cluster_name": cluster.name,
             "cluster_endpoint": "https://%s:6443" % cluster.controlplanes[0].address,
@@ -322,7 +322,7 @@ def role_play(cluster, work_dir):
             "cluster_host_patches": [{"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": None,
                                       "hostname": "{{ inventory_hostname }}"}],
             "cluster_maintenance_endpoint": "{{ ansible_host }}:{{ talos_port }}",
-            "cluster_kubeconfig_path": os.path.join(work_dir, "kubeconfig"),
+            "cluster_kubeconfig": os.path.join(work_dir, "kubeconfig"),
             "cluster_wait_timeout": 120,
         }}],
     }]

@@ -31,9 +31,9 @@ def provisioned(workdir, cluster_name, talos_version, kubernetes_version):
                 "cluster_name": cluster_name,
                 "cluster_talos_version": talos_version,
                 "cluster_kubernetes_version": kubernetes_version,
-                "cluster_secrets_path": str(secrets_path),
+                "cluster_secrets": str(secrets_path),
                 "cluster_generated_dir": str(workdir / "generated"),
-                "cluster_kubeconfig_path": str(workdir / "generated" / "kubeconfig"),
+                "cluster_kubeconfig": str(workdir / "generated" / "kubeconfig"),
             }}]}], inventory=str(inventory))
         assert provision.rc == 0, provision.stdout[-6000:] + provision.stderr[-3000:]
         secrets = yaml.safe_load(secrets_path.read_text())

@@ -243,7 +243,7 @@ def test_etcd_commands_and_snapshot_match_the_collection(demo, run):
         "worker": (run, "-n", worker, "etcd", "members"),
         "snapshot": (run, "-n", cp1, "etcd", "snapshot", run.workdir / "talosctl.snapshot"),
         "reader": (reader, "-n", cp1, "etcd", "snapshot", run.workdir / "reader.snapshot"),
-        "ours": (_module, demo, run.workdir, "snapshot", "talos_etcd_snapshot", {"path": str(run.workdir / "module.snapshot")}),
+        "ours": (_module, demo, run.workdir, "snapshot", "talos_etcd_snapshot", {"dest": str(run.workdir / "module.snapshot")}),
     })
     members = _rows(out["members"].stdout)
     assert sorted(row["HOSTNAME"] for row in members) == sorted(name for name, _address in demo.controlplanes)
@@ -291,7 +291,7 @@ def test_health_matches_talos_health(demo, run):
         assert "waiting for all nodes to finish boot sequence: OK" in output
     assert {check["description"] for check in ours["checks"]} >= {"etcd to be healthy", "all nodes to finish boot sequence"}
     assert all(check["state"] == "passed" for check in ours["checks"])
-    assert sorted(ours["control_plane_nodes"] + ours["worker_nodes"]) == sorted(every)
+    assert sorted(ours["controlplane_nodes"] + ours["worker_nodes"]) == sorted(every)
     assert server.stderr.splitlines()[0] == "discovered nodes: [%s]" % " ".join('"%s"' % address for address in sorted(every))
     if demo.kubernetes:
         assert server.returncode == 0 and "waiting for all k8s nodes to report schedulable: OK" in server.stderr

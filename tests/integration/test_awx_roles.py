@@ -112,7 +112,7 @@ def assert_successful(job, result):
 
 def test_cluster_then_upgrade_job_templates_with_their_surveys(cluster, tmp_path):
     provision = role_job(cluster, tmp_path, 51, "cluster")
-    survey_answers = answers("cluster", cluster_wait_timeout=60, cluster_facts_subset=["version", "hostname", "machine", "etcd"])
+    survey_answers = answers("cluster", cluster_wait_timeout=60, cluster_gather_subset=["version", "hostname", "machine", "etcd"])
     result = provision.run_playbook("cluster.yml", extra_vars=survey_answers, job_template_name="Talos cluster")
     assert_successful(provision, result)
     assert all(node.stage == "running" and node.hostname == node.name for node in cluster.nodes)
@@ -125,7 +125,7 @@ def test_cluster_then_upgrade_job_templates_with_their_surveys(cluster, tmp_path
     upgrade = role_job(cluster, tmp_path, 52, "upgrade")
     # One control plane: its etcd cannot keep quorum, so the survey's quorum-loss answer is "true".
     result = upgrade.run_playbook("upgrade.yml", extra_vars=answers(
-        "upgrade", upgrade_version="v1.14.0", upgrade_force_quorum_loss="true", upgrade_wait_timeout=60, upgrade_etcd_wait_timeout=10),
+        "upgrade", upgrade_version="v1.14.0", upgrade_force_quorum_loss="true", upgrade_wait_timeout=60, upgrade_quorum_wait_timeout=10),
         job_template_name="Talos upgrade")
     assert_successful(upgrade, result)
     assert all(node.talos_version == "v1.14.0" for node in cluster.nodes)
@@ -150,7 +150,7 @@ def test_the_cluster_template_from_nothing_with_a_vaulted_bundle(emulator, tmp_p
 
     # The template's extra variables (docs/awx.md): the bundle in the project, no kubeconfig.
     result = job.run_playbook("provision-vaulted.yml", job_template_name="Talos cluster from nothing",
-                              extra_vars={"secrets_vault": "secrets.vault.yaml", "cluster_kubeconfig_path": ""})
+                              extra_vars={"secrets_vault": "secrets.vault.yaml", "cluster_kubeconfig": ""})
 
     assert_successful(job, result)
     assert all(node.stage == "running" for node in cluster.nodes)

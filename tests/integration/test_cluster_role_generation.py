@@ -17,7 +17,7 @@ def role_play(cluster, workdir):
         "hosts": "controlplane:workers",
         "gather_facts": False,
         "roles": [{"role": "talos_linux.talos.cluster", "vars": {
-            "cluster_secrets_path": "%s/secrets.yaml" % workdir,
+            "cluster_secrets": "%s/secrets.yaml" % workdir,
             "cluster_generated_dir": str(workdir),
             "cluster_name": "generated",
             "cluster_endpoint": "https://%s:6443" % cluster.controlplanes[0].address,
@@ -28,7 +28,7 @@ def role_play(cluster, workdir):
             "cluster_host_patches": [{"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": None,
                                       "hostname": "{{ inventory_hostname }}-gen"}],
             "cluster_maintenance_endpoint": "{{ ansible_host }}:{{ talos_port }}",
-            "cluster_kubeconfig_path": "%s/kubeconfig" % workdir,
+            "cluster_kubeconfig": "%s/kubeconfig" % workdir,
             "cluster_wait_timeout": 60,
         }}],
     }

@@ -29,14 +29,14 @@ def test_an_upgrade_of_a_v1_14_node_keeps_its_schematic(emulator, image_factory,
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
     worker = cluster.workers[0]
     schematic = run_playbook(play(cluster, [{"name": "schematic", "talos_linux.talos.talos_image_factory_schematic": {
-        "factory_url": factory.url, "extensions": EXTENSIONS, "talos_version": "v1.14.1"}}])).task("schematic")["result"]["id"]
+        "image_factory_url": factory.url, "extensions": EXTENSIONS, "talos_version": "v1.14.1"}}])).task("schematic")["result"]["id"]
     # The node was installed from that schematic by this factory, on Proxmox.
     set_factory_build(worker, schematic, EXTENSIONS, factory_url=factory.url, platform="nocloud")
     installer = "%s/nocloud-installer/%s:v1.14.1" % (host, schematic)
 
     tasks = [
         {"name": "media", "talos_linux.talos.talos_image_factory_info": {
-            "factory_url": factory.url, "schematic_id": schematic, "talos_version": "v1.14.1", "platform": "nocloud"}},
+            "image_factory_url": factory.url, "schematic_id": schematic, "talos_version": "v1.14.1", "platform": "nocloud"}},
         {"name": "upgrade", "talos_linux.talos.talos_upgrade": {"node": worker.address, "version": "v1.14.1"}},
     ]
     check = run_playbook(play(cluster, tasks), check=True).task("upgrade")["result"]
@@ -69,7 +69,7 @@ def test_the_unattended_install_home_is_updated_and_nothing_else(emulator, run_p
     worker.apply_active_config(text.encode())
 
     result = run_playbook(play(cluster, [{"name": "upgrade", "talos_linux.talos.talos_upgrade": {
-        "node": worker.address, "image": "registry.example.internal/installer:v1.14.1"}}])).task("upgrade")["result"]
+        "node": worker.address, "installer_image": "registry.example.internal/installer:v1.14.1"}}])).task("upgrade")["result"]
     assert result["installer_reference"] == {
         "home": "UnattendedInstallConfig installer.image", "before": "ghcr.io/siderolabs/installer:v1.14.0",
         "after": "registry.example.internal/installer:v1.14.1", "changed": True}

@@ -81,18 +81,18 @@ def test_the_backup_roles_variables_fail_by_their_names_before_the_cluster_is_as
     (backups / "a-file").write_text("")
     cases = [
         # A required variable has no default: a misspelt one fails the argument spec's check, naming the one expected.
-        (dict(etcd_backup_directory=str(backups)), "missing required arguments: etcd_backup_dir"),
-        (dict(etcd_backup_dir=str(backups / "missing")), "Cannot write etcd backups to %s: it does not exist; create it or "
-         "set etcd_backup_dir to an existing directory." % (backups / "missing")),
-        (dict(etcd_backup_dir=str(backups / "a-file")), "Cannot write etcd backups to %s: it is not a directory; set "
-         "etcd_backup_dir to a directory." % (backups / "a-file")),
-        (dict(etcd_backup_dir=str(backups), etcd_backup_prefix="../up"), "etcd_backup_prefix must start with a letter or "
+        (dict(etcd_backup_dir=str(backups)), "missing required arguments: etcd_backup_directory"),
+        (dict(etcd_backup_directory=str(backups / "missing")), "Cannot write etcd backups to %s: it does not exist; create it or "
+         "set etcd_backup_directory to an existing directory." % (backups / "missing")),
+        (dict(etcd_backup_directory=str(backups / "a-file")), "Cannot write etcd backups to %s: it is not a directory; set "
+         "etcd_backup_directory to a directory." % (backups / "a-file")),
+        (dict(etcd_backup_directory=str(backups), etcd_backup_prefix="../up"), "etcd_backup_prefix must start with a letter or "
          "digit and hold only letters, digits, '.', '_' and '-' (it names files in the backup directory), not '../up'."),
-        (dict(etcd_backup_dir=str(backups), etcd_backup_keep=0), "etcd_backup_keep must be 1 or more (the new backup is "
+        (dict(etcd_backup_directory=str(backups), etcd_backup_keep=0), "etcd_backup_keep must be 1 or more (the new backup is "
          "kept), not 0."),
-        (dict(etcd_backup_dir=str(backups), etcd_backup_max_age="a month"), "etcd_backup_max_age must be a duration such "
+        (dict(etcd_backup_directory=str(backups), etcd_backup_max_age="a month"), "etcd_backup_max_age must be a duration such "
          "as 720h, 1h30m or 30d, or empty, not 'a month'."),
-        (dict(etcd_backup_dir=str(backups), etcd_backup_max_age="2w"), "etcd_backup_max_age must be a duration such "
+        (dict(etcd_backup_directory=str(backups), etcd_backup_max_age="2w"), "etcd_backup_max_age must be a duration such "
          "as 720h, 1h30m or 30d, or empty, not '2w'."),
     ]
     # One run a mode: each case includes the role in a block whose rescue records the failure.
@@ -117,7 +117,7 @@ def test_the_backup_role_on_the_etcd_model_fails_at_once_saying_how_to_get_real_
                                                                                         check):
     backups = tmp_path / "backups"
     backups.mkdir()
-    run = run_playbook(role_play(etcd_model, "etcd_backup", etcd_backup_dir=str(backups)), check=check, expect_rc=2)
+    run = run_playbook(role_play(etcd_model, "etcd_backup", etcd_backup_directory=str(backups)), check=check, expect_rc=2)
     failed = run.task("talos_linux.talos.etcd_backup : Take an etcd snapshot")
     assert "the emulator's etcd model cannot make a snapshot; start real etcd members to take one" in failed["result"]["msg"]
     assert run.tasks("talos_linux.talos.etcd_backup : Say what was backed up") == [] and os.listdir(str(backups)) == []
@@ -133,7 +133,7 @@ def test_verifying_a_backup_on_a_healthy_cluster_takes_the_inventorys_control_pl
         "hosts": {"localhost": {"ansible_connection": "local"}},
         "children": {"masters": {"hosts": {node.name: {"ansible_host": node.address} for node in etcd_model.controlplanes}}}}}))
     run = run_playbook(role_play(etcd_model, "etcd_restore", etcd_restore_controlplane_group="masters",
-                                 etcd_restore_dir=str(backups), etcd_restore_prefix="prod"), inventory=str(inventory),
+                                 etcd_restore_directory=str(backups), etcd_restore_prefix="prod"), inventory=str(inventory),
                        check=True)
     plan = run.task("talos_linux.talos.etcd_restore : Show the plan")["result"]["msg"]
     addresses = [node.address for node in etcd_model.controlplanes]
@@ -154,11 +154,11 @@ def test_backup_lose_etcd_everywhere_restore(emulator, run_playbook, kube_apiser
 
     backups = tmp_path / "backups"
     backups.mkdir()
-    backup = run_playbook(role_play(cluster, "etcd_backup", etcd_backup_dir=str(backups), etcd_backup_prefix="drill",
+    backup = run_playbook(role_play(cluster, "etcd_backup", etcd_backup_directory=str(backups), etcd_backup_prefix="drill",
                                     etcd_backup_keep=3), verbosity=3)
     snapshot = backup.task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
-    assert snapshot["changed"] is True and os.listdir(str(backups)) == [os.path.basename(snapshot["path"])]
-    assert SECRET_VALUE.encode() in open(snapshot["path"], "rb").read()
+    assert snapshot["changed"] is True and os.listdir(str(backups)) == [os.path.basename(snapshot["dest"])]
+    assert SECRET_VALUE.encode() in open(snapshot["dest"], "rb").read()
     core.create_namespaced_config_map("drill", kube_client.V1ConfigMap(
         metadata=kube_client.V1ObjectMeta(name="after"), data={"made": "after the backup"}))
 
@@ -167,7 +167,7 @@ def test_backup_lose_etcd_everywhere_restore(emulator, run_playbook, kube_apiser
     for node in cluster.controlplanes:
         cluster.wipe_etcd(node)
 
-    variables = dict(etcd_restore_nodes=nodes, etcd_restore_dir=str(backups), etcd_restore_prefix="drill",
+    variables = dict(etcd_restore_nodes=nodes, etcd_restore_directory=str(backups), etcd_restore_prefix="drill",
                      etcd_restore_wait_timeout=180)
     plan = run_playbook(role_play(cluster, "etcd_restore", **variables), check=True).task("talos_linux.talos.etcd_restore : Show the plan")["result"]["msg"]
     assert plan == ["upload the snapshot (revision %d) to %s and bootstrap etcd from it" % (snapshot["revision"], nodes[0]),
@@ -176,7 +176,7 @@ def test_backup_lose_etcd_everywhere_restore(emulator, run_playbook, kube_apiser
 
     restore = run_playbook(role_play(cluster, "etcd_restore", **variables), verbosity=3)
     restored = restore.task("talos_linux.talos.etcd_restore : Restore etcd on the control planes")["result"]
-    assert restored["changed"] is True and restored["snapshot"]["path"] == snapshot["path"]
+    assert restored["changed"] is True and restored["snapshot"]["path"] == snapshot["dest"]
     assert sorted(member["hostname"] for member in restored["members"]) == ["controlplane-1", "controlplane-2", "controlplane-3"]
     assert restore.task("talos_linux.talos.etcd_restore : Check the cluster's health")["status"] == "ok"
     for run in (backup, restore):
@@ -212,13 +212,13 @@ def test_backups_are_copied_to_s3_encrypted_and_a_restore_takes_an_object(emulat
     backups = tmp_path / "backups"
     backups.mkdir()
 
-    backup = run_playbook(role_play(cluster, "etcd_backup", python=s3_store.python, etcd_backup_dir=str(backups), **s3),
+    backup = run_playbook(role_play(cluster, "etcd_backup", python=s3_store.python, etcd_backup_directory=str(backups), **s3),
                           env=env, verbosity=3)
     snapshot = backup.task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
-    key = "talos/" + os.path.basename(snapshot["path"])
+    key = "talos/" + os.path.basename(snapshot["dest"])
     head = s3_store.call("head_object", Bucket="etcd-backups", Key=key)
     assert head["ServerSideEncryption"] == "AES256" and head["ContentLength"] == snapshot["size"]
-    with open(snapshot["path"], "rb") as saved:
+    with open(snapshot["dest"], "rb") as saved:
         assert bytes.fromhex(s3_store.call("get_object", Bucket="etcd-backups", Key=key)["Body"]) == saved.read()
     assert SECRET_VALUE not in backup.stdout + backup.stderr
     assert_no_secret(backup.stdout + backup.stderr, cluster_secrets(cluster))

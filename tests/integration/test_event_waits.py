@@ -38,7 +38,7 @@ def test_a_health_wait_ends_as_the_failing_service_recovers(emulator, run_playbo
     cluster = emulator(controlplanes=2, workers=1, bootstrapped=True)
     node = cluster.controlplanes[1]
     cluster.set_service_state(node, "etcd", "Failed", healthy=False, message="etcd exited")
-    lists = dict(control_plane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
+    lists = dict(controlplane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
     lift = 2.0
 
     timer = lift_later(cluster, lift, cluster.set_service_state, node, "etcd", "Running", True, "Health check successful")

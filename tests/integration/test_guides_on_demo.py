@@ -335,7 +335,7 @@ def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, image_factory,
     assert demo.applied() == applied, "the configs rendered from the vaulted bundle are the nodes' own"
     assert not [value for value in _secret_values(demo.bundle()) if value in vaulted.stdout + vaulted.stderr]
     survey = dict(cluster_controlplane_config_file=demo.file("controlplane.yaml"), cluster_worker_config_file=demo.file("worker.yaml"),
-                  cluster_kubeconfig_path="", cluster_wait_timeout=600, cluster_facts_subset=["version", "machine", "etcd"])
+                  cluster_kubeconfig="", cluster_wait_timeout=600, cluster_gather_subset=["version", "machine", "etcd"])
     template = demo.run("cluster.yml", extra_vars=survey)
     assert _recap_changes(template) == dict((name, 0) for name in nodes) and demo.applied() == applied
 
@@ -418,18 +418,18 @@ def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, image_factory,
     etcd = Etcd([url for member in members for url in member["client_urls"]], demo.bundle(), tempfile.mkdtemp(dir=str(tmp_path)))
     etcd.put("/drill/before", "made before the backup")
     backup = demo.run("etcd-backup.yml").task("talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
-    assert os.listdir(demo.file("etcd-backups")) == [os.path.basename(backup["path"])]
-    assert b"made before the backup" in open(backup["path"], "rb").read()
+    assert os.listdir(demo.file("etcd-backups")) == [os.path.basename(backup["dest"])]
+    assert b"made before the backup" in open(backup["dest"], "rb").read()
     # With a copy in S3, as AWX's etcd backup template runs it: the backup directory a volume (an extra variable).
     volume = os.path.join(str(tmp_path), "backup-volume")
-    s3_backup = demo.run("etcd-backup-s3.yml", env=s3["env"], extra_vars=dict(s3["extra_vars"], etcd_backup_dir=volume)).task(
+    s3_backup = demo.run("etcd-backup-s3.yml", env=s3["env"], extra_vars=dict(s3["extra_vars"], etcd_backup_directory=volume)).task(
         "talos_linux.talos.etcd_backup : Take an etcd snapshot")["result"]
-    assert os.listdir(volume) == [os.path.basename(s3_backup["path"])] and stat.S_IMODE(os.stat(volume).st_mode) == 0o700
-    s3_key = "talos/" + os.path.basename(s3_backup["path"])
+    assert os.listdir(volume) == [os.path.basename(s3_backup["dest"])] and stat.S_IMODE(os.stat(volume).st_mode) == 0o700
+    s3_key = "talos/" + os.path.basename(s3_backup["dest"])
     head = s3_store.call("head_object", Bucket="prod-etcd-backups", Key=s3_key)
-    assert head["ServerSideEncryption"] == "AES256" and head["ContentLength"] == os.path.getsize(s3_backup["path"])
+    assert head["ServerSideEncryption"] == "AES256" and head["ContentLength"] == os.path.getsize(s3_backup["dest"])
     etcd.put("/drill/after", "made after the backup")
-    newest = backup["path"]
+    newest = backup["dest"]
     assert os.listdir(demo.file("etcd-backups")) == [os.path.basename(newest)]
     plan = demo.run("etcd-verify-backup.yml").task("Check the newest backup and plan a restore from it")["result"]
     assert plan["snapshot"]["path"] == newest and plan["snapshot"]["revision"] >= backup["revision"]
@@ -448,12 +448,12 @@ def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, image_factory,
     # The restore's other source, as its commented lines say: the S3 object, fetched onto the controller and checked.
     work_dir = os.path.join(str(tmp_path), "restore")
     os.mkdir(work_dir)
-    from_s3 = dict(s3, extra_vars=dict(s3["extra_vars"], etcd_restore_dir="", etcd_restore_s3_bucket="prod-etcd-backups",
+    from_s3 = dict(s3, extra_vars=dict(s3["extra_vars"], etcd_restore_directory="", etcd_restore_s3_bucket="prod-etcd-backups",
                                        etcd_restore_s3_object=s3_key, etcd_restore_work_dir=work_dir))
     fetched = demo.run("etcd-restore.yml", check=True, **from_s3).task(
         "talos_linux.talos.etcd_restore : Restore etcd on the control planes")["result"]
-    assert fetched["snapshot"]["path"] == os.path.join(work_dir, os.path.basename(s3_backup["path"]))
-    assert _read_bytes(fetched["snapshot"]["path"]) == _read_bytes(s3_backup["path"])
+    assert fetched["snapshot"]["path"] == os.path.join(work_dir, os.path.basename(s3_backup["dest"]))
+    assert _read_bytes(fetched["snapshot"]["path"]) == _read_bytes(s3_backup["dest"])
     assert len(demo.audit("EtcdRecover")) == restores_before
     restored = demo.run("etcd-restore.yml").task("talos_linux.talos.etcd_restore : Restore etcd on the control planes")["result"]
     assert restored["changed"] and sorted(member["hostname"] for member in restored["members"]) == nodes[:3]

@@ -99,7 +99,7 @@ class KubeCluster:
 
     def by_dns_name(self):
         """The node options as an inventory of DNS names gives them."""
-        return {"control_plane_nodes": [self.cluster.dns_name(node) for node in self.cluster.controlplanes],
+        return {"controlplane_nodes": [self.cluster.dns_name(node) for node in self.cluster.controlplanes],
                 "worker_nodes": [self.cluster.dns_name(node) for node in self.cluster.workers]}
 
     def kube(self, path):
@@ -185,7 +185,7 @@ def test_upgrade_plans_refuses_a_missing_image_upgrades_and_settles(kube_cluster
     assert result["changed"] is True
     assert result["kubernetes_nodes"] == dict((cluster.dns_name(node), node.hostname) for node in cluster.nodes)
     assert result["from_version"] == form["from_version"] and result["to_version"] == to_version
-    assert result["control_plane_nodes"] == control_planes and result["worker_nodes"] == workers
+    assert result["controlplane_nodes"] == control_planes and result["worker_nodes"] == workers
     planned = [(item["node"], item["component"]) for item in result["plan"]]
     assert planned == ([(node, component) for component in STATIC_PODS for node in control_planes]
                        + [(node, "kube-proxy") for node in control_planes]

@@ -94,7 +94,7 @@ def test_a_powered_off_control_plane_is_removed_through_another(emulator, run_pl
                                    "the talosconfig endpoints. Reset and wipe: skipped because the node is unreachable"
                                    % cp3.address)
 
-    again = run_playbook(remove_play(cluster, cp3, node_remove_via=cp1.address))
+    again = run_playbook(remove_play(cluster, cp3, node_remove_via_node=cp1.address))
     assert again.changed_count == 0 and len(cluster.audit()) == 1
     assert "etcd: no member of it (removed already, or not a control plane)." in _report(again)
 
@@ -103,7 +103,7 @@ def test_a_powered_off_first_endpoint_is_removed_through_the_next_one(emulator, 
     cluster = emulator(controlplanes=3, bootstrapped=True, etcd="real")
     cp1, cp2, _cp3 = cluster.controlplanes
     cluster.power_off(cp1)
-    run = run_playbook(remove_play(cluster, cp1, node_remove_via=cp2.address))
+    run = run_playbook(remove_play(cluster, cp1, node_remove_via_node=cp2.address))
     assert [(e["method"], e["node"]) for e in cluster.audit()] == [("machine.MachineService/EtcdRemoveMemberByID", cp2.name)]
     assert "etcd: member controlplane-1 was removed through %s." % cp2.address in _report(run)
     assert sorted(m.node.name for m in cluster.etcd.members) == ["controlplane-2", "controlplane-3"]

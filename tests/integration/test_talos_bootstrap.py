@@ -139,7 +139,7 @@ def test_recover_from_a_snapshot(emulator, run_playbook, tmp_path):
 
     cluster = emulator(controlplanes=1, etcd="real")
     node = cluster.controlplanes[0]
-    run = run_playbook(bootstrap_play(cluster, node.address, recover_from=str(snapshot)))
+    run = run_playbook(bootstrap_play(cluster, node.address, snapshot=str(snapshot)))
     result = run.task("bootstrap")
     assert result["status"] == "changed" and result["result"]["recovered"] is True
     assert [(e["method"], e["code"]) for e in cluster.audit()] == [
@@ -149,5 +149,5 @@ def test_recover_from_a_snapshot(emulator, run_playbook, tmp_path):
     cluster.wait_etcd_running()
     assert cluster.run(cluster.etcd.kv(node, "get", key="/registry/backed-up"))["value"] == "yes"
 
-    run = run_playbook(bootstrap_play(cluster, node.address, recover_from=str(snapshot)))
+    run = run_playbook(bootstrap_play(cluster, node.address, snapshot=str(snapshot)))
     assert run.task("bootstrap")["status"] == "ok" and len(cluster.audit()) == 2

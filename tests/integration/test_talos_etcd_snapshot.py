@@ -32,11 +32,11 @@ def test_a_snapshot_from_a_follower_is_checked_private_and_kept_on_a_rerun(emula
     out.mkdir()
     path = out / "etcd.snapshot"
 
-    planned = run_playbook(snapshot_play(cluster, cp1, path=str(path)), check=True).task("snapshot")
+    planned = run_playbook(snapshot_play(cluster, cp1, dest=str(path)), check=True).task("snapshot")
     assert planned["status"] == "changed" and not path.exists()
     assert planned["result"]["member"]["leader"] is False and planned["result"]["member"]["node"] != cp1.address
 
-    run = run_playbook(snapshot_play(cluster, cp1, path=str(path)), verbosity=3)
+    run = run_playbook(snapshot_play(cluster, cp1, dest=str(path)), verbosity=3)
     result = run.task("snapshot")["result"]
     facts = etcd_snapshot.check(str(path))
     assert result["changed"] is True and result["revision"] == facts["revision"] >= revision
@@ -48,7 +48,7 @@ def test_a_snapshot_from_a_follower_is_checked_private_and_kept_on_a_rerun(emula
     assert KEPT_IN_ETCD not in run.stdout + run.stderr
     assert_no_secret(run.stdout + run.stderr, cluster_secrets(cluster))
 
-    again = run_playbook(snapshot_play(cluster, cp1, path=str(path))).task("snapshot")
+    again = run_playbook(snapshot_play(cluster, cp1, dest=str(path))).task("snapshot")
     assert again["status"] == "ok" and again["result"]["member"] is None and etcd_snapshot.check(str(path))["sha256"] == facts["sha256"]
     assert cluster.audit() == []
 
@@ -68,15 +68,15 @@ def test_backups_in_a_directory_carry_time_and_revision_and_keep_the_newest(emul
         cluster.run(cluster.etcd.kv(cp1, "put", key="/registry/test/counter", value=str(round_number)))
         result = run_playbook(snapshot_play(cluster, cp1, directory=str(backups), prefix="prod", keep=2, max_age="30d")
                               ).task("snapshot")["result"]
-        assert result["changed"] is True and os.path.dirname(result["path"]) == str(backups)
+        assert result["changed"] is True and os.path.dirname(result["dest"]) == str(backups)
         taken.append(result)
     assert taken[0]["removed"] == [str(old)]
-    assert taken[2]["removed"] == [taken[0]["path"]]
+    assert taken[2]["removed"] == [taken[0]["dest"]]
     names = sorted(os.listdir(str(backups)))
-    assert names == sorted([os.path.basename(taken[1]["path"]), os.path.basename(taken[2]["path"]), unrelated.name])
+    assert names == sorted([os.path.basename(taken[1]["dest"]), os.path.basename(taken[2]["dest"]), unrelated.name])
     for result in taken[1:]:
-        assert os.path.basename(result["path"]).endswith("-r%d.snapshot" % result["revision"])
-        assert etcd_snapshot.check(result["path"])["revision"] == result["revision"]
+        assert os.path.basename(result["dest"]).endswith("-r%d.snapshot" % result["revision"])
+        assert etcd_snapshot.check(result["dest"])["revision"] == result["revision"]
     assert taken[2]["revision"] > taken[1]["revision"]
 
 
@@ -85,7 +85,7 @@ def test_an_etcd_backup_client_takes_its_snapshot_from_the_node_it_names(emulato
     cp3 = cluster.controlplanes[2]
     backup_config = tmp_path / "backup-talosconfig"
     backup_config.write_text(cluster.talosconfig(roles=["os:etcd:backup"]))
-    play = snapshot_play(cluster, cp3, path=str(tmp_path / "etcd.snapshot"), source="node")
+    play = snapshot_play(cluster, cp3, dest=str(tmp_path / "etcd.snapshot"), source="node")
     play["module_defaults"]["group/talos_linux.talos.talos"]["talosconfig"] = str(backup_config)
     result = run_playbook(play).task("snapshot")["result"]
     assert result["member"]["node"] == cp3.address and result["talos_version"] is None
@@ -103,16 +103,16 @@ def test_bad_destinations_and_options_fail_in_one_sentence_before_the_cluster_is
     (out / "a-file").write_text("")
     cases = [
         # sysfs refuses new files, also to root.
-        (dict(path="/sys/etcd.snapshot"), r"^Cannot write the etcd snapshot to /sys/etcd.snapshot: Permission denied\.$"),
+        (dict(dest="/sys/etcd.snapshot"), r"^Cannot write the etcd snapshot to /sys/etcd.snapshot: Permission denied\.$"),
         (dict(directory="/sys"), r"^Cannot write etcd backups to /sys: Permission denied\.$"),
-        (dict(path=str(out / "missing" / "etcd.snapshot")), r"directory .*missing does not exist"),
+        (dict(dest=str(out / "missing" / "etcd.snapshot")), r"directory .*missing does not exist"),
         (dict(directory=str(out / "missing")),
          r"^Cannot write etcd backups to .*/missing: it does not exist; create it or set directory to an existing directory\.$"),
         (dict(directory=str(out / "a-file")),
          r"^Cannot write etcd backups to .*/a-file: it is not a directory; set directory to a directory\.$"),
         (dict(directory=str(out), prefix="../escape"), r"^prefix must start with a letter or digit"),
         (dict(directory=str(out), max_age="a month"), r"^max_age must be a duration such as 720h, 1h30m or 30d, got .a month.\.$"),
-        (dict(path=str(out / "x.snapshot"), keep=2), r"missing parameter\(s\) required by 'keep': directory"),
+        (dict(dest=str(out / "x.snapshot"), keep=2), r"missing parameter\(s\) required by 'keep': directory"),
     ]
     # One task a case, in one run a mode.
     play = snapshot_play(cluster, cp1)
@@ -150,7 +150,7 @@ def test_check_mode_fails_for_a_talosconfig_whose_role_may_not_take_a_snapshot(e
     cluster = emulator(controlplanes=1, bootstrapped=True, etcd="real")
     cp1 = cluster.controlplanes[0]
     path = tmp_path / "etcd.snapshot"
-    result = run_playbook(snapshot_play(cluster, cp1, role="reader", path=str(path)), check=True,
+    result = run_playbook(snapshot_play(cluster, cp1, role="reader", dest=str(path)), check=True,
                           expect_rc=2).task("snapshot")["result"]
     assert result["msg"].startswith("Permission denied for machine.MachineService/EtcdSnapshot on node %s" % cp1.address)
     assert "it needs role os:admin, os:operator or os:etcd:backup" in result["msg"], result["msg"]

@@ -36,7 +36,7 @@ def test_healthy_cluster_passes_with_discovered_nodes(emulator, run_playbook):
     run = run_playbook(health_play(cluster, wait_timeout=10), check=True)
     result = run.task("health")["result"]
     assert result["changed"] is False and result["node_source"] == "discovery"
-    assert result["control_plane_nodes"] == sorted(node.address for node in cluster.controlplanes)
+    assert result["controlplane_nodes"] == sorted(node.address for node in cluster.controlplanes)
     assert result["worker_nodes"] == [cluster.workers[0].address]
     assert [check["name"] for check in result["checks"]] == [
         "etcd_healthy", "etcd_members_consistent", "etcd_members_are_control_planes", "apid_ready", "memory_sizes",
@@ -86,7 +86,7 @@ def _cure(cluster, node):
 def test_fault_is_named_then_lifted_within_the_wait(emulator, run_playbook, fault, lift, target, check):
     cluster = emulator(controlplanes=2, workers=1, bootstrapped=True, reboot_seconds=0.1)
     node = cluster.controlplanes[1] if target == "controlplane" else cluster.workers[0]
-    lists = dict(control_plane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
+    lists = dict(controlplane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
     fault(cluster, node)
 
     run = run_playbook(health_play(cluster, cluster.controlplanes[0].address, wait_timeout=2, **lists), expect_rc=2)
@@ -148,7 +148,7 @@ def test_server_side_check_over_the_rpc(emulator, run_playbook):
 def test_a_long_wait_shows_its_progress(emulator, run_playbook):
     cluster = emulator(controlplanes=2, workers=1, bootstrapped=True, reboot_seconds=0.1)
     node = cluster.controlplanes[1]
-    lists = dict(control_plane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
+    lists = dict(controlplane_nodes=[cp.address for cp in cluster.controlplanes], worker_nodes=[cluster.workers[0].address])
     _stop_etcd(cluster, node)
     timer = lift_later(cluster, 7, _start_etcd, cluster, node)
     try:
@@ -166,7 +166,7 @@ def test_a_long_wait_shows_its_progress(emulator, run_playbook):
 def test_wait_timeout_0_checks_once_and_names_every_unhealthy_node(emulator, run_playbook):
     cluster = emulator(controlplanes=2, workers=2, bootstrapped=True, reboot_seconds=0.1)
     cp2, (diagnosed, off) = cluster.controlplanes[1], cluster.workers
-    lists = dict(control_plane_nodes=[cp.address for cp in cluster.controlplanes],
+    lists = dict(controlplane_nodes=[cp.address for cp in cluster.controlplanes],
                  worker_nodes=[worker.address for worker in cluster.workers])
     assert run_playbook(health_play(cluster, cluster.controlplanes[0].address, wait_timeout=0, **lists)).task(
         "health")["result"]["unhealthy_nodes"] == {}

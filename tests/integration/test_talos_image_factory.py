@@ -26,7 +26,7 @@ def play(tasks, **keywords):
 
 def test_schematic_id_check_mode_create_then_unchanged(image_factory, run_playbook):
     factory = image_factory()
-    task = {"name": "schematic", SCHEMATIC: {"factory_url": factory.url, "extensions": ["siderolabs/qemu-guest-agent"],
+    task = {"name": "schematic", SCHEMATIC: {"image_factory_url": factory.url, "extensions": ["siderolabs/qemu-guest-agent"],
                                              "talos_version": "v1.14.0"}}
 
     check = run_playbook(play([task]), check=True, diff=True)
@@ -43,7 +43,7 @@ def test_schematic_id_check_mode_create_then_unchanged(image_factory, run_playbo
 
     # The same content as YAML, with the factory's field names: the same schematic, already held.
     raw = {"name": "schematic", SCHEMATIC: {
-        "factory_url": factory.url,
+        "image_factory_url": factory.url,
         "schematic": "customization:\n  systemExtensions:\n    officialExtensions: [siderolabs/qemu-guest-agent]\n"}}
     again = run_playbook(play([raw])).task("schematic")
     assert again["status"] == "ok" and again["result"]["id"] == QEMU
@@ -82,11 +82,11 @@ def test_info_versions_extensions_installer_and_media(image_factory, run_playboo
     factory.add_schematic({"customization": {"systemExtensions": {"officialExtensions": ["siderolabs/qemu-guest-agent"]}}})
     host = factory.url.split("://", 1)[1]
     tasks = [
-        {"name": "versions", INFO: {"factory_url": factory.url}},
-        {"name": "media", INFO: {"factory_url": factory.url, "talos_version": "1.14.0", "schematic_id": QEMU,
+        {"name": "versions", INFO: {"image_factory_url": factory.url}},
+        {"name": "media", INFO: {"image_factory_url": factory.url, "talos_version": "1.14.0", "schematic_id": QEMU,
                                  "platform": "nocloud", "architecture": "arm64"}},
-        {"name": "unknown schematic", INFO: {"factory_url": factory.url, "schematic_id": EMPTY}, "ignore_errors": True},
-        {"name": "unknown version", INFO: {"factory_url": factory.url, "talos_version": "v1.99.0"}, "ignore_errors": True},
+        {"name": "unknown schematic", INFO: {"image_factory_url": factory.url, "schematic_id": EMPTY}, "ignore_errors": True},
+        {"name": "unknown version", INFO: {"image_factory_url": factory.url, "talos_version": "v1.99.0"}, "ignore_errors": True},
     ]
     run = run_playbook(play(tasks))
     assert run.task("versions")["result"]["versions"] == factory.versions
@@ -121,10 +121,10 @@ def test_tls_ca_from_the_environment_and_an_unreachable_factory(image_factory, r
     factory = image_factory(tls=True)
     dead = "http://127.0.0.1:%d" % _closed_port()
     tasks = [
-        {"name": "no CA", INFO: {"factory_url": factory.url}, "ignore_errors": True},
-        {"name": "CA from REQUESTS_CA_BUNDLE", INFO: {"factory_url": factory.url},
+        {"name": "no CA", INFO: {"image_factory_url": factory.url}, "ignore_errors": True},
+        {"name": "CA from REQUESTS_CA_BUNDLE", INFO: {"image_factory_url": factory.url},
          "environment": {"REQUESTS_CA_BUNDLE": factory.ca_path}},
-        {"name": "unreachable", SCHEMATIC: {"factory_url": dead, "timeout": 5}, "ignore_errors": True},
+        {"name": "unreachable", SCHEMATIC: {"image_factory_url": dead, "timeout": 5}, "ignore_errors": True},
     ]
     run = run_playbook(play(tasks), extra_vars={"talos_door": door})
     assert "could not be verified" in run.task("no CA")["result"]["msg"]
@@ -132,7 +132,7 @@ def test_tls_ca_from_the_environment_and_an_unreachable_factory(image_factory, r
     assert run.task("CA from REQUESTS_CA_BUNDLE")["result"]["versions"] == factory.versions
     message = run.task("unreachable")["result"]["msg"]
     assert message.startswith("The Image Factory at %s cannot be reached (" % dead)
-    assert message.endswith("check factory_url, the proxy settings (HTTPS_PROXY, NO_PROXY) and that this host can reach it.")
+    assert message.endswith("check image_factory_url, the proxy settings (HTTPS_PROXY, NO_PROXY) and that this host can reach it.")
 
 
 def test_the_documented_command_serves_a_factory_the_modules_use_offline(run_playbook, tmp_path):

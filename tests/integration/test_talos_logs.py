@@ -20,7 +20,7 @@ def test_service_container_and_kernel_logs(emulator, run_playbook):
     play = module_play(cluster, "talos_logs", {"service": "etcd", "lines": 5}, cp.address, "etcd tail")
     play["tasks"] += [
         logs_task("whole etcd log", service="etcd", lines=0),
-        logs_task("container", namespace="k8s.io", service="kube-system/kube-apiserver-%s:kube-apiserver" % cp.hostname, lines=2),
+        logs_task("container", namespace="cri", service="kube-system/kube-apiserver-%s:kube-apiserver" % cp.hostname, lines=2),
         logs_task("kernel", kernel=True, lines=3, node=worker.address),
         logs_task("kernel of every node", kernel=True, lines=1, nodes=[cp.address, worker.address], node="{{ omit }}"),
         dict(logs_task("etcd of every node", service="etcd", lines=1, nodes=[worker.address, cp.address], node="{{ omit }}"),

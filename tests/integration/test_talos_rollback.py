@@ -32,12 +32,12 @@ def test_nothing_to_roll_back_to_then_rollback_after_an_upgrade(emulator, run_pl
 
     check = run_playbook(rollback_play(cluster, worker.address), check=True, diff=True).task("rollback")
     assert check["status"] == "changed", check["result"]
-    assert check["result"]["previous_version"] == "v1.14.1" and check["result"]["current_version"] is None
+    assert check["result"]["from_version"] == "v1.14.1" and check["result"]["current_version"] is None
     assert cluster.audit() == []
 
     result = run_playbook(rollback_play(cluster, worker.address)).task("rollback")
     assert result["status"] == "changed", result["result"]
-    assert (result["result"]["previous_version"], result["result"]["current_version"]) == ("v1.14.1", "v1.14.0")
+    assert (result["result"]["from_version"], result["result"]["current_version"]) == ("v1.14.1", "v1.14.0")
     assert result["result"]["boot_id_after"] == worker.boot_id != result["result"]["boot_id_before"]
     assert worker.talos_version == "v1.14.0"
     assert [(e["method"], e["node"]) for e in cluster.audit()] == [("machine.MachineService/Rollback", worker.name)]

@@ -22,7 +22,7 @@ def test_check_mode_then_shutdown_waits_until_the_node_is_gone(emulator, run_pla
     assert check["status"] == "changed", check["result"]
     assert cluster.audit() == [] and worker.powered
 
-    result = run_playbook(shutdown_play(cluster, worker.address, role="operator", force=True)).task("shutdown")
+    result = run_playbook(shutdown_play(cluster, worker.address, role="operator", graceful=False)).task("shutdown")
     assert result["status"] == "changed", result["result"]
     assert result["result"]["actor_id"] and result["result"]["elapsed"] is not None
     assert not worker.powered

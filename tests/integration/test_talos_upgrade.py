@@ -41,14 +41,14 @@ def test_lifecycle_upgrade_check_mode_then_apply_then_unchanged(emulator, run_pl
 
     check = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1"), check=True).task("upgrade")
     assert check["status"] == "changed"
-    assert check["result"]["previous_version"] == "v1.14.0"
+    assert check["result"]["from_version"] == "v1.14.0"
     assert check["result"]["api_used"] == "lifecycle"
     assert check["result"]["controlplane"] is False
     assert _calls(cluster, worker) == []
 
     applied = run_playbook(_upgrade_play(cluster, worker, version="v1.14.1")).task("upgrade")["result"]
     assert applied["changed"] is True
-    assert applied["previous_version"] == "v1.14.0"
+    assert applied["from_version"] == "v1.14.0"
     assert applied["current_version"] == "v1.14.1"
     assert applied["api_used"] == "lifecycle"
     assert applied["rebooted"] is True
@@ -65,7 +65,7 @@ def test_lifecycle_upgrade_check_mode_then_apply_then_unchanged(emulator, run_pl
     assert reboot["mode"] == "DEFAULT"
     assert _version(cluster, worker) == "v1.14.1"
 
-    again = run_playbook(_upgrade_play(cluster, worker, image="ghcr.io/siderolabs/installer:v1.14.1")).task("upgrade")
+    again = run_playbook(_upgrade_play(cluster, worker, installer_image="ghcr.io/siderolabs/installer:v1.14.1")).task("upgrade")
     assert again["status"] == "ok"
     assert again["result"]["api_used"] is None
     assert _calls(cluster, worker) == UPGRADE_CALLS, "an up-to-date node must not be called again"
@@ -212,7 +212,7 @@ def test_several_nodes_in_one_task_are_reported_per_node(emulator, run_playbook,
     upgraded = run_playbook(play, extra_vars={"talos_door": door}).task("upgrade")
     assert upgraded["status"] == "changed"
     nodes = upgraded["result"]["nodes"]
-    assert sorted(nodes) == sorted([first.address, second.address]) and "previous_version" not in upgraded["result"]
+    assert sorted(nodes) == sorted([first.address, second.address]) and "from_version" not in upgraded["result"]
     assert (nodes[first.address]["changed"], nodes[first.address]["rebooted"]) == (False, False)
     assert (nodes[second.address]["changed"], nodes[second.address]["current_version"]) == (True, "v1.14.1")
     assert _calls(cluster, second) == UPGRADE_CALLS
@@ -237,8 +237,8 @@ def test_several_nodes_in_one_task_are_reported_per_node(emulator, run_playbook,
     (dict(version="v1.99.0"), "version 'v1.99.0' is not a Talos release this collection supports (v1.9 to v1.14, any patch "
                               "release of them): v1.99 is newer than v1.14; check the value for a typo, or use a release "
                               "of the collection that supports Talos v1.99."),
-    (dict(image="ghcr.io/siderolabs/installer:v1.99.0"), "The tag 'v1.99.0' of image 'ghcr.io/siderolabs/installer:v1.99.0' "
-                                                         "is not a Talos release this collection supports"),
+    (dict(installer_image="ghcr.io/siderolabs/installer:v1.99.0"),
+     "The tag 'v1.99.0' of installer_image 'ghcr.io/siderolabs/installer:v1.99.0' is not a Talos release this collection supports"),
 ])
 def test_a_target_that_is_no_supported_release_is_refused_before_any_call(emulator, run_playbook, options, message):
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.14.0")
@@ -246,13 +246,14 @@ def test_a_target_that_is_no_supported_release_is_refused_before_any_call(emulat
     image_play = _upgrade_play(cluster, worker)
     image_play["tasks"] = [{"name": "pull", "talos_linux.talos.talos_image": dict(
         talosconfig=cluster.talosconfig_path(), node=worker.address,
-        **dict(("installer_" + key, value) for key, value in options.items())), "ignore_errors": True}] + image_play["tasks"]
+        **dict(("installer_version" if key == "version" else key, value) for key, value in options.items())),
+        "ignore_errors": True}] + image_play["tasks"]
     image_play["tasks"][1]["talos_linux.talos.talos_upgrade"].update(options)
 
     run = run_playbook(image_play, expect_rc=2)
     assert run.task("upgrade")["result"]["msg"].startswith(message)
-    # talos_image names its own option: installer_version, installer_image.
-    assert run.task("pull")["result"]["msg"].replace("installer_", "").startswith(message)
+    # talos_image names its own version option, installer_version; the installer image is installer_image in both.
+    assert run.task("pull")["result"]["msg"].replace("installer_version", "version").startswith(message)
     assert "installer_" in run.task("pull")["result"]["msg"]
     assert cluster.audit() == []
     assert _version(cluster, worker) == "v1.14.0"

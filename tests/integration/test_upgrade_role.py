@@ -22,7 +22,7 @@ PLAYBOOK = """
         upgrade_talosconfig: "{{ talos_state_dir }}/talosconfig"
         upgrade_worker_batch_size: 2
         upgrade_wait_timeout: 60
-        upgrade_etcd_wait_timeout: 10
+        upgrade_quorum_wait_timeout: 10
 """
 
 
@@ -100,7 +100,7 @@ def test_control_plane_failure_stops_the_upgrade_and_a_rerun_resumes(emulator, r
     # The two workers: one task, each node's outcome in its result.
     workers = _batch(resumed, ["worker-1", "worker-2"])
     assert sorted(workers) == sorted(cluster.node(name).address for name in ("worker-1", "worker-2"))
-    assert all((r["changed"], r["previous_version"], r["current_version"]) == (True, "v1.13.0", "v1.14.0")
+    assert all((r["changed"], r["from_version"], r["current_version"]) == (True, "v1.13.0", "v1.14.0")
                for r in workers.values())
 
     calls = len(cluster.audit())
@@ -135,7 +135,7 @@ def test_worker_batch_failure_names_the_finished_workers(emulator, run_playbook)
     _assert_no_task_retried(resumed)
     batch = _batch(resumed, ["worker-1", "worker-2"])
     assert (batch[worker_1]["changed"], batch[worker_2]["changed"]) == (True, False)
-    assert batch[worker_2]["previous_version"] == "v1.14.0" and batch[worker_2]["rebooted"] is False
+    assert batch[worker_2]["from_version"] == "v1.14.0" and batch[worker_2]["rebooted"] is False
     (report,) = [r for r in resumed.results if r["task"].endswith("Report the rolling upgrade")]
     assert "Upgraded: worker-1, worker-3." in report["result"]["msg"]
     assert "Already there: controlplane-1, worker-2." in report["result"]["msg"]
@@ -153,7 +153,7 @@ REBOOT_PLAYBOOK = """
         upgrade_talosconfig: "{{ talos_state_dir }}/talosconfig"
         upgrade_worker_batch_size: 2
         upgrade_wait_timeout: 60
-        upgrade_etcd_wait_timeout: 3
+        upgrade_quorum_wait_timeout: 3
 """
 
 
@@ -182,7 +182,7 @@ def test_reboot_only_restarts_every_node_in_order_behind_the_quorum_guard(emulat
     # and goes ahead once the member is back.
     cluster.faults.fail("EtcdStatus", "Unknown", "etcd is not ready", times=4, node="controlplane-3")
     # Progress lines show as they happen only through the controller door.
-    waited = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, extra_vars={"upgrade_etcd_wait_timeout": 60},
+    waited = run_playbook(REBOOT_PLAYBOOK, inventory=inventory, extra_vars={"upgrade_quorum_wait_timeout": 60},
                           env={"TALOS_TEST_DOOR": ""})
     _assert_no_task_retried(waited)
     cp1 = cluster.node("controlplane-1").address
@@ -233,7 +233,7 @@ def test_an_unhealthy_cluster_is_refused_before_the_first_node_unless_allowed(em
                                        "none.")
     health = [r for r in allowed.results if r["action"] == "talos_linux.talos.talos_health"]
     assert len(health) == 3 and all(r["result"]["node_source"] == "options" for r in health)
-    assert health[0]["result"]["control_plane_nodes"] == [cluster.controlplanes[0].address]
+    assert health[0]["result"]["controlplane_nodes"] == [cluster.controlplanes[0].address]
     assert health[0]["result"]["worker_nodes"] == [worker.address]
     assert health[0]["result"]["unhealthy_nodes"] == {
         worker.address: ["no_diagnostics: diagnostic address-overlap: host and pod addresses overlap"]}
@@ -250,7 +250,7 @@ def test_a_node_upgraded_before_a_failed_health_wait_is_counted(emulator, run_pl
          lambda: cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap"))
 
     stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force_quorum_loss": True,
-                                                                      "upgrade_health_timeout": 2}, expect_rc=2)
+                                                                      "upgrade_health_wait_timeout": 2}, expect_rc=2)
     assert "Cluster health check no_diagnostics" in _cause(stopped) and worker.address in _cause(stopped)
     assert _failure(stopped) == (
         "The rolling upgrade stopped after control plane controlplane-1 (Wait until the cluster is healthy again - "
@@ -258,7 +258,7 @@ def test_a_node_upgraded_before_a_failed_health_wait_is_counted(emulator, run_pl
     assert _upgraded(cluster) == ["controlplane-1"] and _recap_changes(stopped)["controlplane-1"] == 1
 
 
-REBOOT_FIVE = REBOOT_PLAYBOOK.replace("upgrade_wait_for_services: [etcd, kubelet]", "upgrade_health_timeout: 60")
+REBOOT_FIVE = REBOOT_PLAYBOOK.replace("upgrade_wait_for_services: [etcd, kubelet]", "upgrade_health_wait_timeout: 60")
 
 
 @pytest.mark.once
@@ -312,8 +312,8 @@ def test_a_rolling_restart_with_a_worker_off_reboots_nothing_unless_told_to_go_a
                                      "v1.14, any patch release of them): v1.99 is newer than v1.14; check the value for a "
                                      "typo, or use a release of the collection that supports Talos v1.99. Nothing was "
                                      "upgraded."),
-    ({"upgrade_version": "", "upgrade_image": "ghcr.io/siderolabs/installer:v1.99.0"},
-     "The tag 'v1.99.0' of upgrade_image 'ghcr.io/siderolabs/installer:v1.99.0' is not a Talos release this collection "
+    ({"upgrade_version": "", "upgrade_installer_image": "ghcr.io/siderolabs/installer:v1.99.0"},
+     "The tag 'v1.99.0' of upgrade_installer_image 'ghcr.io/siderolabs/installer:v1.99.0' is not a Talos release this collection "
      "supports"),
 ])
 def test_a_target_that_is_no_supported_release_is_refused_before_any_node(emulator, run_playbook, target, message):

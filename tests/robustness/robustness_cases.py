@@ -170,7 +170,7 @@ MODULE_CASES = [
          r"^Cannot bootstrap node .*: it is a worker node, and only a control-plane node can bootstrap etcd", group="node"),
     case("bootstrap-worker-check-mode", "talos_bootstrap", {"node": "{worker}"},
          r"^Cannot bootstrap node .*: it is a worker node", group="node", check_mode=True),
-    case("bootstrap-recover-from-missing-file", "talos_bootstrap", {"recover_from": "{tmp}/missing.snapshot"},
+    case("bootstrap-recover-from-missing-file", "talos_bootstrap", {"snapshot": "{tmp}/missing.snapshot"},
          r"^The etcd snapshot to recover from, .*, is not a readable file\.$"),
     case("bootstrap-node-and-nodes", "talos_bootstrap", {"nodes": ["{cp}", "{worker}"]},
          r"^parameters are mutually exclusive: node\|nodes"),
@@ -179,13 +179,13 @@ MODULE_CASES = [
          r"requires a client certificate, so the node is configured", group="node"),
 
     # talos_upgrade
-    case("upgrade-empty-image", "talos_upgrade", {"image": ""}, r"^image is empty: set it to a value or leave it out"),
+    case("upgrade-empty-image", "talos_upgrade", {"installer_image": ""}, r"^installer_image is empty: set it to a value or leave it out"),
     case("upgrade-version-latest", "talos_upgrade", {"version": "latest"},
          r"^version 'latest' is not a Talos release: give a release such as v1\.14\.1\.$"),
     case("upgrade-version-beyond-the-supported-releases", "talos_upgrade", {"version": "v1.99.0"},
          r"^version 'v1\.99\.0' is not a Talos release this collection supports \(v1\.9 to v1\.14, any patch release of "
          r"them\): v1\.99 is newer than v1\.14; check the value for a typo"),
-    case("upgrade-image-without-tag", "talos_upgrade", {"image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
+    case("upgrade-image-without-tag", "talos_upgrade", {"installer_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
     case("upgrade-lifecycle-with-stage", "talos_upgrade", {"version": "v1.14.1", "api": "lifecycle", "stage": True},
          r"^stage apply only to the legacy upgrade API"),
     case("upgrade-negative-wait-timeout", "talos_upgrade", {"version": "v1.14.1", "wait_timeout": -1},
@@ -215,13 +215,13 @@ MODULE_CASES = [
          {"member": "{cp}", "state": "absent", "method": "remove"}, r"is the last voting etcd member", group="node"),
 
     # talos_etcd_snapshot and talos_etcd_restore
-    case("etcd-snapshot-empty-path", "talos_etcd_snapshot", {"path": " "}, r"^path is empty"),
-    case("etcd-snapshot-path-and-directory", "talos_etcd_snapshot", {"path": "{tmp}/etcd.snapshot", "directory": "{tmp}"},
-         r"parameters are mutually exclusive: path\|directory"),
+    case("etcd-snapshot-empty-dest", "talos_etcd_snapshot", {"dest": " "}, r"^dest is empty"),
+    case("etcd-snapshot-dest-and-directory", "talos_etcd_snapshot", {"dest": "{tmp}/etcd.snapshot", "directory": "{tmp}"},
+         r"parameters are mutually exclusive: dest\|directory"),
     case("etcd-snapshot-prefix-that-escapes", "talos_etcd_snapshot", {"directory": "{tmp}", "prefix": "../elsewhere"},
          r"^prefix must start with a letter or digit .* not '\.\./elsewhere'\.$"),
     case("etcd-snapshot-keep-none", "talos_etcd_snapshot", {"directory": "{tmp}", "keep": 0}, r"keep"),
-    case("etcd-snapshot-unwritable", "talos_etcd_snapshot", {"path": "/sys/etcd.snapshot"},
+    case("etcd-snapshot-unwritable", "talos_etcd_snapshot", {"dest": "/sys/etcd.snapshot"},
          r"^Cannot write the etcd snapshot to /sys/etcd.snapshot: Permission denied\.$", group="node"),
     case("etcd-snapshot-missing-directory", "talos_etcd_snapshot", {"directory": "{tmp}/missing"},
          r"^Cannot write etcd backups to .*/missing: it does not exist; create it or set directory to an existing "
@@ -419,15 +419,15 @@ MODULE_CASES = [
          r"", group="old", outcome="ok"),
 
     # The Image Factory: an unreachable factory, a URL that is none, schematics the factory would refuse.
-    case("factory-schematic-unreachable", "talos_image_factory_schematic", {"factory_url": "http://127.0.0.1:9", "timeout": 5},
-         r"^The Image Factory at http://127.0.0.1:9 cannot be reached \(.*\): check factory_url"),
+    case("factory-schematic-unreachable", "talos_image_factory_schematic", {"image_factory_url": "http://127.0.0.1:9", "timeout": 5},
+         r"^The Image Factory at http://127.0.0.1:9 cannot be reached \(.*\): check image_factory_url"),
     case("factory-schematic-meta-key-out-of-range", "talos_image_factory_schematic", {"meta": [{"key": 300, "value": "x"}]},
          r"^meta\[0\]\.key must be between 0 and 255, got 300\.$"),
     case("factory-schematic-unknown-field", "talos_image_factory_schematic", {"schematic": {"customization": {"bogus": 1}}},
          r"^schematic customization has unknown field bogus"),
-    case("factory-info-not-a-url", "talos_image_factory_info", {"factory_url": "factory.talos.dev"},
+    case("factory-info-not-a-url", "talos_image_factory_info", {"image_factory_url": "factory.talos.dev"},
          r"^The Image Factory URL 'factory.talos.dev' is not an http\(s\) URL"),
-    case("factory-info-version-latest", "talos_image_factory_info", {"talos_version": "latest", "factory_url": "http://127.0.0.1:9"},
+    case("factory-info-version-latest", "talos_image_factory_info", {"talos_version": "latest", "image_factory_url": "http://127.0.0.1:9"},
          r"^talos_version 'latest' is not a Talos version such as v1.14.0\.$"),
 
     # Talos v1.12: a worker answers Bootstrap with FailedPrecondition there, and is still refused at once.

@@ -257,7 +257,7 @@ UPGRADE_PLAY = """
       vars:
         upgrade_talosconfig: "{{ talos_state_dir }}/talosconfig"
         upgrade_wait_timeout: 30
-        upgrade_etcd_wait_timeout: 120
+        upgrade_quorum_wait_timeout: 120
 """
 
 CLUSTER_PLAY = """
@@ -270,7 +270,7 @@ CLUSTER_PLAY = """
         cluster_controlplane_config_file: "{{ talos_state_dir }}/controlplane.yaml"
         cluster_worker_config_file: "{{ talos_state_dir }}/worker.yaml"
         cluster_maintenance_endpoint: "{{ ansible_host }}:{{ talos_port }}"
-        cluster_kubeconfig_path: ""
+        cluster_kubeconfig: ""
         cluster_wait_timeout: 30
 """
 
@@ -280,9 +280,9 @@ ROLE_CASES = [
      r"^upgrade_version 'latest' is not a Talos release: give a release such as v1\.14\.1\. Nothing was upgraded\.$"),
     ("upgrade-role-version-beyond-the-supported-releases", UPGRADE_PLAY, {"upgrade_version": "v1.99.0"},
      r"^upgrade_version 'v1\.99\.0' is not a Talos release this collection supports \(v1\.9 to v1\.14"),
-    ("upgrade-role-image-without-tag", UPGRADE_PLAY, {"upgrade_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
-    ("upgrade-role-version-and-image", UPGRADE_PLAY, {"upgrade_version": "v1.14.1", "upgrade_image": "ghcr.io/siderolabs/installer:v1.14.1"},
-     r"Set exactly one of upgrade_version and upgrade_image"),
+    ("upgrade-role-image-without-tag", UPGRADE_PLAY, {"upgrade_installer_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),
+    ("upgrade-role-version-and-image", UPGRADE_PLAY, {"upgrade_version": "v1.14.1", "upgrade_installer_image": "ghcr.io/siderolabs/installer:v1.14.1"},
+     r"Set exactly one of upgrade_version and upgrade_installer_image"),
     ("upgrade-role-zero-batch", UPGRADE_PLAY, {"upgrade_version": "v1.14.1", "upgrade_worker_batch_size": 0},
      r"a positive upgrade_worker_batch_size"),
     ("cluster-role-wrong-ca", CLUSTER_PLAY, {"cluster_talosconfig": "{wrong_ca}"},

@@ -115,7 +115,7 @@ def test_a_missing_file_is_named(tmp_path):
 def test_taken_from_a_healthy_follower_checked_private_and_complete(tmp_path):
     path = tmp_path / "etcd.snapshot"
     client = snapshot_cluster()
-    taken = etcd_snapshot.take(client, "10.5.0.1", path=str(path))
+    taken = etcd_snapshot.take(client, "10.5.0.1", dest=str(path))
     assert snapshot_calls(client) == ["10.5.0.2"]
     assert taken["member"] == {"id": "%016x" % 2, "hostname": "cp-2", "node": "10.5.0.2", "leader": False}
     assert path.read_bytes() == SNAPSHOT and stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -136,7 +136,7 @@ def test_the_leader_serves_only_when_no_follower_is_healthy_and_none_healthy_fai
 def test_a_backup_client_that_may_not_read_versions_still_gets_its_snapshot(tmp_path):
     client = snapshot_cluster()
     client.answer(VERSION, TalosError("denied", code="PermissionDenied"))
-    taken = etcd_snapshot.take(client, "10.5.0.1", path=str(tmp_path / "etcd.snapshot"), source="node")
+    taken = etcd_snapshot.take(client, "10.5.0.1", dest=str(tmp_path / "etcd.snapshot"), source="node")
     assert snapshot_calls(client) == ["10.5.0.1"] and taken["talos_version"] is None and taken["etcd_version"] == "3.7.3"
 
 
@@ -145,14 +145,14 @@ def test_an_existing_good_snapshot_stays_and_check_mode_streams_nothing(tmp_path
     path.write_bytes(SNAPSHOT)
     os.chmod(str(path), 0o600)
     client = snapshot_cluster()
-    kept = etcd_snapshot.take(client, "10.5.0.1", path=str(path))
+    kept = etcd_snapshot.take(client, "10.5.0.1", dest=str(path))
     assert kept["changed"] is False and kept["member"] is None and client.calls == []
-    forced = etcd_snapshot.take(snapshot_cluster(), "10.5.0.1", path=str(path), force=True)
+    forced = etcd_snapshot.take(snapshot_cluster(), "10.5.0.1", dest=str(path), force=True)
     assert forced["changed"] is False and forced["member"]["hostname"] == "cp-2"
 
     other = tmp_path / "other.snapshot"
     client = snapshot_cluster()
-    planned = etcd_snapshot.take(client, "10.5.0.1", path=str(other), check_mode=True)
+    planned = etcd_snapshot.take(client, "10.5.0.1", dest=str(other), check_mode=True)
     assert planned["changed"] is True and planned["member"]["hostname"] == "cp-2"
     assert sorted(os.listdir(str(tmp_path))) == ["etcd.snapshot"]
 
@@ -162,7 +162,7 @@ def test_check_mode_reads_only_the_first_page_of_the_members_stream(tmp_path):
     seen = []
     client.answer(etcd.SNAPSHOT, [common_pb2.Data(bytes=SNAPSHOT[offset:offset + 32]) for offset in range(0, 1024, 32)]
                   + [fails_with("Unknown", "read past the first page")])
-    etcd_snapshot.take(client, "10.5.0.1", path=str(tmp_path / "etcd.snapshot"), check_mode=True)
+    etcd_snapshot.take(client, "10.5.0.1", dest=str(tmp_path / "etcd.snapshot"), check_mode=True)
     (call,) = [call for call in client.calls if call.method == etcd.SNAPSHOT]
     assert call.node == "10.5.0.2" and os.listdir(str(tmp_path)) == []
 
@@ -194,7 +194,7 @@ def test_an_interrupted_or_bad_stream_leaves_the_previous_file_and_no_partial_fi
     path = tmp_path / "etcd.snapshot"
     path.write_bytes(b"previous snapshot")
     with pytest.raises(TalosNodeError):
-        etcd_snapshot.take(snapshot_cluster(fail_after=5), None, path=str(path))
+        etcd_snapshot.take(snapshot_cluster(fail_after=5), None, dest=str(path))
     for data, problem in (
             (SNAPSHOT[:-1] + b"\0", "is corrupt: the sha256 etcd appended does not match its content; nothing was kept - "
                                     "take the snapshot again."),
@@ -202,7 +202,7 @@ def test_an_interrupted_or_bad_stream_leaves_the_previous_file_and_no_partial_fi
             (SNAPSHOT[:len(SNAPSHOT) // 2], "has no sha256 appended by etcd, so the stream ended early; nothing was kept - "
                                             "take the snapshot again.")):
         with pytest.raises(etcd_snapshot.SnapshotInvalid) as raised:
-            etcd_snapshot.take(snapshot_cluster(data=data), None, path=str(path))
+            etcd_snapshot.take(snapshot_cluster(data=data), None, dest=str(path))
         # The temporary file is gone, and a snapshot streamed is never restored with skip_hash_check.
         assert str(raised.value) == "The etcd snapshot streamed from cp-2 (10.5.0.2) " + problem
     assert path.read_bytes() == b"previous snapshot"
@@ -214,9 +214,9 @@ def test_the_destination_is_checked_before_the_cluster_is_asked(tmp_path, monkey
     (tmp_path / "in-the-way").mkdir()
     (tmp_path / "a-file").write_text("")
     cases = [
-        (dict(path=str(tmp_path / "missing" / "etcd.snapshot")), "Cannot write the etcd snapshot to %s: directory %s does "
+        (dict(dest=str(tmp_path / "missing" / "etcd.snapshot")), "Cannot write the etcd snapshot to %s: directory %s does "
          "not exist." % (tmp_path / "missing" / "etcd.snapshot", tmp_path / "missing")),
-        (dict(path=str(tmp_path / "in-the-way")), "Cannot write the etcd snapshot to %s: it is a directory; set path to a "
+        (dict(dest=str(tmp_path / "in-the-way")), "Cannot write the etcd snapshot to %s: it is a directory; set dest to a "
          "file path." % (tmp_path / "in-the-way")),
         (dict(directory=str(tmp_path / "missing")), "Cannot write etcd backups to %s: it does not exist; create it or set "
          "directory to an existing directory." % (tmp_path / "missing")),
@@ -236,7 +236,7 @@ def test_the_destination_is_checked_before_the_cluster_is_asked(tmp_path, monkey
     client = snapshot_cluster()
     for options, message in ((dict(directory=str(tmp_path)), "Cannot write etcd backups to %s: Read-only file system."
                               % tmp_path),
-                             (dict(path=str(tmp_path / "etcd.snapshot")), "Cannot write the etcd snapshot to %s: Read-only "
+                             (dict(dest=str(tmp_path / "etcd.snapshot")), "Cannot write the etcd snapshot to %s: Read-only "
                               "file system." % (tmp_path / "etcd.snapshot"))):
         with pytest.raises(TalosConfigError) as raised:
             etcd_snapshot.take(client, None, check_mode=check_mode, **options)
@@ -261,7 +261,7 @@ def test_a_full_disk_names_the_file_or_the_backup_directory_written(tmp_path, mo
 
     monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
     with pytest.raises(TalosError) as raised:
-        etcd_snapshot.take(snapshot_cluster(), None, path=str(tmp_path / "etcd.snapshot"))
+        etcd_snapshot.take(snapshot_cluster(), None, dest=str(tmp_path / "etcd.snapshot"))
     assert raised.value.message == "Cannot write the etcd snapshot to %s: No space left on device." % (tmp_path / "etcd.snapshot")
     # A backup is named once its revision is known: until then the directory is what is written to.
     with pytest.raises(TalosError) as raised:
@@ -287,15 +287,15 @@ def test_a_backup_is_named_by_time_and_revision_and_the_retention_applies(tmp_pa
 
     client = snapshot_cluster()
     planned = etcd_snapshot.take(client, None, directory=str(tmp_path), prefix="prod", keep=2, max_age="30d", check_mode=True)
-    assert planned["removed"] == [old[1], old[2]] and planned["path"] is None
+    assert planned["removed"] == [old[1], old[2]] and planned["dest"] is None
     assert len(os.listdir(str(tmp_path))) == 5
 
     taken = etcd_snapshot.take(snapshot_cluster(), None, directory=str(tmp_path), prefix="prod", keep=2, max_age="30d")
-    assert os.path.basename(taken["path"]).startswith("prod-") and taken["path"].endswith("-r%d.snapshot" % JUDGED["revision"])
+    assert os.path.basename(taken["dest"]).startswith("prod-") and taken["dest"].endswith("-r%d.snapshot" % JUDGED["revision"])
     assert taken["removed"] == [old[1], old[2]]
-    assert sorted(os.listdir(str(tmp_path))) == sorted([os.path.basename(taken["path"]), os.path.basename(old[0]),
+    assert sorted(os.listdir(str(tmp_path))) == sorted([os.path.basename(taken["dest"]), os.path.basename(old[0]),
                                                         os.path.basename(other_cluster), "notes.txt"])
-    assert stat.S_IMODE(os.stat(taken["path"]).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(taken["dest"]).st_mode) == 0o600
 
 
 def test_the_newest_backup_that_checks_out_is_found(tmp_path):

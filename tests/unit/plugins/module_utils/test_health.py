@@ -96,7 +96,7 @@ def test_node_lists_from_options_or_discovery():
     assert (nodes.control_planes, nodes.workers, nodes.source) == ([CP1], [], "options")
     nodes = health.nodes_to_check(talos(ClusterState()), None, None, CP1)
     assert (nodes.control_planes, nodes.workers, nodes.source) == ([CP1], [W1], "discovery")
-    with pytest.raises(TalosConfigError, match="worker_nodes needs control_plane_nodes"):
+    with pytest.raises(TalosConfigError, match="worker_nodes needs controlplane_nodes"):
         health.nodes_to_check(talos(ClusterState()), None, [W1], None)
 
 

@@ -150,7 +150,7 @@ def _closed_port():
 def test_an_unreachable_factory_is_one_sentence():
     factory = ImageFactory("http://127.0.0.1:%d" % _closed_port(), timeout=5)
     with pytest.raises(ImageFactoryError, match=r"^The Image Factory at http://127.0.0.1:\d+ cannot be reached \(.*\): check "
-                                                r"factory_url, the proxy settings"):
+                                                r"image_factory_url, the proxy settings"):
         factory.versions()
 
 

@@ -38,9 +38,9 @@ def _build(**fields):
 def test_an_explicit_image_or_repository_wins():
     build = _build(schematic_id=QEMU, extensions=["qemu-guest-agent"])
     choice = choose_installer(build, "v1.14.0", image="registry.local/installer:v1.14.0")
-    assert (choice.image, choice.source) == ("registry.local/installer:v1.14.0", "image")
-    choice = choose_installer(build, "1.14.0", image_repository="registry.local/installer/")
-    assert (choice.image, choice.source) == ("registry.local/installer:v1.14.0", "image_repository")
+    assert (choice.image, choice.source) == ("registry.local/installer:v1.14.0", "installer_image")
+    choice = choose_installer(build, "1.14.0", repository="registry.local/installer/")
+    assert (choice.image, choice.source) == ("registry.local/installer:v1.14.0", "installer_repository")
 
 
 def test_a_node_keeps_its_schematic_platform_and_factory():
@@ -123,7 +123,7 @@ def _follow(monkeypatch, text="version: v1alpha1\nmachine:\n    install:\n      
     applied, warnings = [], []
     monkeypatch.setattr("ansible_collections.talos_linux.talos.plugins.module_utils.installer.point_installer_at",
                         lambda client, node, reference, image: applied.append((node, reference.config_naming(image))))
-    result = dict(target_version="v1.14.0", current_version="v1.14.0", changed=True)
+    result = dict(to_version="v1.14.0", current_version="v1.14.0", changed=True)
     result.update(fields.pop("result", {}))
     outcome = update_installer_reference(None, "10.5.0.9", InstallerReference(text), NEW, result, warn=warnings.append,
                                          **fields)

@@ -227,8 +227,8 @@ def test_task_wide_keys_reach_the_result_whether_run_returns_or_fails(capsys, fa
     def body(task):
         task.result.update(type="Members.cluster.talos.dev", namespace="cluster", changed=False)
         if fails:
-            raise ActionFailed("1 of 2 nodes failed (10.5.0.3): refused.", {"nodes": {"10.5.0.2": {"ok": True}},
-                                                                             "namespace": "its own"})
+            raise ActionFailed("1 of 2 nodes failed (10.5.0.3): refused.",
+                               {"nodes": {"10.5.0.2": {"ok": True}}, "namespace": "its own"})
         return dict(changed=True, namespace="its own")
 
     result = run_module(capsys, dict(INSECURE), body)
@@ -294,8 +294,8 @@ def test_shared_wait_options_are_defined_once_with_their_module_defaults():
 def test_the_image_factory_options_are_shared_options_with_their_bounds():
     from ansible_collections.talos_linux.talos.plugins.module_utils import image_factory
     spec = TaskSpec(argument_spec={}, connection=False, shared_options=[image_factory.FACTORY_OPTIONS])
-    assert spec.argument_spec["factory_url"] == image_factory.FACTORY_ARGUMENT_SPEC["factory_url"]
+    assert spec.argument_spec["image_factory_url"] == image_factory.FACTORY_ARGUMENT_SPEC["image_factory_url"]
     assert spec.ranges["timeout"] == (1, None) and "timeout" in spec.problem({"timeout": 0})
-    with pytest.raises(ValueError, match="module options factory_url shadow"):
-        TaskSpec(argument_spec={"factory_url": dict(type="str")}, connection=False,
+    with pytest.raises(ValueError, match="module options image_factory_url shadow"):
+        TaskSpec(argument_spec={"image_factory_url": dict(type="str")}, connection=False,
                  shared_options=[image_factory.FACTORY_OPTIONS])

@@ -153,7 +153,7 @@ def test_recover_uploads_the_snapshot_then_bootstraps_from_it(tmp_path):
     snapshot = tmp_path / "etcd.snapshot"
     snapshot.write_bytes(b"s" * (3 * 1024 * 1024 + 5))
     client = control_plane()
-    ok, result = run(client, recover_from=str(snapshot), recover_skip_hash_check=True)
+    ok, result = run(client, snapshot=str(snapshot), skip_hash_check=True)
     assert ok and result["changed"] is True and result["recovered"] is True
     assert client.requests(RECOVER) == [snapshot.read_bytes()]
     assert called(client).index("EtcdRecover") < called(client).index("Bootstrap")
@@ -165,14 +165,14 @@ def test_recover_is_skipped_when_already_bootstrapped(tmp_path):
     snapshot = tmp_path / "etcd.snapshot"
     snapshot.write_bytes(b"snapshot")
     client = control_plane(etcd_state="Running")
-    ok, result = run(client, recover_from=str(snapshot))
+    ok, result = run(client, snapshot=str(snapshot))
     assert ok and result["changed"] is False and "EtcdRecover" not in called(client)
 
 
 def test_missing_snapshot_file_fails_before_any_call(tmp_path):
     client = control_plane()
     with pytest.raises(TalosConfigError) as refused:
-        run(client, recover_from=str(tmp_path / "none"))
+        run(client, snapshot=str(tmp_path / "none"))
     assert refused.value.message == "The etcd snapshot to recover from, %s, is not a readable file." % (tmp_path / "none")
     assert client.calls == []
 

@@ -41,14 +41,14 @@ def test_resolve_target_from_image_uses_its_tag():
 @pytest.mark.parametrize("kwargs, words", [
     (dict(image="ghcr.io/siderolabs/installer"), "has no tag"),
     (dict(image="ghcr.io/siderolabs/installer:latest"),
-     "^The tag 'latest' of image 'ghcr.io/siderolabs/installer:latest' is not a Talos release: give a release such as "
+     "^The tag 'latest' of installer_image 'ghcr.io/siderolabs/installer:latest' is not a Talos release: give a release such as "
      "v1.14.1.$"),
     (dict(version="latest"), "^version 'latest' is not a Talos release: give a release such as v1.14.1.$"),
     (dict(version="v1.14"), "^version 'v1.14' is not a Talos release"),
     (dict(version="v1.99.0"), r"^version 'v1.99.0' is not a Talos release this collection supports \(v1.9 to v1.14, any "
                               r"patch release of them\): v1.99 is newer than v1.14; check the value for a typo, or use a "
                               r"release of the collection that supports Talos v1.99.$"),
-    (dict(image="ghcr.io/siderolabs/installer:v1.15.0-alpha.0"), "^The tag 'v1.15.0-alpha.0' of image .* v1.15 is newer"),
+    (dict(image="ghcr.io/siderolabs/installer:v1.15.0-alpha.0"), "^The tag 'v1.15.0-alpha.0' of installer_image .* v1.15 is newer"),
     (dict(version="1.8.3"), r"^version '1.8.3' is not a Talos release this collection supports \(v1.9 to v1.14, any "
                             r"patch release of them\): v1.8 is older than v1.9.$"),
 ])
@@ -120,7 +120,7 @@ PULLED = [image_pb2.ImageServicePullResponse(name=IMAGE)]
 
 
 def _upgrade(client, fall_back=True):
-    result = dict(previous_version="v1.13.0", current_version="v1.13.0", rebooted=False, api_used=None, progress=[])
+    result = dict(from_version="v1.13.0", current_version="v1.13.0", rebooted=False, api_used=None, progress=[])
     return lifecycle.NodeUpgrade(client, "10.5.0.2", IMAGE, "v1.14.0", result, fall_back=fall_back)
 
 
@@ -287,7 +287,7 @@ def test_check_mode_predicts_the_legacy_api_of_an_old_node():
     ok, result, _task = run(client, check_mode=True, diff=True, version="1.14.0")
     assert ok and result["changed"] is True and result["api_used"] == "legacy"
     # Talos v1.14 installers come only from the Image Factory: the empty schematic for a node without one.
-    assert result["image"] == FACTORY_IMAGE and result["target_version"] == "v1.14.0"
+    assert result["image"] == FACTORY_IMAGE and result["to_version"] == "v1.14.0"
     assert "the node has no schematic" in result["image_reason"]
     assert (result["controlplane"], result["etcd_gate_open"], result["quorum"]) == (False, True, None)
     assert result["installer_reference"] == {"home": ".machine.install.image", "before": "ghcr.io/siderolabs/installer:v1.12.6",
@@ -300,9 +300,9 @@ def test_check_mode_predicts_the_legacy_api_of_an_old_node():
 
 def test_a_node_on_the_target_is_left_alone():
     client = worker("v1.14.0")
-    ok, result, _task = run(client, image=IMAGE)
+    ok, result, _task = run(client, installer_image=IMAGE)
     assert ok and result["changed"] is False and result["etcd_gate_open"] is None
-    assert result["image_reason"] == "the image option names it"
+    assert result["image_reason"] == "the installer_image option names it"
     assert result["installer_reference"]["changed"] is False
     assert asked(client) == [GET, lifecycle.VERSION]
 
@@ -310,7 +310,7 @@ def test_a_node_on_the_target_is_left_alone():
 def test_a_config_with_two_installer_homes_is_refused_before_anything_changes():
     client = worker("v1.13.0", installers=[("machine", "a:v1.13.0"), ("unattended", "b:v1.13.0")])
     with pytest.raises(TalosConfigError, match=r"sets the installer image in both .machine.install.image \(a:v1.13.0\)"):
-        run(client, image=IMAGE)
+        run(client, installer_image=IMAGE)
     assert asked(client) == [GET]
 
 
@@ -323,7 +323,7 @@ def test_a_node_with_a_schematic_keeps_it_and_a_repository_wins():
     assert ok and result["image"] == "factory.example.internal/metal-installer/%s:v1.14.0" % schematic
     assert "(qemu-guest-agent) are kept" in result["image_reason"]
     ok, result, _task = run(worker("v1.13.0"), check_mode=True, version="v1.14.0",
-                            image_repository="registry.local/installer")
+                            installer_repository="registry.local/installer")
     assert ok and result["image"] == "registry.local/installer:v1.14.0"
 
 
@@ -340,12 +340,12 @@ def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
     # 10.5.0.8 runs the target and its config names its installer already.
     client.answer(lifecycle.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
     client.answer(GET, cosi_state(_config(("machine", IMAGE))), node="10.5.0.8")
-    ok, result, _task = run(client, check_mode=True, image=IMAGE)
+    ok, result, _task = run(client, check_mode=True, installer_image=IMAGE)
     assert ok and result["changed"] is True and sorted(result["nodes"]) == ["10.5.0.8", "10.5.0.9"]
-    assert "previous_version" not in result
+    assert "from_version" not in result
     on_target, to_upgrade = result["nodes"]["10.5.0.8"], result["nodes"]["10.5.0.9"]
-    assert (on_target["changed"], on_target["previous_version"], on_target["api_used"]) == (False, "v1.14.0", None)
-    assert (to_upgrade["changed"], to_upgrade["previous_version"], to_upgrade["etcd_gate_open"]) == (True, "v1.13.0", True)
+    assert (on_target["changed"], on_target["from_version"], on_target["api_used"]) == (False, "v1.14.0", None)
+    assert (to_upgrade["changed"], to_upgrade["from_version"], to_upgrade["etcd_gate_open"]) == (True, "v1.13.0", True)
 
 
 def test_a_node_that_fails_among_several_is_named_with_the_others_results():
@@ -353,7 +353,7 @@ def test_a_node_that_fails_among_several_is_named_with_the_others_results():
     client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
     client.answer(lifecycle.VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
     with pytest.raises(ActionFailed) as failed:
-        run(client, image=IMAGE)
+        run(client, installer_image=IMAGE)
     assert failed.value.message.startswith("1 of 2 nodes failed (10.5.0.8): ")
     result = failed.value.to_result()
     assert result["changed"] is False and result["nodes"]["10.5.0.9"]["current_version"] == "v1.14.0"
