@@ -155,11 +155,11 @@ except ImportError:  # earlier versions render every string that is not marked u
     def trust_as_template(value):
         return value
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.cluster_nodes import discover, is_control_plane, preferred_address
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import CLIENT_LIBRARIES, missing_libraries
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_OPTIONS, ConnectionSettings
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster.discovery import discover, is_control_plane, preferred_address
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import CLIENT_LIBRARIES, missing_libraries
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import CONNECTION_OPTIONS, ConnectionSettings
 
 PLAYBOOK_PYTHON = "{{ ansible_playbook_python }}"
 
@@ -210,7 +210,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         self._populate(nodes)
 
     def _discover(self, path):
-        """The nodes the cluster reports (a list of plain dicts, see module_utils/cluster_nodes.py)."""
+        """The nodes the cluster reports (a list of plain dicts, see module_utils/cluster/discovery.py)."""
         missing = missing_libraries(CLIENT_LIBRARIES)
         if missing:
             raise AnsibleParserError("%s: the talos inventory plugin needs the Python libraries %s on the controller."

@@ -262,12 +262,12 @@ nodes:
                warnings: [], rebooted: false}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import ConfigApplier, load_config, patch_secret_values
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import maskable_literals
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import ConfigApplier, load_config, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import maskable_literals
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -196,16 +196,17 @@ expiring:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import certificates, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.durations import parse_duration
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError, TalosPermissionError
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import read_kubeconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import read_active_config
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
-from ansible_collections.talos_linux.talos.plugins.module_utils.talos_pki import now_utc
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import split_endpoint
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import expiry as certificates
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_duration
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError, TalosPermissionError
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import read_kubeconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import read_active_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.x509 import now_utc
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -153,12 +153,12 @@ certificate:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import client_config
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, update_private
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import read_talosconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import client_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import check_destination, update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import read_talosconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -263,10 +263,10 @@ nodes:
     10.5.0.3: {node: 10.5.0.3, failed: true, code: Unavailable, msg: "Talos endpoint 10.5.0.2:50000 is unreachable ..."}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster.facts import FactGatherer, resolve_subsets
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -188,10 +188,10 @@ unreachable_nodes:
   sample: [10.5.0.6]
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import health
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import health
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

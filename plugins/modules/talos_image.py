@@ -160,11 +160,12 @@ image_reason:
   type: str
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.installer import choose_node_installer, resolve_target
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import choose_node_installer, resolve_target
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -166,11 +166,11 @@ urls:
       iso: https://factory.talos.dev/image/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba/v1.14.0/metal-amd64-secureboot.iso
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import image_factory
-from ansible_collections.talos_linux.talos.plugins.module_utils.image_factory import ImageFactoryError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images import version_tag
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import factory as image_factory
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory import ImageFactoryError
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -173,11 +173,11 @@ image_factory_url:
   sample: https://factory.talos.dev
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import image_factory
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images import version_tag
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import factory as image_factory
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 _FIELD_OPTIONS = ("extensions", "extra_kernel_args", "meta", "overlay", "secureboot", "embedded_machine_configuration",
                   "disk_image_sector_size")

@@ -124,10 +124,10 @@ node:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import kubeconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, update_private
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import kubeconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import check_destination, update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

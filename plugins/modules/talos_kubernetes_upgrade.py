@@ -327,17 +327,18 @@ deprecated_apis:
   elements: dict
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import kube_api, kubernetes_manifests
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubeconfig import fetch_kubeconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes_upgrade import (
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import api as kube_api
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import manifests as kubernetes_manifests
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import fetch_kubeconfig
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.upgrade import (
     IMAGE_OPTIONS,
     KubernetesUpgrade,
     requested_repositories,
     requested_versions,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import secret_values
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import CLIENT_LIBRARIES, TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import CLIENT_LIBRARIES, TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

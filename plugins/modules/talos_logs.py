@@ -115,10 +115,12 @@ nodes:
       lines: ["kern:    info: [2026-11-23T21:00:00.000Z]: Linux version 6.12.0-talos"]
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import durations, logs, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import durations
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import logs
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -240,13 +240,13 @@ sha256:
 import hashlib
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation
-from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import INSTALL_HOMES, contract_name
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination, read_text, update_private
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_summary, file_diff, patch_secret_values
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract import INSTALL_HOMES, contract_name
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import check_destination, read_text, update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import config_summary, file_diff, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

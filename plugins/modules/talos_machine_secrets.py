@@ -130,14 +130,14 @@ encryption:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import contract_name, parse_contract
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import (
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract import contract_name, parse_contract
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import (
     destination_problem, ensure_mode, read_text_file, write_private,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 BUNDLE = "the secrets bundle"
 

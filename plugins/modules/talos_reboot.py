@@ -167,11 +167,11 @@ nodes:
     10.5.0.5: {changed: true, mode: default, boot_id_before: 3f1b0e1c-8d0a-4c57-9a35-5c1ec9f7b3a1, elapsed: 41.3}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import unknown_services_problem
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import unknown_services_problem
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

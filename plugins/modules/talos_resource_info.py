@@ -193,11 +193,12 @@ elapsed:
   sample: 3.2
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import resources, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import resources
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Waiter
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -272,12 +272,16 @@ files:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, durations, kube_api, talos_pki
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import rotation as ca_rotation
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import client_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import durations
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import api as kube_api
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Waiter
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -150,11 +150,12 @@ nodes:
     10.5.0.5: {changed: true, name: kubelet, state: Running, response: Service "kubelet" restarted}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node, several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.waits import Waiter, wait_for_service
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Waiter, wait_for_service
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2

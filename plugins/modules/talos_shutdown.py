@@ -116,9 +116,9 @@ nodes:
     10.5.0.5: {changed: true, controlplane: false, etcd_gate_open: true, elapsed: 12.5}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

@@ -154,11 +154,12 @@ cluster:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import several_nodes, support_bundle
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.files import check_destination
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec, missing_libraries
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import support_bundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import check_destination
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec, missing_libraries
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -174,7 +175,7 @@ SPEC = TaskSpec(
 def _kube_api_factory(task):
     if not task.params["kubernetes"]:
         return None
-    from ansible_collections.talos_linux.talos.plugins.module_utils import kube_api
+    from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import api as kube_api
     if missing_libraries([kube_api.LIBRARY]):
         return lambda kubeconfig: _Unavailable()
     return lambda kubeconfig: kube_api.KubeAPI(kubeconfig, server=task.params["kubernetes_endpoint"])

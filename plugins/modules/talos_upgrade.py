@@ -296,9 +296,11 @@ nodes:
     10.5.0.6: {changed: false, upgraded: false, from_version: v1.14.0, current_version: v1.14.0, rebooted: false}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
+from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
     argument_spec=dict(

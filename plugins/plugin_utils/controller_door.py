@@ -35,8 +35,8 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import METHODS
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task, execute
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import METHODS
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import Task, execute
 
 display = Display()
 

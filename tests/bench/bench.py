@@ -76,8 +76,8 @@ sys.path.insert(0, COLLECTIONS)
 
 from talos_emulator import EmulatedCluster  # noqa: E402
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient  # noqa: E402
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings  # noqa: E402
 
 PACKAGE = "ansible_collections.talos_linux.talos.plugins"
 # The RPCs of each module's measured call path: their services' generated code is part of its cold import.
@@ -95,7 +95,7 @@ import ansible.module_utils.basic
 started, cpu = time.perf_counter(), time.process_time()
 import importlib
 module = importlib.import_module(sys.argv[1])
-from ansible_collections.talos_linux.talos.plugins.module_utils import client
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import client
 for method in sys.argv[2:]:
     client.METHODS[method]
 print(time.perf_counter() - started, time.process_time() - cpu)
@@ -111,9 +111,9 @@ print(time.perf_counter() - started, time.process_time() - cpu)
 BARE_CLIENT_PROBE = r"""
 import json, sys, time
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.facts import FactGatherer, resolve_subsets
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster.facts import FactGatherer, resolve_subsets
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
 talosconfig, nodes, rounds = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 max_concurrency = talos_facts.SPEC.argument_spec["max_concurrency"]["default"]
 seconds = []
@@ -138,10 +138,10 @@ import asyncio, json, sys, time
 from google.protobuf import empty_pb2
 from grpclib.client import Channel, UnaryUnaryMethod
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
-from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings, split_endpoint
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings, split_endpoint
 talosconfig, nodes, rounds = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 max_concurrency = talos_facts.SPEC.argument_spec["max_concurrency"]["default"]
 READS = [("/cosi.resource.State/Get", state_pb2.GetRequest(namespace=namespace, type=kind, id=name), state_pb2.GetResponse)

@@ -10,7 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// scalarVector is one entry of tests/unit/plugins/module_utils/go_yaml_scalars.json: a string and
+// scalarVector is one entry of tests/unit/plugins/module_utils/common/go_yaml_scalars.json: a string and
 // the text the collection's YAML writer (go_yaml.py) must give for it, which the unit tests check.
 type scalarVector struct {
 	Value    string `json:"value"`
@@ -22,7 +22,7 @@ type scalarVector struct {
 // Factory hashes schematics with. (Talos's yaml v4 differs on YAML 1.1 booleans: it single-quotes
 // "yes" where yaml.v3 double-quotes it.)
 func TestYAMLScalarVectorsAreGoOutput(t *testing.T) {
-	data, err := os.ReadFile("../unit/plugins/module_utils/go_yaml_scalars.json")
+	data, err := os.ReadFile("../unit/plugins/module_utils/common/go_yaml_scalars.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,12 @@ for _path in (os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.path.join(REPO, "
     if _path and _path not in sys.path:
         sys.path.insert(0, _path)
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.config_contract import (  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract import (  # noqa: E402
     SUPPORTED_CONTRACTS, contract_name, default_installer_image, kubernetes_version,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, installer  # noqa: E402
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle  # noqa: E402
 
 CLUSTER_NAME = "conformance"
 CLUSTER_ENDPOINT = "https://cp.conformance.example:6443"

@@ -123,5 +123,5 @@ def test_a_swapped_issuing_ca_issues_new_serving_certificates_and_keeps_the_old_
 
 
 def pki_signed(der, authority):
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_pki import signed_by
+    from ansible_collections.talos_linux.talos.plugins.module_utils.common.x509 import signed_by
     return signed_by(x509.load_der_x509_certificate(der), authority.cert)

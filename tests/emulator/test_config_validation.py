@@ -7,8 +7,9 @@ import yaml
 
 from talos_emulator import configgen
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, go_yaml
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
 
 
 @pytest.fixture(scope="module")

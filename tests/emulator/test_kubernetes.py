@@ -15,8 +15,9 @@ import yaml
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import config_generation, kube_api
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import api as kube_api
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, machine_pb2
@@ -451,9 +452,9 @@ def test_the_upgrade_refuses_apis_the_target_removes_end_to_end(kube):
     """The module's run with the collection's client, the emulated nodes (running Talos v1.15, which runs Kubernetes
     1.38) and the real API server: a client asked for resource.k8s.io/v1beta1, which 1.38 removes."""
     from module_fakes import run_module
-    from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-    from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+    from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+    from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+    from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
 
     kube.server.get("/apis/resource.k8s.io/v1beta1/deviceclasses")
     versions = dict((node.name, node.talos_version) for node in kube.cluster.nodes)

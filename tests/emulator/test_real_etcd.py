@@ -23,7 +23,7 @@ from grpclib.exceptions import GRPCError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 
 from etcd_member import EtcdMemberError, binary as member_binary
 from talos_emulator import real_etcd

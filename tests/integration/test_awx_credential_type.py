@@ -20,9 +20,9 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings, relabel_private_key
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings, relabel_private_key
 
 from awx_job import CredentialType
 

@@ -24,7 +24,7 @@ from ansible.parsing.vault import VaultLib, VaultSecret
 
 from awx_job import REPO, CredentialType, Job
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
 
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 FITTING_TYPES = {"text": {"str", "path"}, "textarea": {"str"}, "password": {"str"}, "integer": {"int"},

@@ -14,7 +14,7 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
 
 
 def generation_tasks(workdir, cluster_name, endpoint, talosconfig_endpoints, talos_version="v1.14.0"):

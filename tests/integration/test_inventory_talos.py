@@ -15,9 +15,9 @@ import pytest
 import yaml
 from playbook_runner import deprecation_warnings
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
 
 PLUGIN = "talos_linux.talos.talos"
 BIN = os.path.dirname(sys.executable)

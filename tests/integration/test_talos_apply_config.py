@@ -10,7 +10,7 @@ import json
 
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import load_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import load_config
 
 APPLY = "machine.MachineService/ApplyConfiguration"
 

@@ -18,7 +18,7 @@ import yaml
 from module_plays import module_play
 from test_robustness import assert_no_secret, cluster_secrets
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from talos_emulator import pki
 
 

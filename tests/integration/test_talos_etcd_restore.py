@@ -13,7 +13,7 @@ import pytest
 
 from module_plays import module_play
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 
 
 def restore_play(cluster, nodes=None, **options):

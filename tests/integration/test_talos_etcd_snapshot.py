@@ -12,7 +12,7 @@ import stat
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd_snapshot
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 from module_plays import module_play
 from test_robustness import assert_no_secret, cluster_secrets
 

@@ -6,7 +6,7 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import load_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import load_config
 
 FACTS = "talos_linux.talos.talos_facts"
 

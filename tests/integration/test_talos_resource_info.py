@@ -12,7 +12,7 @@ import time
 from module_plays import module_play
 from playbook_runner import when
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED
 
 
 def info_task(name, **options):

@@ -24,8 +24,10 @@ import pytest
 import yaml
 from playbook_runner import kill_run, process_tree, run_playbook_in, when
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import ca_rotation, client_config, talos_pki
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import rotation as ca_rotation
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import client_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
 from talos_emulator import EmulatedCluster
 from test_robustness import assert_no_secret, cluster_secrets, secret_forms
 

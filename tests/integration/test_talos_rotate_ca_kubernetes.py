@@ -27,7 +27,7 @@ from kubernetes import config as kube_config
 import kubernetes_cluster
 from playbook_runner import run_playbook_in, when
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import talos_pki
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from talos_emulator import configgen
 from test_robustness import assert_no_secret
 

@@ -39,13 +39,14 @@ import time
 
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import errors, rpc
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import DEFAULT_MAX_CONCURRENCY, METHODS, resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosApiError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import label
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import errors
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import DEFAULT_MAX_CONCURRENCY, METHODS, resource_to_dict
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosApiError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
-from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import ConnectionSettings
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
 
 GET = "cosi.resource.State/Get"
 LIST = "cosi.resource.State/List"

@@ -6,8 +6,8 @@ import copy
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import Task
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import Task
 
 
 def spec_params(spec, **options):

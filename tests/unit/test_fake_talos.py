@@ -11,8 +11,8 @@ import inspect
 import pytest
 from google.rpc import status_pb2
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConnectionError, TalosNodeError, TalosTLSError
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConnectionError, TalosNodeError, TalosTLSError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2

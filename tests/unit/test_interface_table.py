@@ -35,7 +35,7 @@ def _short(module):
 
 def interface_table():
     """The Markdown of the interface table, from the code."""
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talosconfig import CONNECTION_ARGUMENT_SPEC
+    from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import CONNECTION_ARGUMENT_SPEC
 
     options, returns, connected = {}, {}, []
     for module in _modules():

@@ -26,8 +26,8 @@ PAGE = os.path.join(ROOT, "docs", "troubleshooting.md")
 SOURCES = [os.path.join(ROOT, "plugins", path) for path in (
     "modules/talos_etcd_snapshot.py", "modules/talos_etcd_restore.py", "modules/talos_rotate_ca.py",
     "modules/talos_support_bundle.py", "modules/talos_fetch.py",
-    "module_utils/etcd_snapshot.py", "module_utils/etcd_recovery.py", "module_utils/ca_rotation.py",
-    "module_utils/support_bundle.py", "module_utils/node_files.py", "module_utils/files.py")]
+    "module_utils/etcd/snapshot.py", "module_utils/etcd/recovery.py", "module_utils/certificates/rotation.py",
+    "module_utils/cluster/support_bundle.py", "module_utils/nodes/files.py", "module_utils/common/files.py")]
 ROLE_TASKS = sorted(glob.glob(os.path.join(ROOT, "roles", "etcd_backup", "tasks", "*.yml"))
                     + glob.glob(os.path.join(ROOT, "roles", "etcd_restore", "tasks", "*.yml")))
 VARIABLE = "\x00"

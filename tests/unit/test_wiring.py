@@ -163,7 +163,7 @@ NODES_RETURNED = "with O(nodes) or the talosconfig context's nodes"
 
 @pytest.mark.parametrize("module", MODULES)
 def test_a_module_declared_to_act_on_several_nodes_takes_the_shared_option_and_returns_nodes(module):
-    from ansible_collections.talos_linux.talos.plugins.module_utils.several_nodes import CONCURRENCY_OPTIONS
+    from ansible_collections.talos_linux.talos.plugins.module_utils.task.several_nodes import CONCURRENCY_OPTIONS
     spec = importlib.import_module("%s.modules.%s" % (PACKAGE, module)).SPEC
     returned = documentation(module, "RETURN")
     if not spec.several_nodes:

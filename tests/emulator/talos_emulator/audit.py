@@ -11,7 +11,7 @@ import json
 import threading
 import time
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 
 # Calls that change a node or the cluster: the catalogue's mutations. Dry runs are recorded too, marked.
 MUTATING_METHODS = frozenset(method for method in rpc.RPCS if not rpc.is_read(method))

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Role-based access control as machined applies it.
 
-The rules table is the collection's RPC catalogue (``plugins/module_utils/rpc.py``),
+The rules table is the collection's RPC catalogue (``plugins/module_utils/client/rpc.py``),
 which follows Talos's ``internal/app/machined/pkg/system/services/machined.go``
 and records the rules that were narrower on older releases; a method missing
 from it needs ``os:admin``. Roles are not hierarchical: a rule lists every role
@@ -12,7 +12,7 @@ it accepts and any one of them suffices.
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 
 from .versions import older_than
 

@@ -17,7 +17,7 @@ from google.rpc import status_pb2
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.exceptions import GRPCError
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 
 from . import authz
 from .audit import MUTATING_METHODS

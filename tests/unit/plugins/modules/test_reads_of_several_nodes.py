@@ -9,7 +9,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.modules import talos_fetch, talos_file_info, talos_logs, talos_resource_info
 from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task

@@ -8,9 +8,10 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd, machine_config
-from ansible_collections.talos_linux.talos.plugins.module_utils import waits as talos_waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import machine_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits as talos_waits
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
 from fake_talos import FakeTalos, cosi_state, fails_with, resource as fake_resource

@@ -6,7 +6,7 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_info, talos_etcd_maintenance
 from fake_talos import FakeTalos

@@ -8,8 +8,8 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosConfigError, TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
 from fake_talos import FakeTalos

@@ -8,10 +8,10 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import facts as facts_utils
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.machine_config import config_hash
-from ansible_collections.talos_linux.talos.plugins.module_utils.redaction import REDACTED
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import facts as facts_utils
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import config_hash
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts

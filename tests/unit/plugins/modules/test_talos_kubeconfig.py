@@ -12,7 +12,7 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.modules import talos_kubeconfig
 from fake_talos import FakeTalos
 from kubeconfig_samples import archive, certificate, kubeconfig

@@ -7,8 +7,8 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.secrets_bundle import SecretsBundle, random_secret
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle, random_secret
 from ansible_collections.talos_linux.talos.plugins.modules import talos_machine_config
 
 from module_fakes import run_task

@@ -8,8 +8,8 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import node as talos_node
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError, TalosTimeoutError
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_service
 from fake_talos import FakeTalos, fails_with

@@ -7,9 +7,11 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils import images, installer, lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.errors import ActionFailed, TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.node import parse_version
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
+from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import parse_version
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
 from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource

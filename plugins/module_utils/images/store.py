@@ -1,0 +1,304 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Talos images: references and the images in a node's containerd.
+
+- Image references as containerd stores them (``reference.ParseDockerRef``:
+  ``nginx`` is ``docker.io/library/nginx:latest``) and Talos version tags.
+- The images of a node's containerd namespace (``ImageService`` List, Pull and
+  Remove, the legacy ``MachineService`` ImageList and ImagePull on nodes older
+  than Talos v1.13).
+
+The Image Factory is image_factory.py's, a node's installer installer.py's.
+Nothing here sees a Task: functions take a client and plain values and raise
+the collection's errors.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import re
+import time
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    TalosConfigError,
+    TalosError,
+    TalosUnimplementedError,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label, normalize_version, parse_version
+
+# containerd namespaces by the name users give (talosctl --namespace): (driver, namespace) of common.ContainerdInstance.
+NAMESPACES = {
+    "system": ("CRI", "NS_SYSTEM"),
+    "cri": ("CRI", "NS_CRI"),
+}
+
+IMAGE_LIST = "machine.ImageService/List"
+IMAGE_PULL = "machine.ImageService/Pull"
+IMAGE_REMOVE = "machine.ImageService/Remove"
+LEGACY_IMAGE_LIST = "machine.MachineService/ImageList"
+LEGACY_IMAGE_PULL = "machine.MachineService/ImagePull"
+
+# Seconds a pull may take on one node by default: Talos's own pulls give up after 20 minutes.
+PULL_TIMEOUT = 1200
+
+# How often a node's pull progress is reported while it lasts.
+PROGRESS_INTERVAL = 5.0
+_MIB = 1024.0 * 1024.0
+
+# -- image references -------------------------------------------------------
+
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+_REFERENCE = re.compile(r"^(?P<name>(?:%s/)?%s(?:/%s)*)(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>[a-z0-9]+:[0-9a-fA-F]{32,}))?$"
+                        % (_DOMAIN, _COMPONENT, _COMPONENT))
+
+
+class ImageReference:
+    """An image reference normalized as containerd stores it: ``name`` with a ``tag`` or a ``digest``.
+
+    ``str()`` is the name containerd lists: ``name:tag``, or ``name@digest``
+    (a tag given with a digest is dropped, as ``reference.ParseDockerRef`` does).
+    """
+
+    def __init__(self, name, tag=None, digest=None):
+        self.name = name
+        self.tag = tag
+        self.digest = digest
+
+    def __str__(self):
+        return "%s@%s" % (self.name, self.digest) if self.digest else "%s:%s" % (self.name, self.tag)
+
+    def pinned(self, digest):
+        """``name@digest``: how Talos names a pulled image."""
+        return "%s@%s" % (self.name, digest)
+
+
+def parse_reference(ref, option="name"):
+    """The ImageReference of ``ref``; raises TalosConfigError naming ``option`` when it is no image reference."""
+    match = _REFERENCE.match(str(ref or "").strip())
+    if not match:
+        raise TalosConfigError("%s %r is not an image reference such as registry.example.com/team/app:v1.2.3 "
+                               "(lower-case repository path, optional :tag and @sha256:digest)." % (option, ref))
+    name, tag, digest = match.group("name"), match.group("tag"), match.group("digest")
+    first, _slash, rest = name.partition("/")
+    # distribution's splitDockerDomain: a first component without "." or ":" (and not localhost) is a Docker Hub path.
+    if not rest or ("." not in first and ":" not in first and first != "localhost" and first.lower() == first):
+        name, first, rest = "docker.io/" + name, "docker.io", name
+    elif first == "index.docker.io":
+        name, first = "docker.io/" + rest, "docker.io"
+    if first == "docker.io" and "/" not in rest:
+        name = "docker.io/library/" + rest
+    if digest:
+        return ImageReference(name, digest=digest.lower())
+    return ImageReference(name, tag=tag or "latest")
+
+
+def image_tag(image):
+    """The tag of an image reference, or None when it has none.
+
+    ``registry:5000/siderolabs/installer:v1.14.0@sha256:...`` -> ``"v1.14.0"``: the
+    digest is dropped and a colon before the last slash belongs to the registry.
+    """
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    return last.rsplit(":", 1)[1] or None
+
+
+# -- versions -------------------------------------------------------------------
+
+def version_tag(version, option="talos_version"):
+    """``version`` as Talos spells it (``v1.14.0``); TalosConfigError naming ``option`` when it is no version."""
+    tag = normalize_version(version)
+    if parse_version(tag) is None:
+        raise TalosConfigError("%s %r is not a Talos version such as v1.14.0." % (option, version))
+    return tag
+
+
+# -- images on nodes -------------------------------------------------------------------
+
+def _containerd(namespace):
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+    driver, name = NAMESPACES[namespace]
+    return common_pb2.ContainerdInstance(driver=common_pb2.ContainerDriver.Value(driver),
+                                         namespace=common_pb2.ContainerdNamespace.Value(name))
+
+
+def _legacy_namespace(namespace):
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
+    return common_pb2.ContainerdNamespace.Value(NAMESPACES[namespace][1])
+
+
+def _image_record(message):
+    created = message.created_at.ToJsonString() if message.HasField("created_at") else None
+    record = {"name": message.name, "digest": message.digest, "size": message.size, "created_at": created}
+    if hasattr(message, "labels"):
+        record["labels"] = dict(message.labels)
+    return record
+
+
+class _PullProgress:
+    """A node's layers during a pull, reported at most every PROGRESS_INTERVAL seconds."""
+
+    def __init__(self, report, node, image):
+        self.report = report
+        self.node = node
+        self.image = image
+        self.layers = {}
+        self.last = time.monotonic()
+
+    def update(self, message):
+        if message.WhichOneof("response") != "pull_progress":
+            return
+        progress = message.pull_progress.progress
+        self.layers[message.pull_progress.layer_id] = (progress.status, progress.offset, progress.total)
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_INTERVAL:
+            self.last = now
+            done = sum(1 for status, _offset, _total in self.layers.values() if status >= 1)
+            have = sum(offset for _status, offset, _total in self.layers.values())
+            total = sum(size for _status, _offset, size in self.layers.values())
+            self.report("%s: pulling %s: %d of %d layers downloaded, %.1f of %.1f MiB"
+                        % (label(self.node), self.image, done, len(self.layers), have / _MIB, total / _MIB))
+
+
+class NodeImages:
+    """The images of one containerd ``namespace`` (``system`` or ``cri``) on several nodes at once.
+
+    Every method returns ``{node: result dict or TalosError}``; nodes older
+    than Talos v1.13 are served by the legacy MachineService image API (which
+    cannot remove images). ``progress(line)`` hears about slow pulls.
+    """
+
+    def __init__(self, client, namespace, max_concurrency=None, progress=None):
+        self.client = client
+        self.namespace = namespace
+        self.max_concurrency = max_concurrency
+        self.progress = progress or (lambda line: None)
+        # Nodes that answered Unimplemented to ImageService.
+        self.legacy = set()
+
+    def list(self, nodes):
+        """``{node: [image records] or TalosError}``."""
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, machine_pb2
+        listed = self.client.stream_many(IMAGE_LIST, image_pb2.ImageServiceListRequest(containerd=_containerd(self.namespace)),
+                                         nodes=nodes, max_concurrency=self.max_concurrency)
+        old = [node for node, answer in listed.items() if isinstance(answer, TalosUnimplementedError)]
+        if old:
+            self.legacy.update(old)
+            listed.update(self.client.stream_many(
+                LEGACY_IMAGE_LIST, machine_pb2.ImageListRequest(namespace=_legacy_namespace(self.namespace)),
+                nodes=old, max_concurrency=self.max_concurrency))
+        return dict((node, answer if isinstance(answer, TalosError) else [_image_record(item) for item in answer])
+                    for node, answer in listed.items())
+
+    def ensure_present(self, wanted, check_mode=False, timeout=PULL_TIMEOUT):
+        """Pull ``wanted[node]`` (an image reference) where it is missing.
+
+        A node's result: ``image`` (as containerd names it), ``changed``,
+        ``pulled`` (``name@digest`` the node answered, None when nothing was
+        pulled or in check mode) and ``api`` (``image_service`` or ``legacy``).
+        """
+        references = dict((node, parse_reference(ref)) for node, ref in wanted.items())
+        results = {}
+        missing = {}
+        for node, images in self.list(list(wanted)).items():
+            if isinstance(images, TalosError):
+                results[node] = images
+                continue
+            present = str(references[node]) in set(record["name"] for record in images)
+            results[node] = {"image": str(references[node]), "namespace": self.namespace, "changed": not present,
+                             "pulled": None, "api": "legacy" if node in self.legacy else "image_service"}
+            if not present:
+                missing.setdefault(str(references[node]), []).append(node)
+        if check_mode:
+            return results
+        for image, nodes in sorted(missing.items()):
+            for node, outcome in self._pull(image, nodes, timeout).items():
+                if isinstance(outcome, TalosError):
+                    results[node] = outcome
+                else:
+                    results[node]["pulled"] = outcome
+        return results
+
+    def _pull(self, image, nodes, timeout):
+        """Pull ``image`` on ``nodes`` concurrently: ``{node: pinned name or TalosError}``."""
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, machine_pb2
+        modern = [node for node in nodes if node not in self.legacy]
+        legacy = [node for node in nodes if node in self.legacy]
+        outcomes = {}
+        if modern:
+            trackers = dict((node, _PullProgress(self.progress, node, image)) for node in modern)
+            names = {}
+
+            def on_message(node, message):
+                if message.WhichOneof("response") == "name":
+                    names[node] = message.name
+                trackers[node].update(message)
+
+            for node in modern:
+                self.progress("%s: pulling %s into the %s namespace" % (label(node), image, self.namespace))
+            request = image_pb2.ImageServicePullRequest(containerd=_containerd(self.namespace), image_ref=image)
+            answers = self.client.stream_many(IMAGE_PULL, request, nodes=modern, deadline=timeout,
+                                              max_concurrency=self.max_concurrency, on_message=on_message)
+            for node, answer in answers.items():
+                outcomes[node] = answer if isinstance(answer, TalosError) else names.get(node, image)
+        if legacy:
+            request = machine_pb2.ImagePullRequest(namespace=_legacy_namespace(self.namespace), reference=image)
+            answers = self.client.call_many(LEGACY_IMAGE_PULL, request, nodes=legacy, deadline=timeout,
+                                            max_concurrency=self.max_concurrency)
+            for node, answer in answers.items():
+                outcomes[node] = answer if isinstance(answer, TalosError) else image
+        return outcomes
+
+    def ensure_absent(self, ref, nodes, check_mode=False):
+        """Remove the image ``ref`` names from ``nodes``.
+
+        Besides the name itself, its ``name@digest`` and bare digest aliases
+        go when no other tag still names the same content. A node's result:
+        ``image``, ``changed``, ``removed`` (the names removed, or that would be).
+        """
+        from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2
+        reference = parse_reference(ref)
+        results = {}
+        for node, images in self.list(nodes).items():
+            if isinstance(images, TalosError):
+                results[node] = images
+                continue
+            names = _names_to_remove(reference, images)
+            results[node] = {"image": str(reference), "namespace": self.namespace, "changed": bool(names), "removed": names}
+            if names and node in self.legacy:
+                results[node] = TalosUnimplementedError(
+                    "%s cannot remove images: ImageService.Remove needs Talos v1.13 or later." % label(node, start=True),
+                    code="Unimplemented", node=node)
+        if check_mode:
+            return results
+        for node, result in results.items():
+            if isinstance(result, TalosError):
+                continue
+            for name in result["removed"]:
+                try:
+                    self.client.call(IMAGE_REMOVE, image_pb2.ImageServiceRemoveRequest(
+                        containerd=_containerd(self.namespace), image_ref=name), node=node)
+                except TalosError as error:
+                    # Gone meanwhile is as good as removed.
+                    if error.code != "NotFound":
+                        results[node] = error
+                        break
+        return results
+
+
+def _names_to_remove(reference, images):
+    """The names to remove for ``reference`` from the listed ``images``: none when it is not there."""
+    by_name = dict((record["name"], record) for record in images)
+    record = by_name.get(str(reference))
+    if record is None:
+        return []
+    digest = record["digest"]
+    aliases = set([digest, reference.pinned(digest)]) - set([str(reference)])
+    others = [name for name, item in by_name.items() if item["digest"] == digest and name != str(reference) and name not in aliases]
+    if others:
+        return [str(reference)]
+    return [str(reference)] + sorted(name for name in aliases if name in by_name)

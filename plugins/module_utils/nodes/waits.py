@@ -1,0 +1,416 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Waiting: one Waiter that every wait of the collection goes through, and the waits talosctl performs.
+
+A wait is a ``Waiter`` (how long, how often, where progress goes) and a poll:
+a function that looks once and returns ``Seen(state, done, value)``. The
+waiter calls it until it is done or the time is up, waits out the errors a
+rebooting node produces, and tells the task's ``progress`` how each node's
+state changes once the wait lasts more than a few seconds::
+
+    10.5.0.3: running → unreachable → booting → running (42 s)
+
+Streams that deliver the changes themselves (COSI Watch, the server-side
+health check) feed the same progress lines with ``Waiter.see``.
+
+Between two polls a wait follows the node's event stream where the node
+offers it (``EventFollower``: MachineService.Events), so that the next poll
+looks as soon as the node reports a change - a stage, a service, a sequence,
+its API going down - rather than after the waiter's whole interval; a node
+that does not answer is looked at again every UNREACHABLE_RECHECK_SECONDS,
+one without Events at the interval.
+
+The waits after an action, as talosctl does them, each over a Waiter (so
+that waits in a row share one deadline and one progress): ``wait_for_reboot``
+(a new boot ID, or boot time, and the node running and ready),
+``wait_for_secure_api`` (the API up with the cluster certificates after a
+maintenance apply), ``wait_for_services`` (services up), ``wait_for_service``
+(one service settled after a start, stop or restart) and
+``wait_until_unreachable`` (the node gone after a shutdown).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import time
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    TalosConnectionError,
+    TalosError,
+    TalosPermissionError,
+    TalosTimeoutError,
+    TalosTLSError,
+    format_seconds,
+)
+
+try:
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
+except ImportError:  # reported by the doors through missing_required_lib
+    machine_pb2 = None
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+# Answers a node gives while it reboots or restarts its API: keep waiting.
+TRANSIENT_CODES = ("Unavailable", "Canceled", "DeadlineExceeded")
+
+# One poll may take at most this long, so that a node that hangs mid-reboot
+# does not eat the whole wait.
+POLL_CALL_TIMEOUT = 10.0
+
+# A wait that ends within this many seconds shows no progress: only long waits need telling about.
+QUIET_SECONDS = 5.0
+
+# A progress line shows at most this many states, the latest ones.
+SHOWN_STATES = 6
+
+EVENTS = "machine.MachineService/Events"
+
+# A node that cannot be followed because it does not answer (rebooting, starting its API) comes back
+# unannounced: it is looked at again this often.
+UNREACHABLE_RECHECK_SECONDS = 0.5
+
+
+def is_transient(error):
+    """True for the errors a rebooting node or a restarting API server produces."""
+    return isinstance(error, (TalosConnectionError, TalosTimeoutError)) or error.code in TRANSIENT_CODES
+
+
+def _error_state(error):
+    """A short word for a node that answers with ``error`` while it is awaited."""
+    if isinstance(error, TalosConnectionError) or error.code == "Unavailable":
+        return "unreachable"
+    if isinstance(error, TalosTimeoutError):
+        return "not answering"
+    if isinstance(error, TalosTLSError):
+        return "TLS handshake failing"
+    return (error.code or "error").lower()
+
+
+class Seen:
+    """What one poll saw.
+
+    ``state`` is a few words for the progress line (``booting``), ``done``
+    ends the wait with ``value`` as its result, and ``detail`` (``state`` when
+    not given) is what the timeout message says was seen last. ``advanced``
+    says the subject got further than ever before in this wait: the waiter
+    gives it its whole time again from then on.
+    """
+
+    def __init__(self, state, done=False, value=None, detail=None, advanced=False):
+        self.state = state
+        self.done = done
+        self.value = value
+        self.detail = detail or state
+        self.advanced = advanced
+
+
+class WaitTimedOut(TalosTimeoutError):
+    """A wait ran out of time; ``seen`` is what the last poll saw (its ``value`` may hold a partial result)."""
+
+    def __init__(self, message, seen):
+        super(WaitTimedOut, self).__init__(message, code="DeadlineExceeded")
+        self.seen = seen
+
+
+class _Trail:
+    """The states one subject went through, and what progress has shown of them."""
+
+    def __init__(self, started):
+        self.started = started
+        self.states = []
+        self.shown = 0
+
+    def add(self, state):
+        if not self.states or self.states[-1] != state:
+            self.states.append(state)
+
+    def line(self, subject, now):
+        shown = self.states[-SHOWN_STATES:]
+        more = "… → " if len(self.states) > len(shown) else ""
+        return "%s: %s%s (%d s)" % (subject, more, " → ".join(shown), round(now - self.started))
+
+
+class Waiter:
+    """Polls until something is done, at most ``timeout`` seconds from its creation: the one wait loop.
+
+    ``interval`` is the pause between two polls; ``progress`` (a callable
+    taking a line, such as ``task.progress``) is told each subject's state
+    changes once a wait lasts QUIET_SECONDS. One waiter may serve several
+    waits in a row (one per node), which then share its deadline. A poll
+    that follows its subject's progress (a member joining etcd) marks what
+    it sees ``advanced`` when the subject got further: the deadline is then
+    ``timeout`` seconds from that look, so that such a wait gives up only
+    once the subject stopped moving for that long.
+    """
+
+    def __init__(self, timeout, interval=2.0, progress=None):
+        self.timeout = timeout
+        self.interval = interval
+        self.progress = progress
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        self.moved_at = None
+        self._trails = {}
+
+    @property
+    def elapsed(self):
+        """Seconds since the waiter was created, to one decimal."""
+        return round(time.monotonic() - self.started, 1)
+
+    @property
+    def remaining(self):
+        return max(0.0, self.deadline - time.monotonic())
+
+    def call_deadline(self):
+        """The deadline of one call made by a poll: never more than what is left, nor than POLL_CALL_TIMEOUT."""
+        return max(0.5, min(POLL_CALL_TIMEOUT, self.remaining))
+
+    def see(self, subject, state):
+        """Record that ``subject`` (a node, the cluster) is in ``state`` now; progress hears of changes."""
+        now = time.monotonic()
+        trail = self._trails.get(subject)
+        if trail is None:
+            trail = self._trails[subject] = _Trail(now)
+        trail.add(state)
+        if self.progress is not None and now - trail.started >= QUIET_SECONDS and len(trail.states) > trail.shown:
+            trail.shown = len(trail.states)
+            self.progress(trail.line(subject, now))
+
+    def _timed_out(self, what, seen):
+        last = str(seen.detail).rstrip(".")
+        if self.moved_at is None:
+            return "Timed out after %s seconds waiting for %s; last observed: %s." % (format_seconds(self.timeout), what, last)
+        return ("Timed out waiting for %s: no progress in %s seconds (%d seconds in all); last observed: %s."
+                % (what, format_seconds(self.timeout), round(time.monotonic() - self.started), last))
+
+    def until(self, poll, what, subject, tolerate=is_transient, follow=None):
+        """Call ``poll()`` until the Seen it returns is done, and return that Seen's value.
+
+        ``what`` completes "waiting for ..." in the timeout message, ``subject``
+        names the progress lines (``node.short_label``, or ``cluster``). A
+        TalosError that ``poll`` raises and ``tolerate`` accepts is a state
+        too (a rebooting node does not answer); any other propagates. Raises
+        WaitTimedOut naming ``what`` and the state seen last. ``follow``
+        (an ``EventFollower``) replaces the pause between two polls: it
+        returns early when the node reports a change.
+        """
+        while True:
+            try:
+                seen = poll()
+            except TalosError as error:
+                if not tolerate(error):
+                    raise
+                seen = Seen(_error_state(error), detail=error.message)
+            self.see(subject, seen.state)
+            if seen.done:
+                return seen.value
+            if seen.advanced:
+                self.moved_at = time.monotonic()
+                self.deadline = max(self.deadline, self.moved_at + self.timeout)
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimedOut(self._timed_out(what, seen), seen)
+            pause = min(self.interval, remaining)
+            if follow is None or pause <= 0:
+                time.sleep(pause)
+            else:
+                follow(pause)
+
+
+def retry(attempt, retryable, seconds, backoff):
+    """``attempt()``'s result, trying it again while the TalosError it raises is ``retryable(error)``, for up to
+    ``seconds``: pauses grow from ``backoff[0]`` to at most ``backoff[1]`` seconds. With ``seconds`` 0 it is tried
+    once. The one loop that tries a request again (Waiter waits for a state)."""
+    deadline = time.monotonic() + seconds
+    pause, longest = backoff
+    while True:
+        try:
+            return attempt()
+        except TalosError as error:
+            remaining = deadline - time.monotonic()
+            if not retryable(error) or remaining <= 0:
+                raise
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, longest)
+
+
+class EventFollower:
+    """Follows one node's runtime events (MachineService.Events) between the polls of a wait.
+
+    Called with the pause before the next poll, it returns as soon as the
+    node reports an event (a stage, a service or a sequence changed) or its
+    stream ends (the node going down, its API restarting), at the latest
+    when the pause is over. A node that does not answer is looked at again
+    after UNREACHABLE_RECHECK_SECONDS; one that does not offer Events (too
+    old a release, a role without it) makes the follower sleep the whole
+    pause from then on. Each stream resumes after the last event seen, so
+    that no change between two streams goes unnoticed.
+    """
+
+    def __init__(self, client, node):
+        self.client = client
+        self.node = node
+        self.offered = True
+        self.last_event_id = None
+
+    def __call__(self, seconds):
+        started = time.monotonic()
+        if self.offered and self._follow(seconds):
+            return
+        rest = seconds - (time.monotonic() - started)
+        if rest > 0:
+            time.sleep(rest if not self.offered else min(rest, UNREACHABLE_RECHECK_SECONDS))
+
+    def _follow(self, seconds):
+        """Read events for up to ``seconds``; True when the stream was established (whatever ended it)."""
+        stream = {"established": False}
+
+        def on_event(event):
+            if not event.id:
+                # Talos first sends an empty event: the stream is established.
+                stream["established"] = True
+                return False
+            self.last_event_id = event.id
+            return True
+
+        request = machine_pb2.EventsRequest(tail_id=self.last_event_id or "")
+        try:
+            self.client.stream(EVENTS, request, node=self.node, on_message=on_event, retry_codes=(),
+                               deadline=max(0.1, seconds))
+        except TalosError as error:
+            if error.code in ("PermissionDenied", "Unimplemented"):
+                self.offered = False
+            return stream["established"]
+        return True
+
+
+# -- the waits after an action -----------------------------------------------------
+
+
+def read_boot_id(client, node, deadline=None):
+    """The node's boot ID, or None when the certificate may not use Read (as talosctl, skip the check)."""
+    try:
+        data = client.read_bytes("machine.MachineService/Read", machine_pb2.ReadRequest(path=BOOT_ID_PATH),
+                                 node=node, deadline=deadline)
+    except TalosPermissionError:
+        return None
+    return data.decode("utf-8", "replace").strip()
+
+
+def read_boot_marker(client, node, deadline=None):
+    """What identifies the node's current boot: its boot ID, or ``boot-time:<seconds>`` when Read is not allowed.
+
+    The boot time (SystemStat, open to os:reader and os:operator) changes on
+    every boot too, so a certificate without os:admin still tells a rebooted
+    node from one that has not gone down yet.
+    """
+    boot_id = read_boot_id(client, node, deadline=deadline)
+    if boot_id is not None:
+        return boot_id
+    items = client.call("machine.MachineService/SystemStat", node=node, deadline=deadline)
+    return "boot-time:%d" % items[0].boot_time
+
+
+def wait_for_reboot(client, node, previous_boot_id, waiter):
+    """Wait until ``node`` is running and ready on a boot other than ``previous_boot_id``; returns the new boot ID
+    (or marker; None when Read is not allowed and no marker was given).
+
+    ``previous_boot_id`` may be a ``read_boot_marker`` value, compared with the
+    node's marker then. Unreachable nodes and Unavailable/Canceled answers are
+    expected meanwhile.
+    """
+    def poll():
+        status = talos_node.read_machine_status(client, node, deadline=waiter.call_deadline())
+        if not status.running_and_ready:
+            return Seen(status.state, detail=str(status))
+        if previous_boot_id is None:
+            return Seen(status.state, done=True, detail=str(status))
+        read = read_boot_marker if str(previous_boot_id).startswith("boot-time:") else read_boot_id
+        boot_id = read(client, node, deadline=waiter.call_deadline())
+        if boot_id is not None and boot_id == previous_boot_id:
+            return Seen("running, not rebooted yet", detail="stage running, ready true, but the boot ID has not changed yet")
+        return Seen(status.state, done=True, value=boot_id, detail="stage running, ready true, new boot ID")
+
+    return waiter.until(poll, "%s to reboot and become ready" % talos_node.label(node), talos_node.short_label(node),
+                        follow=EventFollower(client, node))
+
+
+def wait_for_secure_api(client, node, waiter):
+    """Wait until ``node`` answers Version over mutual TLS with the configured CA (after a maintenance apply).
+
+    ``client`` must be the secure client (``with_settings(insecure=False)``).
+    Until the node restarts its API server with the cluster certificates, the
+    handshake fails or the node is unreachable: both are waited out. Returns
+    the Version reply item.
+    """
+    def poll():
+        version = client.call(talos_node.VERSION, node=node, deadline=waiter.call_deadline())[0]
+        return Seen("serving with the cluster certificates", done=True, value=version,
+                    detail="Version answered over mutual TLS")
+
+    return waiter.until(poll, "%s to serve the Talos API with the cluster certificates" % talos_node.label(node),
+                        talos_node.short_label(node),
+                        tolerate=lambda error: error.code not in ("PermissionDenied", "Unimplemented", "InvalidArgument"))
+
+
+def wait_for_services(client, node, names, waiter, machine_type=None):
+    """Wait until every service in ``names`` is up on ``node`` (``node.is_up``); returns ``{name: state}``.
+
+    A service a node of ``machine_type`` never runs (etcd on a worker) is not
+    waited for: its state is ``not run on worker nodes``. Any other service
+    the node does not define keeps the wait going (extensions appear once
+    their system extension runs).
+    """
+    skipped = [name for name in names if not talos_node.runs_service(machine_type, name)]
+    awaited = [name for name in names if name not in skipped]
+
+    def poll():
+        services = talos_node.list_services(client, node, deadline=waiter.call_deadline())
+        states, waiting = dict((name, "not run on %s nodes" % machine_type) for name in skipped), []
+        for name in awaited:
+            info = services.get(name)
+            states[name] = talos_node.service_state(info) if info is not None else "not defined"
+            if info is None or not talos_node.is_up(info):
+                waiting.append("%s (%s)" % (name, states[name]))
+        if waiting:
+            return Seen("waiting for " + ", ".join(waiting))
+        return Seen("services up", done=True, value=states, detail="every service is running")
+
+    return waiter.until(poll, "services %s on %s to be running and healthy" % (", ".join(awaited), talos_node.label(node)),
+                        talos_node.short_label(node), follow=EventFollower(client, node))
+
+
+def wait_for_service(client, node, name, goal, waiter, restarted_after=0):
+    """Wait until service ``name`` has settled in ``goal`` after a request (``node.has_settled``); returns its
+    ``ServiceInfo``."""
+    def poll():
+        info = talos_node.list_services(client, node, deadline=waiter.call_deadline()).get(name)
+        if info is None:
+            return Seen("not listed", detail="the service is not listed")
+        return Seen(talos_node.service_state(info), done=talos_node.has_settled(info, goal, restarted_after), value=info,
+                    detail="state %s, health %s" % (info.state, talos_node.health_word(info)))
+
+    return waiter.until(poll, "service %s on %s to be %s" % (name, talos_node.label(node), goal),
+                        "%s %s" % (talos_node.short_label(node), name), follow=EventFollower(client, node))
+
+
+def wait_until_unreachable(client, node, waiter):
+    """Wait until ``node`` stops answering the API (after a shutdown or a reset without reboot).
+
+    Done at the first Version call that fails the way a node that is going
+    away or gone does (connection refused or lost, Unavailable through the
+    endpoint). Nothing is retried inside a poll, so the wait ends promptly.
+    """
+    def poll():
+        try:
+            client.call(talos_node.VERSION, node=node, retry_codes=(), deadline=waiter.call_deadline())
+        except TalosError as error:
+            if not is_transient(error):
+                raise
+            return Seen("gone", done=True, detail=error.message)
+        return Seen("answering", detail="the node still answers")
+
+    waiter.until(poll, "%s to stop answering" % talos_node.label(node), talos_node.short_label(node),
+                 tolerate=lambda error: False, follow=EventFollower(client, node))
