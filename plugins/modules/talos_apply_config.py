@@ -263,9 +263,9 @@ nodes:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import ConfigApplier, load_config, patch_secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import maskable_literals
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 

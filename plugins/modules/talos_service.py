@@ -152,7 +152,7 @@ nodes:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Waiter, wait_for_service
@@ -221,7 +221,7 @@ def _control(task, client, node, name, state):
     services = talos_node.list_services(client, node)
     if name not in services:
         raise ActionFailed("Service %s is not defined on %s (its services are: %s): extension services appear only when "
-                           "their system extension is installed." % (name, talos_node.label(node),
+                           "their system extension is installed." % (name, label(node),
                                                                      ", ".join(sorted(services))),
                            {"name": name}, node=node)
     info = services[name]

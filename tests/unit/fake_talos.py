@@ -22,7 +22,7 @@ An answer is one of:
   set is a per-node error, raised as TalosNodeError (or, in a stream, ending
   it for Canceled and DeadlineExceeded) as TalosClient does;
 - bytes, for ``common.Data`` streams (Read, Kubeconfig, EtcdSnapshot);
-- ``fails_with(code, server_message)``: the TalosError errors.from_status
+- ``fails_with(code, server_message)``: the TalosError transport_errors.from_status
   builds for that gRPC status on the call's method and node;
 - an exception to raise as it is (a TalosTLSError, a TalosConfigError...);
 - a callable ``(request, node) -> answer`` (``upload`` passes the uploaded
@@ -39,11 +39,15 @@ import time
 
 import yaml
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common import errors
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import transport_errors as errors
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import DEFAULT_MAX_CONCURRENCY, METHODS, resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosApiError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    ActionFailed,
+    TalosApiError,
+    TalosError,
+    label,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
@@ -89,7 +93,7 @@ class _Status(object):
 
 
 def fails_with(code, server_message="", endpoint=None, client_roles=None):
-    """An answer failing with gRPC status ``code`` (``"Unavailable"``), as the client reports it (errors.from_status)."""
+    """An answer failing with gRPC status ``code`` (``"Unavailable"``), as the client reports it (transport_errors.from_status)."""
     return _Status(code, server_message, endpoint, client_roles)
 
 

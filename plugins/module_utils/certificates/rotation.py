@@ -63,7 +63,14 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common import go
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.certificates.expiry import ConfigAuthorities, load_certificates, report
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError, TalosTLSError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    ActionFailed,
+    TalosConfigError,
+    TalosError,
+    TalosTLSError,
+    label,
+    short_label,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import read_text, write_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import KubeAPI, KubernetesAPIError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import fetch_kubeconfig, user_certificates
@@ -191,7 +198,7 @@ class NodeConfig:
         self.text = text
         self.version = version
         self.kind = kind or TALOS
-        source = talos_node.label(node)
+        source = label(node)
         self.authorities = ConfigAuthorities.from_config(text, source)
         self.documents = parse_yaml_stream(text, "the active machine config of %s" % source)
         machine = (self._v1alpha1(self.documents).get("machine") or {})
@@ -279,7 +286,7 @@ class NodeConfig:
     def fields(self):
         """The rotation's fields of this config, as fingerprints (never a key), for --diff."""
         def fingerprint(pem):
-            return talos_pki.fingerprint(talos_pki.load_certificate(pem, "a CA of %s" % talos_node.label(self.node)))
+            return talos_pki.fingerprint(talos_pki.load_certificate(pem, "a CA of %s" % label(self.node)))
         issuing, accepted = self.kind.fields(SWAP, self.form)
         if self.form == "documents" and not self.control_plane:
             issuing, accepted = accepted + "[0]", accepted + "[1:]"
@@ -515,7 +522,7 @@ class _Rotation(object):
     def _check_release(self, config):
         if not talos_node.runs_at_least(config.version, FIRST_RELEASE):
             raise TalosConfigError("%s runs Talos %s: the %s can be rotated from Talos v1.7 on (%s); upgrade it first."
-                                   % (talos_node.label(config.node, start=True), config.version, self.kind.title,
+                                   % (label(config.node, start=True), config.version, self.kind.title,
                                       self.kind.section + ".acceptedCAs"))
 
     def _check_phases(self):
@@ -524,7 +531,7 @@ class _Rotation(object):
             if config.phase(self.files.old.crt_pem, new_pem) is None:
                 raise TalosConfigError(
                     "%s issues from a %s that is neither the secrets bundle's (%s)%s: the bundle does not belong "
-                    "to this cluster." % (talos_node.label(node, start=True), self.kind.title,
+                    "to this cluster." % (label(node, start=True), self.kind.title,
                                           talos_pki.fingerprint(self.files.old.certificate),
                                           " nor the new one of the rotation in progress" if new_pem else ""))
 
@@ -602,7 +609,7 @@ class TalosCARotation(_Rotation):
         raise TalosConfigError(
             "%s does not take the certificates the task issues from the Talos API CA of the secrets bundle %s (%s): the "
             "bundle is probably not this cluster's, give the cluster's own (%s)." % (
-                talos_node.label(node, start=True), self.files.bundle_path,
+                label(node, start=True), self.files.bundle_path,
                 " and ".join(_named(authority.certificate) for authority in self.files.authorities()),
                 refused.message.rstrip(".")))
 
@@ -633,7 +640,7 @@ class TalosCARotation(_Rotation):
                 fresh.close()
 
         return self.waiter_factory().until(
-            poll, "%s to answer %s" % (talos_node.label(node), what), talos_node.short_label(node),
+            poll, "%s to answer %s" % (label(node), what), short_label(node),
             tolerate=lambda error: is_transient(error) or isinstance(error, TalosTLSError))
 
     def _step(self, step, nodes, apply_client, check_client, what):
@@ -646,7 +653,7 @@ class TalosCARotation(_Rotation):
             except TalosError as error:
                 raise self._failure(step, node, error)
             self.done.append({"step": step, "node": node})
-            self.progress("%s: %s done" % (talos_node.label(node), step))
+            self.progress("%s: %s done" % (label(node), step))
 
     def _failure(self, step, node, error):
         kept = self.files.kept()
@@ -663,7 +670,7 @@ class TalosCARotation(_Rotation):
                      "serve certificates of the new CA, which a talosconfig trusting the old CA alone cannot verify"
                      % self.files.talosconfig_path)
         message = ("%s stopped at the %s step on %s (%s); %s. %s; the previous secrets bundle and talosconfig are kept "
-                   "at %s and %s." % (self.title, step, talos_node.label(node),
+                   "at %s and %s." % (self.title, step, label(node),
                                       error.message.rstrip("."), state, _RERUN[self.files.abandon], kept["secrets"],
                                       kept["talosconfig"]))
         return ActionFailed(message, {"done": list(self.done)}, error)
@@ -748,7 +755,7 @@ class KubernetesCARotation(_Rotation):
                     api.nodes(retry=False)
                 finally:
                     api.close()
-                self._ready(config, "an admin kubeconfig of %s" % talos_node.label(first), first)
+                self._ready(config, "an admin kubeconfig of %s" % label(first), first)
             except TalosError as error:
                 raise TalosError("%s %s waits for the Kubernetes API after each node's change, so it changed nothing." % (
                     error.message, self.title), code=error.code, node=error.node, server_message=error.server_message)
@@ -784,7 +791,7 @@ class KubernetesCARotation(_Rotation):
             return Seen("answering", done=True, value=current)
 
         return self.waiter_factory().until(
-            poll, "the Kubernetes API to answer %s with every node Ready" % what, talos_node.short_label(node),
+            poll, "the Kubernetes API to answer %s with every node Ready" % what, short_label(node),
             # The API server restarts with the new CAs: until it is back it refuses or does not answer.
             tolerate=lambda error: isinstance(error, KubernetesAPIError) or is_transient(error))
 
@@ -825,7 +832,7 @@ class KubernetesCARotation(_Rotation):
             except TalosError as error:
                 raise self._failure(step, node, error)
             self.done.append({"step": step, "node": node})
-            self.progress("%s: kubernetes %s done" % (talos_node.label(node), step))
+            self.progress("%s: kubernetes %s done" % (label(node), step))
 
     def _failure(self, step, node, error):
         if self.files.abandon:
@@ -836,7 +843,7 @@ class KubernetesCARotation(_Rotation):
             state = ("admin kubeconfigs of the old CA are still accepted, and those of the new CA by every node the "
                      "accept step has reached")
         message = ("%s stopped at the %s step on %s (%s); %s. %s; the previous secrets bundle is kept at %s." % (
-            self.title, step, talos_node.label(node), error.message.rstrip("."), state, _RERUN[self.files.abandon],
+            self.title, step, label(node), error.message.rstrip("."), state, _RERUN[self.files.abandon],
             self.files.kept()["secrets"]))
         return ActionFailed(message, {"done": list(self.done)}, error)
 

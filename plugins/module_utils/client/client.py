@@ -6,7 +6,7 @@
 One private asyncio loop drives grpclib; each endpoint gets one Channel (one
 HTTP/2 connection) that all calls share. Nodes are targeted with the ``node``
 metadata key, one call per node, as talosctl v1.14 does. Every failure leaves
-this module as a TalosError (see errors.py).
+this module as a TalosError (see transport_errors.py).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -41,7 +41,7 @@ except ImportError:  # grpclib, protobuf or googleapis-common-protos missing
 else:
     HAS_TALOS_API = True
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common import errors
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import transport_errors as errors
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
@@ -49,8 +49,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     TalosError,
     TalosTLSError,
     TalosUnreachableError,
+    label,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
 
 # Talos's own limit (constants.GRPCMaxMessageSize). grpclib sets no receive

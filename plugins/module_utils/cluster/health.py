@@ -31,6 +31,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     TalosError,
     TalosUnreachableError,
     format_seconds,
+    label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import EventFollower, Seen, Waiter, WaitTimedOut
 
@@ -96,7 +97,7 @@ def nodes_to_check(client, control_planes, workers, node):
     if not discovered[True]:
         raise TalosConfigError("%s discovered no control-plane members (COSI %s is empty: cluster discovery may be "
                                "disabled); set controlplane_nodes and worker_nodes."
-                               % (talos_node.label(node, start=True), members_source.MEMBERS_TYPE))
+                               % (label(node, start=True), members_source.MEMBERS_TYPE))
     return ClusterNodes(sorted(discovered[True]), sorted(discovered[False]), "discovery")
 
 

@@ -41,7 +41,7 @@ try:
 except ImportError:  # only JSON patches need it: applying one says so
     HAS_JSONPATCH = False
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import read_text_file
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
@@ -445,12 +445,12 @@ def apply_diff(node, mode_details, config, known_secrets, show_secrets):
     if sides is None:
         whole = config.data.decode("utf-8")
         sides = ("", whole if show_secrets else redact_text(whole, known_secrets))
-    label = talos_node.label(node)
+    name = label(node)
     return {
         "before": sides[0],
         "after": sides[1],
-        "before_header": "%s: active machine configuration" % label,
-        "after_header": "%s: machine configuration to apply" % label,
+        "before_header": "%s: active machine configuration" % name,
+        "after_header": "%s: machine configuration to apply" % name,
     }
 
 

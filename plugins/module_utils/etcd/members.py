@@ -21,7 +21,12 @@ import re
 from urllib.parse import urlparse
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
-    ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError,
+    ActionFailed,
+    TalosConfigError,
+    TalosError,
+    TalosUnimplementedError,
+    label,
+    short_label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
@@ -696,7 +701,7 @@ def read_info(client, nodes, warn=None):
         status = statuses[node]
         if isinstance(status, TalosError):
             if warn is not None:
-                warn("%s did not answer EtcdStatus: %s" % (talos_node.label(node, start=True), status.message))
+                warn("%s did not answer EtcdStatus: %s" % (label(node, start=True), status.message))
             entries.append(dict(_NO_STATUS, node=node, errors=[status.message]))
         else:
             entries.append(dict(status, node=node, errors=own_errors(status) + alarms_of(status["member_id"], alarms)))
@@ -734,7 +739,7 @@ def maintain(client, nodes, defragment=False, min_free_ratio=0.0, disarm_alarms=
         for node in nodes:
             if isinstance(statuses[node], TalosError):
                 raise ActionFailed("Cannot defragment etcd: %s did not answer EtcdStatus (%s); nothing was "
-                                   "defragmented." % (talos_node.label(node), statuses[node].message.rstrip(".")),
+                                   "defragmented." % (label(node), statuses[node].message.rstrip(".")),
                                    result, statuses[node])
         order, leader = defragment_order(nodes, statuses)
         for node in order:
@@ -770,14 +775,14 @@ def _defragment(client, entry, result, progress):
     node = entry["node"]
     if progress is not None:
         progress("%s: defragmenting etcd member %s%s (%d of %d bytes free)" % (
-            talos_node.short_label(node), entry["member_id"], ", the leader" if entry["leader"] else "",
+            short_label(node), entry["member_id"], ", the leader" if entry["leader"] else "",
             entry["db_size"] - entry["db_size_in_use"], entry["db_size"]))
     try:
         client.call(DEFRAGMENT, node=node)
     except TalosError as err:
         # The server may still be defragmenting: no other member is started.
         raise ActionFailed("Defragmenting etcd on %s failed: %s The members after it were not defragmented."
-                           % (talos_node.label(node), err.message), result, err)
+                           % (label(node), err.message), result, err)
     entry["defragmented"] = True
     result["defragmented"].append(node)
     try:
@@ -828,7 +833,7 @@ def bootstrap(client, node, recover_from=None, skip_hash_check=False, wait_timeo
     if machine_type(client, node) == "worker":
         # Checked first: the cluster being bootstrapped already says nothing about a worker.
         raise TalosError("Cannot bootstrap %s: it is a worker node, and only a control-plane node can bootstrap etcd; "
-                         "target one of the cluster's control planes." % talos_node.label(node), node=node)
+                         "target one of the cluster's control planes." % label(node), node=node)
     service = etcd_service(client, node)
     bootstrapped = service is not None and service.state == "Running"
     if not bootstrapped and node is not None:
@@ -837,7 +842,7 @@ def bootstrap(client, node, recover_from=None, skip_hash_check=False, wait_timeo
     if service is None and not bootstrapped and check_mode:
         # Without calling Bootstrap only the missing etcd service tells why it would fail.
         raise TalosError("Cannot bootstrap %s: it runs no etcd service, so it is not a control-plane node with etcd "
-                         "configured; target one of the cluster's control planes." % talos_node.label(node), node=node)
+                         "configured; target one of the cluster's control planes." % label(node), node=node)
     result = {"changed": not bootstrapped, "node": node, "bootstrapped": bootstrapped, "recovered": False}
     if result["changed"] and not check_mode:
         result["changed"] = _call_bootstrap(client, node, recover_from, skip_hash_check)
@@ -870,11 +875,11 @@ def _call_bootstrap(client, node, recover_from, skip_hash_check):
         if err.code == "Unimplemented" or "only be performed on a control plane" in (err.server_message or ""):
             raise TalosError("Cannot bootstrap %s: %s; Bootstrap works only on a configured control-plane node, so "
                              "target one of the cluster's control planes."
-                             % (talos_node.label(node), err.server_message or "not a control plane"),
+                             % (label(node), err.server_message or "not a control plane"),
                              code=err.code, node=node, server_message=err.server_message)
         if err.code == "InvalidArgument" and "etcd is not configured" in (err.server_message or ""):
             raise TalosError("Cannot bootstrap %s: its machine config has no etcd CA (cluster.etcd.ca), so it runs no "
-                             "etcd; apply a control-plane config generated with the cluster's secrets." % talos_node.label(node),
+                             "etcd; apply a control-plane config generated with the cluster's secrets." % label(node),
                              code=err.code, node=node, server_message=err.server_message)
         raise
     return True
@@ -895,5 +900,5 @@ def _wait_for_healthy_member(client, node, waiter):
             return waits.Seen("joining", detail="etcd running, the node is not a voting member yet")
         return waits.Seen("etcd member", done=True, detail="etcd running and healthy, the node is a member")
 
-    waiter.until(poll, "etcd on %s to run as a healthy member" % talos_node.label(node), talos_node.short_label(node),
+    waiter.until(poll, "etcd on %s to run as a healthy member" % label(node), short_label(node),
                  tolerate=_still_starting, follow=waits.EventFollower(client, node))

@@ -36,7 +36,12 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snap
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    ActionFailed,
+    TalosConfigError,
+    TalosError,
+    label,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import write_private
 
 # The etcd service state of a control plane whose data directory is empty: it waits to join a cluster or for
@@ -115,7 +120,7 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
     for node in result["left_out"]:
         if warn:
             warn("%s does not answer and is left out of the restore; once it is back, wipe its EPHEMERAL volume "
-                 "(talos_linux.talos.talos_reset) so that it joins the restored etcd." % talos_node.label(node, start=True))
+                 "(talos_linux.talos.talos_reset) so that it joins the restored etcd." % label(node, start=True))
     bootstrap_node = bootstrap_node or reachable[0]
     result["bootstrap_node"] = bootstrap_node
     leaders = [entry for entry in surveyed if entry["leader"]]
@@ -146,10 +151,10 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
             with _stopping(result, "wiping etcd on %s" % _listed(result["wiped"]),
                            "the control planes that answered were asked to wipe etcd, some may still hold it"):
                 _wipe(client, result["wiped"], wait_timeout, progress)
-        with _stopping(result, "recovering etcd on %s from the snapshot" % talos_node.label(bootstrap_node),
+        with _stopping(result, "recovering etcd on %s from the snapshot" % label(bootstrap_node),
                        "etcd is wiped on every control plane and waits for Bootstrap"):
             if progress:
-                progress("uploading the snapshot to %s and bootstrapping etcd from it" % talos_node.label(bootstrap_node))
+                progress("uploading the snapshot to %s and bootstrapping etcd from it" % label(bootstrap_node))
             bootstrapped = etcd.bootstrap(client, bootstrap_node, recover_from=facts["path"], skip_hash_check=skip_hash_check,
                                           wait_timeout=wait_timeout, progress=progress)
             if not bootstrapped["recovered"]:
@@ -161,8 +166,8 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
             "member_id": member["member_id"], "restored_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }, indent=2, sort_keys=True) + "\n", "the record of the etcd restore")
     for node in others:
-        with _stopping(result, "waiting for %s to join the restored etcd" % talos_node.label(node),
-                       "etcd runs restored on %s; %s joined" % (talos_node.label(bootstrap_node), _listed(result["joined"]))):
+        with _stopping(result, "waiting for %s to join the restored etcd" % label(node),
+                       "etcd runs restored on %s; %s joined" % (label(bootstrap_node), _listed(result["joined"]))):
             name = etcd.own_member_name(client, node)
             etcd.await_voter(client, bootstrap_node, name, None if check_mode else wait_timeout, check_mode, warn, progress)
             result["joined"].append(node)
@@ -177,12 +182,12 @@ def _wipe(client, nodes, wait_timeout, progress):
     request = lifecycle.reset_request(WIPE_PLAN, "system_disk", graceful=False)
     for node in nodes:
         if progress:
-            progress("wiping etcd on %s (reset of EPHEMERAL, reboot)" % talos_node.label(node))
+            progress("wiping etcd on %s (reset of EPHEMERAL, reboot)" % label(node))
         client.call(lifecycle.RESET, request, node=node)
     for node in nodes:
         state = lifecycle.wait_for_reset_reboot(client, node, markers[node], waits.Waiter(wait_timeout, progress=progress))[0]
         if state != "configured":
-            raise TalosError("%s came back %s after the wipe, not configured" % (talos_node.label(node, start=True), state),
+            raise TalosError("%s came back %s after the wipe, not configured" % (label(node, start=True), state),
                              node=node)
 
 

@@ -31,7 +31,7 @@ import struct
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_duration
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError, short_label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import PrivateFile, check_destination, directory_problem, ensure_mode
 
 try:
@@ -338,7 +338,7 @@ def choose_source(client, node, source="auto", probe_seconds=etcd.HEALTH_PROBE_S
     read nothing else); a member that cannot serve fails the stream.
     """
     if source == "node":
-        return {"id": None, "hostname": talos_node.short_label(node), "node": node, "leader": None}
+        return {"id": None, "hostname": short_label(node), "node": node, "leader": None}
     view = etcd.ClusterView.read(client, node, probe_seconds)
     leader = etcd.leader_id(view.statuses)
     healthy = [member for member in view.members if view.healthy(member) and not member["is_learner"]]
@@ -352,9 +352,9 @@ def choose_source(client, node, source="auto", probe_seconds=etcd.HEALTH_PROBE_S
 
 def _source(member):
     """The member a snapshot comes from as messages name it: ``controlplane-2 (10.5.0.3)``, or the node alone."""
-    if member["hostname"] and member["hostname"] != talos_node.short_label(member["node"]):
+    if member["hostname"] and member["hostname"] != short_label(member["node"]):
         return "%s (%s)" % (member["hostname"], member["node"])
-    return talos_node.short_label(member["node"])
+    return short_label(member["node"])
 
 
 def probe(client, member):

@@ -27,7 +27,7 @@ __metaclass__ = type
 import copy
 import re
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory import (
     EMPTY_SCHEMATIC_ID,
     FACTORY_URL,
@@ -40,7 +40,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node impor
     SUPPORTED_RELEASES,
     SUPPORTED_TEXT,
     VERSION,
-    label,
     normalize_version,
     parse_version,
     runs_at_least,

@@ -24,8 +24,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     TalosConfigError,
     TalosError,
     TalosUnimplementedError,
+    label,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label, normalize_version, parse_version
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import normalize_version, parse_version
 
 # containerd namespaces by the name users give (talosctl --namespace): (driver, namespace) of common.ContainerdInstance.
 NAMESPACES = {

@@ -33,9 +33,8 @@ try:
 except ImportError:  # reported by the module through missing_required_lib
     x509 = None
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import read_text
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact
 
 KUBECONFIG = "machine.MachineService/Kubeconfig"

@@ -38,7 +38,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import components
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    ActionFailed,
+    TalosConfigError,
+    TalosError,
+    label,
+    short_label,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import NodeImages
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import is_retryable
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.manifests import (
@@ -53,7 +59,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_c
     parse_yaml_stream,
     read_active_config,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import label, parse_version, read_version_tag, short_label
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import parse_version, read_version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Seen, Waiter
 
 SYSTEM_NAMESPACE = "kube-system"

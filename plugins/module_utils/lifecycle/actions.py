@@ -23,7 +23,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import memb
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
-    ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError, format_seconds,
+    ActionFailed, TalosConfigError, TalosError, TalosUnimplementedError, format_seconds, label, short_label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import PULL_TIMEOUT
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import has_lifecycle_api
@@ -32,11 +32,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node impor
     VERSION,
     is_configured_type,
     is_control_plane_type,
-    label,
     read_machine_status,
     read_version_tag,
     runs_at_least,
-    short_label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
 

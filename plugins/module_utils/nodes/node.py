@@ -1,13 +1,13 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A Talos node: how messages name it, its Talos version, its machine type and status, and its services.
+"""A Talos node: its Talos version, its machine type and status, and its services.
 
 A node is identified as the API routes to it: the address or name in the
 ``node`` metadata of a call, or None when the endpoint answers for itself.
-Every rule about what a node reports lives here once:
+Every rule about what a node reports lives here once (how messages name it is
+``common.errors.label``):
 
-- its label in messages (``node 10.5.0.2``, ``the endpoint node``);
 - Talos version tags (``v1.14.0``), their order, the version Members report and the
   releases the collection supports;
 - the machine type (``controlplane``, ``init``, ``worker``) and the machine
@@ -19,23 +19,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-
-# -- identity and label --------------------------------------------------------
-
-
-def label(node, start=False):
-    """How a sentence names ``node``: ``node 10.5.0.2``, or ``the endpoint node`` when the endpoint answers itself.
-
-    ``start`` capitalises the first letter only, for the start of a sentence.
-    """
-    text = "node %s" % node if node else "the endpoint node"
-    return text[0].upper() + text[1:] if start else text
-
-
-def short_label(node):
-    """``node`` alone, as a progress line or a list names it: ``10.5.0.2``, or ``the endpoint``."""
-    return node or "the endpoint"
-
 
 # -- Talos version -------------------------------------------------------------
 

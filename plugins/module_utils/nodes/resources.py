@@ -13,9 +13,14 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import resource_to_dict
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError, TalosTimeoutError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    TalosConfigError,
+    TalosError,
+    TalosTimeoutError,
+    label,
+    short_label,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact_resource_spec
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Seen
 
@@ -250,7 +255,7 @@ def wait_for_condition(client, kind, namespace, resource_id, selectors, conditio
     COSI Watch delivers every change as it happens; a node that cannot watch
     (the call is refused or breaks) is polled instead.
     """
-    subject = talos_node.short_label(node)
+    subject = short_label(node)
     if use_watch:
         try:
             found = _watch(client, kind, namespace, resource_id, selectors, condition, node, waiter)
@@ -267,7 +272,7 @@ def wait_for_condition(client, kind, namespace, resource_id, selectors, conditio
         met, observed = condition_met(resources, condition)
         return Seen(observed, done=met, value=resources)
 
-    return waiter.until(poll, "%s on %s to be %s" % (_describe(kind, resource_id, selectors), talos_node.label(node),
+    return waiter.until(poll, "%s on %s to be %s" % (_describe(kind, resource_id, selectors), label(node),
                                                      describe_condition(condition)),
                         subject, tolerate=_worth_waiting_out)
 
@@ -308,7 +313,7 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, wai
             if event.event_type == state_pb2.BOOTSTRAPPED:
                 state["bootstrapped"] = True
             elif event.event_type == state_pb2.ERRORED:
-                raise TalosError("Watching %s on %s failed: %s." % (kind.type, talos_node.label(node), event.error))
+                raise TalosError("Watching %s on %s failed: %s." % (kind.type, label(node), event.error))
             elif event.event_type == state_pb2.DESTROYED:
                 current.pop(event.resource.metadata.id, None)
             elif event.event_type in (state_pb2.CREATED, state_pb2.UPDATED):
@@ -321,7 +326,7 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, wai
             return False
         resources = [redact_resource(current[key], kind.sensitive) for key in sorted(current)]
         met, observed = condition_met(resources, condition)
-        waiter.see(talos_node.short_label(node), observed)
+        waiter.see(short_label(node), observed)
         if met:
             state["result"] = resources
         return met

@@ -40,9 +40,11 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     TalosConnectionError,
     TalosError,
     TalosPermissionError,
-    TalosTimeoutError,
     TalosTLSError,
+    TalosTimeoutError,
     format_seconds,
+    label,
+    short_label,
 )
 
 try:
@@ -333,7 +335,7 @@ def wait_for_reboot(client, node, previous_boot_id, waiter):
             return Seen("running, not rebooted yet", detail="stage running, ready true, but the boot ID has not changed yet")
         return Seen(status.state, done=True, value=boot_id, detail="stage running, ready true, new boot ID")
 
-    return waiter.until(poll, "%s to reboot and become ready" % talos_node.label(node), talos_node.short_label(node),
+    return waiter.until(poll, "%s to reboot and become ready" % label(node), short_label(node),
                         follow=EventFollower(client, node))
 
 
@@ -350,8 +352,8 @@ def wait_for_secure_api(client, node, waiter):
         return Seen("serving with the cluster certificates", done=True, value=version,
                     detail="Version answered over mutual TLS")
 
-    return waiter.until(poll, "%s to serve the Talos API with the cluster certificates" % talos_node.label(node),
-                        talos_node.short_label(node),
+    return waiter.until(poll, "%s to serve the Talos API with the cluster certificates" % label(node),
+                        short_label(node),
                         tolerate=lambda error: error.code not in ("PermissionDenied", "Unimplemented", "InvalidArgument"))
 
 
@@ -378,8 +380,8 @@ def wait_for_services(client, node, names, waiter, machine_type=None):
             return Seen("waiting for " + ", ".join(waiting))
         return Seen("services up", done=True, value=states, detail="every service is running")
 
-    return waiter.until(poll, "services %s on %s to be running and healthy" % (", ".join(awaited), talos_node.label(node)),
-                        talos_node.short_label(node), follow=EventFollower(client, node))
+    return waiter.until(poll, "services %s on %s to be running and healthy" % (", ".join(awaited), label(node)),
+                        short_label(node), follow=EventFollower(client, node))
 
 
 def wait_for_service(client, node, name, goal, waiter, restarted_after=0):
@@ -392,8 +394,8 @@ def wait_for_service(client, node, name, goal, waiter, restarted_after=0):
         return Seen(talos_node.service_state(info), done=talos_node.has_settled(info, goal, restarted_after), value=info,
                     detail="state %s, health %s" % (info.state, talos_node.health_word(info)))
 
-    return waiter.until(poll, "service %s on %s to be %s" % (name, talos_node.label(node), goal),
-                        "%s %s" % (talos_node.short_label(node), name), follow=EventFollower(client, node))
+    return waiter.until(poll, "service %s on %s to be %s" % (name, label(node), goal),
+                        "%s %s" % (short_label(node), name), follow=EventFollower(client, node))
 
 
 def wait_until_unreachable(client, node, waiter):
@@ -412,5 +414,5 @@ def wait_until_unreachable(client, node, waiter):
             return Seen("gone", done=True, detail=error.message)
         return Seen("answering", detail="the node still answers")
 
-    waiter.until(poll, "%s to stop answering" % talos_node.label(node), talos_node.short_label(node),
+    waiter.until(poll, "%s to stop answering" % label(node), short_label(node),
                  tolerate=lambda error: False, follow=EventFollower(client, node))

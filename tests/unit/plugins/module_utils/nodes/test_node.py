@@ -12,15 +12,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import nod
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 
 
-def test_labels():
-    assert talos_node.label("10.5.0.2") == "node 10.5.0.2"
-    assert talos_node.label(None) == "the endpoint node"
-    # Only the first letter changes: a hostname keeps its case.
-    assert talos_node.label("cp-A", start=True) == "Node cp-A"
-    assert talos_node.label(None, start=True) == "The endpoint node"
-    assert talos_node.short_label("10.5.0.2") == "10.5.0.2" and talos_node.short_label(None) == "the endpoint"
-
-
 def test_versions_sort_prereleases_before_their_release():
     tags = ["v1.13.0", "v1.13.0-rc.1", "v1.12.4", "v1.13.0-alpha.2", "v1.13.0-alpha.10", "1.14.0"]
     assert sorted(tags, key=talos_node.parse_version) == [
