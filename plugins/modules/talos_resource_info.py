@@ -198,7 +198,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import seve
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 
 SPEC = TaskSpec(
     argument_spec=dict(

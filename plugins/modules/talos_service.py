@@ -155,7 +155,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.task import seve
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Waiter, wait_for_service
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import wait_for_service
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2

@@ -78,7 +78,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_c
     ConfigApplier, is_v1alpha1, load_config, parse_yaml_stream, read_active_config)
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import CertificateAuthority, SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import read_talosconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Seen, is_transient, wait_for_services
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import wait_for_services
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, is_transient
 
 PREVIOUS_SUFFIX = ".previous"
 FIRST_RELEASE = (1, 7)  # machine.acceptedCAs and cluster.acceptedCAs

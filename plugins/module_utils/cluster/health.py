@@ -33,7 +33,8 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     format_seconds,
     label,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import EventFollower, Seen, Waiter, WaitTimedOut
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import EventFollower
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter, WaitTimedOut
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2

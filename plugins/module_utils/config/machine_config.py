@@ -47,6 +47,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.files imp
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.go_yaml import dump_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact, redact_text, secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
 NO_CHANGES = "No changes."
@@ -547,13 +548,13 @@ class ConfigApplier:
             result["rebooted"] = True
             if self.wait_timeout:
                 with self.client.with_settings(insecure=False) as secure_client:
-                    waits.wait_for_secure_api(secure_client, node, waits.Waiter(self.wait_timeout, progress=self.progress))
+                    waits.wait_for_secure_api(secure_client, node, Waiter(self.wait_timeout, progress=self.progress))
         elif self.mode == "reboot" or applied.mode == reboot_mode:
             if applied.mode != reboot_mode:
                 self.client.call(REBOOT, _machine_pb2().RebootRequest(), node=node)
             result["rebooted"] = True
             if self.wait_timeout:
-                waits.wait_for_reboot(self.client, node, boot_id, waits.Waiter(self.wait_timeout, progress=self.progress))
+                waits.wait_for_reboot(self.client, node, boot_id, Waiter(self.wait_timeout, progress=self.progress))
         return result, diff
 
 

@@ -30,6 +30,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter, is_transient
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -422,7 +423,7 @@ def own_member_name(client, node):
 
 def _still_starting(error):
     """True for the answers of a node whose etcd is starting, joining or electing a leader: worth waiting out."""
-    return waits.is_transient(error) or error.code in ("FailedPrecondition", "Unknown")
+    return is_transient(error) or error.code in ("FailedPrecondition", "Unknown")
 
 
 # -- membership (talos_etcd_member) ----------------------------------------------
@@ -571,7 +572,7 @@ def remove_member_by_id(client, node, member_id):
 
 
 class JoinProgress:
-    """A poll of member ``ref`` on its way into the etcd cluster ``node`` belongs to (waits.Seen, for a Waiter).
+    """A poll of member ``ref`` on its way into the etcd cluster ``node`` belongs to (Seen, for a Waiter).
 
     The way is etcd's: not a member yet, a learner (added, then started), a
     learner catching up with the cluster - its applied raft index against
@@ -596,13 +597,13 @@ class JoinProgress:
         except TalosError as err:
             if not _still_starting(err):
                 raise
-            return waits.Seen("no member list yet", detail=err.message)
+            return Seen("no member list yet", detail=err.message)
         member = find_member(members, self.ref)
         if member is None:
             return self._seen((0, 0), "not a member", "%s is not a member (members: %s)"
                               % (self.name, ", ".join(m["hostname"] or m["id"] for m in members) or "none"))
         if not member["is_learner"]:
-            return waits.Seen("voting member", done=True, value=True, detail="%s is a voting member" % self.name)
+            return Seen("voting member", done=True, value=True, detail="%s is a voting member" % self.name)
         behind = self._entries_behind(members, member)
         if behind is None:
             return self._seen((1, 0), "learner", "%s is a learner whose node does not answer EtcdStatus yet" % self.name)
@@ -625,7 +626,7 @@ class JoinProgress:
         advanced = self._furthest is None or rank > self._furthest
         if advanced:
             self._furthest = rank
-        return waits.Seen(state, detail=detail, advanced=advanced)
+        return Seen(state, detail=detail, advanced=advanced)
 
 
 def await_voter(client, node, ref, wait_timeout, check_mode, warn, progress, probe_seconds=HEALTH_PROBE_SECONDS):
@@ -639,7 +640,7 @@ def await_voter(client, node, ref, wait_timeout, check_mode, warn, progress, pro
     """
     poll = JoinProgress(client, node, ref, probe_seconds)
     if wait_timeout is not None and not check_mode:
-        waiter = waits.Waiter(wait_timeout, progress=progress)
+        waiter = Waiter(wait_timeout, progress=progress)
         return waiter.until(poll, "%s to be a voting etcd member" % poll.name, poll.name)
     seen = poll()
     if seen.done:
@@ -848,7 +849,7 @@ def bootstrap(client, node, recover_from=None, skip_hash_check=False, wait_timeo
         result["changed"] = _call_bootstrap(client, node, recover_from, skip_hash_check)
         result.update(bootstrapped=True, recovered=result["changed"] and bool(recover_from))
         if wait_timeout is not None:
-            _wait_for_healthy_member(client, node, waits.Waiter(wait_timeout, progress=progress))
+            _wait_for_healthy_member(client, node, Waiter(wait_timeout, progress=progress))
         service = etcd_service(client, node)
     result["etcd_state"] = service.state if service else None
     result["members"] = current_members(client, node) if result["bootstrapped"] else []
@@ -890,15 +891,15 @@ def _wait_for_healthy_member(client, node, waiter):
     def poll():
         info = etcd_service(client, node)
         if info is None:
-            return waits.Seen("no etcd service")
+            return Seen("no etcd service")
         if not talos_node.is_healthy(info):
-            return waits.Seen("etcd %s" % talos_node.service_state(info), detail="etcd service %s (%s)"
-                              % (info.state, talos_node.last_event_message(info) or "no events"))
+            return Seen("etcd %s" % talos_node.service_state(info), detail="etcd service %s (%s)"
+                        % (info.state, talos_node.last_event_message(info) or "no events"))
         status = member_status(client, node)
         member = find_member(list_members(client, node), status["member_id"])
         if member is None or member["is_learner"]:
-            return waits.Seen("joining", detail="etcd running, the node is not a voting member yet")
-        return waits.Seen("etcd member", done=True, detail="etcd running and healthy, the node is a member")
+            return Seen("joining", detail="etcd running, the node is not a voting member yet")
+        return Seen("etcd member", done=True, detail="etcd running and healthy, the node is a member")
 
     waiter.until(poll, "etcd on %s to run as a healthy member" % label(node), short_label(node),
                  tolerate=_still_starting, follow=waits.EventFollower(client, node))

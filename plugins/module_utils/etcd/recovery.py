@@ -43,6 +43,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import write_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 
 # The etcd service state of a control plane whose data directory is empty: it waits to join a cluster or for
 # Bootstrap (Talos's etcd service in its pre state).
@@ -185,7 +186,7 @@ def _wipe(client, nodes, wait_timeout, progress):
             progress("wiping etcd on %s (reset of EPHEMERAL, reboot)" % label(node))
         client.call(lifecycle.RESET, request, node=node)
     for node in nodes:
-        state = lifecycle.wait_for_reset_reboot(client, node, markers[node], waits.Waiter(wait_timeout, progress=progress))[0]
+        state = lifecycle.wait_for_reset_reboot(client, node, markers[node], Waiter(wait_timeout, progress=progress))[0]
         if state != "configured":
             raise TalosError("%s came back %s after the wipe, not configured" % (label(node, start=True), state),
                              node=node)

@@ -24,8 +24,8 @@ import shutil
 import ssl
 import tempfile
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import load_client_certificate
 
 try:
@@ -230,9 +230,9 @@ class KubeAPI:
             raise failure
 
         # No answer at all is worth waiting out only once the server has answered before (it restarts).
-        return waits.retry(attempt, lambda failure: isinstance(failure, KubernetesAPIError) and is_retryable(failure)
-                           and (failure.status is not None or self._answered),
-                           self.retry_seconds if retry else 0, RETRY_BACKOFF)
+        return waiter.retry(attempt, lambda failure: isinstance(failure, KubernetesAPIError) and is_retryable(failure)
+                            and (failure.status is not None or self._answered),
+                            self.retry_seconds if retry else 0, RETRY_BACKOFF)
 
     def _get(self, what, path, accept="application/json", retry=True):
         """GET ``path`` from the API server through the client's own connection pool: ``(status, body bytes)``;

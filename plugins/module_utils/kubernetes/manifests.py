@@ -26,7 +26,7 @@ import re
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import KubernetesAPIError, object_label, strip_volatile
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED, maskable_literals, redact, secret_values
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Seen, Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter
 
 MANIFESTS = ("controlplane", "Manifests.kubernetes.talos.dev")
 # Talos records the bootstrap manifests it applied in this ConfigMap and marks each object with the annotation naming

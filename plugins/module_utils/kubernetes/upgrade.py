@@ -60,7 +60,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_c
     read_active_config,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import parse_version, read_version_tag
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Seen, Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter
 
 SYSTEM_NAMESPACE = "kube-system"
 # The annotation of a mirror pod naming the version of the Talos resource it was rendered from.

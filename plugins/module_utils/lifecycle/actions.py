@@ -37,6 +37,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node impor
     runs_at_least,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, WaitTimedOut, Waiter
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
@@ -106,14 +107,14 @@ def guard(client, node, action, force_quorum_loss=False, removal=False, quorum_w
             if refusal.reason is None:
                 raise
             refusals.append(refusal)
-            return waits.Seen(refusal.reason)
-        return waits.Seen("spared", done=True, value=findings)
+            return Seen(refusal.reason)
+        return Seen("spared", done=True, value=findings)
 
-    waiter = waits.Waiter(quorum_wait_timeout, QUORUM_POLL_SECONDS, progress=progress)
+    waiter = Waiter(quorum_wait_timeout, QUORUM_POLL_SECONDS, progress=progress)
     try:
         return waiter.until(poll, "etcd to spare %s" % label(node), "waiting for etcd to spare %s" % short_label(node),
                             tolerate=lambda error: False)
-    except waits.WaitTimedOut:
+    except WaitTimedOut:
         last = refusals[-1]
         raise etcd.QuorumLossRefused("%s The guard still refused after %s seconds of waiting (quorum_wait_timeout)."
                                      % (last.message, format_seconds(quorum_wait_timeout)), last.result, last.reason)
@@ -127,7 +128,7 @@ def _waiter(wait_timeout, progress, interval=None):
     """The Waiter of an action's wait, started before the request so that it counts from it; None without a wait."""
     if wait_timeout is None:
         return None
-    return waits.Waiter(wait_timeout, interval or REBOOT_POLL_SECONDS, progress=progress)
+    return Waiter(wait_timeout, interval or REBOOT_POLL_SECONDS, progress=progress)
 
 
 # -- several nodes in one task -------------------------------------------------
@@ -470,14 +471,14 @@ def wait_for_reset_reboot(client, node, previous_marker, waiter):
             if status.running_and_ready:
                 marker = waits.read_boot_marker(client, node, deadline=deadline)
                 if marker != previous_marker:
-                    return waits.Seen("running", done=True, value=("configured", marker), detail="running with a new boot")
-                return waits.Seen("running, not rebooted yet", detail="still running on the same boot")
-            seen = waits.Seen(status.state, detail=str(status))
+                    return Seen("running", done=True, value=("configured", marker), detail="running with a new boot")
+                return Seen("running, not rebooted yet", detail="still running on the same boot")
+            seen = Seen(status.state, detail=str(status))
         except TalosError as err:
             # A node that rebooted into maintenance mode refuses the cluster's certificates.
-            seen = waits.Seen("not answering with the cluster certificates", detail=err.message)
+            seen = Seen("not answering with the cluster certificates", detail=err.message)
         if in_maintenance(client, node, deadline):
-            return waits.Seen("maintenance", done=True, value=("maintenance", None), detail="in maintenance mode")
+            return Seen("maintenance", done=True, value=("maintenance", None), detail="in maintenance mode")
         return seen
 
     return waiter.until(poll, "%s to come back from the reset, in maintenance mode or with a new boot" % label(node),

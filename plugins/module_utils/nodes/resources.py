@@ -22,7 +22,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     short_label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact_resource_spec
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import Seen
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen
 
 try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2

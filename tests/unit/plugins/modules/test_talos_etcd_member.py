@@ -207,7 +207,7 @@ def test_present_waits_until_the_member_joins(monkeypatch):
                     return seen.value
                 cluster.members[2]["learner"] = False
 
-    monkeypatch.setattr(etcd.waits, "Waiter", Waiter)
+    monkeypatch.setattr(etcd, "Waiter", Waiter)
     ok, result = run(cluster, member="cp-3", wait=True)
     assert ok and result["changed"] is False and polls == [False, True]
     assert result["members_before"][2]["is_learner"] is True and result["members_after"][2]["is_learner"] is False
@@ -215,7 +215,7 @@ def test_present_waits_until_the_member_joins(monkeypatch):
 
 def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
     cluster = Cluster()
-    monkeypatch.setattr(etcd.waits, "Waiter", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
+    monkeypatch.setattr(etcd, "Waiter", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
     ok, result = run(cluster, check_mode=True, member="cp-9", wait=True)
     assert ok and result["changed"] is False and result["member"] is None
     assert result["warnings"] == ["etcd member cp-9 is not a voting member yet (cp-9 is not a member (members: cp-1, cp-2, "

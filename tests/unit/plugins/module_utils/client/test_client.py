@@ -32,6 +32,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 
 VERSION = "machine.MachineService/Version"
 READ = "machine.MachineService/Read"
@@ -624,7 +625,7 @@ def test_wait_for_reboot_sees_a_new_boot_id(cluster):
         previous = waits.read_boot_id(client, worker.address)
         assert previous
         client.call("machine.MachineService/Reboot", machine_pb2.RebootRequest(), node=worker.address)
-        current = waits.wait_for_reboot(client, worker.address, previous, waits.Waiter(30, interval=0.2))
+        current = waits.wait_for_reboot(client, worker.address, previous, Waiter(30, interval=0.2))
     assert current and current != previous
     assert current == worker.boot_id
     assert [entry["code"] for entry in audit_of(cluster, "machine.MachineService/Reboot")][-1] == "OK"

@@ -16,6 +16,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     TalosError,
     TalosUnimplementedError,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import WaitTimedOut
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from fake_talos import FakeTalos, fails_with, in_turn
 
@@ -495,7 +496,7 @@ def test_the_wait_for_a_learner_that_is_never_promoted_gives_up_once_it_stopped_
     fake.answer(etcd.STATUS, raft_status(2, 490, 490), node=CP2)
     # The learner catches up by 20 entries a look until it reaches the cluster, then waits in vain for its promotion.
     fake.answer(etcd.STATUS, lambda _request, _node: raft_status(3, 500, min(500, 20 * int(now["t"]))), node="10.5.0.3")
-    with pytest.raises(etcd.waits.WaitTimedOut) as err:
+    with pytest.raises(WaitTimedOut) as err:
         etcd.await_voter(fake, CP1, "cp-3", 30, check_mode=False, warn=None, progress=None)
     assert err.value.message == (
         "Timed out waiting for cp-3 to be a voting etcd member: no progress in 30 seconds (56 seconds in all); last "

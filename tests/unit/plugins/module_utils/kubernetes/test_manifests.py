@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import manifests
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import KubernetesAPIError, object_label
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import WaitTimedOut
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import WaitTimedOut
 
 OURS = {manifests.INVENTORY_ANNOTATION: manifests.INVENTORY[1]}
 

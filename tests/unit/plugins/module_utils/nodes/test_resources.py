@@ -14,6 +14,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import res
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, in_turn
 from fake_talos import resource as cosi_resource
@@ -172,7 +173,7 @@ def test_a_node_that_cannot_watch_is_polled_with_progress(monkeypatch):
     monkeypatch.setattr(waits.time, "monotonic", lambda: now["t"])
     monkeypatch.setattr(waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
     lines = []
-    waiter = waits.Waiter(60, interval=1, progress=lines.append)
+    waiter = Waiter(60, interval=1, progress=lines.append)
     found = resources.wait_for_condition(polled_node(["booting"] * 6 + ["running"]), STATUS, "runtime", "machine", [],
                                          RUNNING, "10.5.0.3", waiter)
     assert found[0]["spec"] == {"stage": "running"}
@@ -182,6 +183,6 @@ def test_a_node_that_cannot_watch_is_polled_with_progress(monkeypatch):
 def test_a_condition_that_never_holds_times_out_naming_it():
     with pytest.raises(TalosTimeoutError) as raised:
         resources.wait_for_condition(polled_node(["booting"]), STATUS, "runtime", "machine", [], RUNNING, "10.5.0.3",
-                                     waits.Waiter(0))
+                                     Waiter(0))
     assert raised.value.message == ("Timed out after 0 seconds waiting for MachineStatuses.runtime.talos.dev machine on "
                                     "node 10.5.0.3 to be present with stage=running; last observed: machine: stage=booting.")

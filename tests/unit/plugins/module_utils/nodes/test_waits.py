@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The Waiter and the waits after an action, against a scripted client (the emulator-backed reboot wait is in
+"""The waits on a node after an action, against a scripted client (the emulator-backed reboot wait is in
 test_client.py)."""
 
 from __future__ import absolute_import, division, print_function
@@ -12,12 +12,11 @@ import pytest
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
-    TalosConnectionError,
-    TalosError,
     TalosPermissionError,
     TalosTimeoutError,
     TalosTLSError,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from fake_talos import GET, FakeTalos, fails_with, in_turn, resource
@@ -61,85 +60,8 @@ def scripted(*states):
         state = script.pop(0)
         if isinstance(state, Exception):
             raise state
-        return waits.Seen(state, done=not script, value=state)
+        return Seen(state, done=not script, value=state)
     return poll
-
-
-def test_until_returns_the_value_of_the_done_poll():
-    assert waits.Waiter(5, interval=0).until(scripted("one", "two", "three"), "x", "10.5.0.2") == "three"
-
-
-def test_timeout_names_what_was_awaited_and_the_last_detail():
-    with pytest.raises(waits.WaitTimedOut) as err:
-        waits.Waiter(0, interval=0).until(lambda: waits.Seen("booting", detail="stage booting, ready false"),
-                                          "node 10.5.0.2 to become ready", "10.5.0.2")
-    assert err.value.message == ("Timed out after 0 seconds waiting for node 10.5.0.2 to become ready; "
-                                 "last observed: stage booting, ready false.")
-    assert isinstance(err.value, TalosTimeoutError) and err.value.seen.state == "booting"
-
-
-def test_a_wait_that_follows_progress_gives_up_only_once_its_subject_stopped_moving(clock):
-    # The subject gets further every 8 s for 40 s, then stays: a 10 s wait lasts until 10 s after its last step.
-    started = clock["t"]
-
-    def poll():
-        elapsed = clock["t"] - started
-        return waits.Seen("step %d" % min(elapsed // 8, 5), detail="at step %d" % min(elapsed // 8, 5),
-                          advanced=elapsed < 48 and elapsed % 8 == 0)
-    with pytest.raises(waits.WaitTimedOut) as err:
-        waits.Waiter(10, interval=2).until(poll, "the member to join", "cp-3")
-    assert clock["t"] - started == 50
-    assert err.value.message == ("Timed out waiting for the member to join: no progress in 10 seconds (50 seconds in all); "
-                                 "last observed: at step 5.")
-
-
-def test_tolerated_errors_are_states_and_others_propagate():
-    poll = scripted(TalosConnectionError("Talos endpoint 10.5.0.2:50000 is unreachable."), "running")
-    assert waits.Waiter(5, interval=0).until(poll, "x", "10.5.0.2") == "running"
-    with pytest.raises(TalosPermissionError):
-        waits.Waiter(5, interval=0).until(scripted(TalosPermissionError("denied", code="PermissionDenied"), "x"),
-                                          "x", "10.5.0.2")
-
-
-def test_a_short_wait_shows_no_progress(clock):
-    lines = []
-    waits.Waiter(60, interval=2, progress=lines.append).until(scripted("rebooting", "running"), "x", "10.5.0.3")
-    assert lines == []
-
-
-def test_a_long_wait_shows_each_state_change_as_it_happens(clock):
-    lines = []
-    poll = scripted("running", "running", TalosConnectionError("refused"), "booting", "booting", "booting", "running")
-    waits.Waiter(600, interval=2, progress=lines.append).until(poll, "x", "10.5.0.3")
-    # Quiet for the first 5 seconds, then the trail so far, then every change.
-    assert lines == ["10.5.0.3: running → unreachable → booting (6 s)",
-                     "10.5.0.3: running → unreachable → booting → running (12 s)"]
-
-
-def test_long_trails_show_the_latest_states(clock):
-    lines = []
-    states = ["s%d" % index for index in range(10)]
-    waits.Waiter(600, interval=1, progress=lines.append).until(scripted(*states), "x", "n")
-    assert lines[-1] == "n: … → s4 → s5 → s6 → s7 → s8 → s9 (9 s)"
-
-
-def test_streams_report_through_see(clock):
-    lines = []
-    waiter = waits.Waiter(600, progress=lines.append)
-    waiter.see("cluster", "waiting for etcd_healthy")
-    clock["t"] += 7
-    waiter.see("cluster", "waiting for etcd_healthy")
-    waiter.see("cluster", "all checks passed")
-    assert lines == ["cluster: waiting for etcd_healthy (7 s)", "cluster: waiting for etcd_healthy → all checks passed (7 s)"]
-
-
-def test_call_deadline_is_bounded_by_what_is_left(clock):
-    waiter = waits.Waiter(30)
-    assert waiter.call_deadline() == waits.POLL_CALL_TIMEOUT
-    clock["t"] += 27
-    assert waiter.call_deadline() == 3 and waiter.elapsed == 27
-    clock["t"] += 10
-    assert waiter.call_deadline() == 0.5 and waiter.remaining == 0
 
 
 def test_read_boot_id_reads_the_kernel_file():
@@ -165,7 +87,7 @@ def test_wait_for_reboot_tolerates_the_node_going_away_and_needs_a_new_boot_id()
         ),
         READ: in_turn(b"old\n", b"new\n"),
     })
-    assert waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(10, interval=0)) == "new"
+    assert waits.wait_for_reboot(client, "10.5.0.2", "old", Waiter(10, interval=0)) == "new"
     assert len(client.calls_to(READ)) == 2
     assert ("get_resource", "runtime", "MachineStatuses.runtime.talos.dev", "machine", "10.5.0.2") in [
         (call.via, call.request.namespace, call.request.type, call.request.id, call.node) for call in client.calls_to(GET)]
@@ -174,7 +96,7 @@ def test_wait_for_reboot_tolerates_the_node_going_away_and_needs_a_new_boot_id()
 def test_wait_for_reboot_times_out_with_the_last_stage():
     client = FakeTalos(answers={GET: statuses({"stage": "rebooting", "status": {"ready": False}})})
     with pytest.raises(TalosTimeoutError) as err:
-        waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(0, interval=0))
+        waits.wait_for_reboot(client, "10.5.0.2", "old", Waiter(0, interval=0))
     assert "node 10.5.0.2 to reboot and become ready" in err.value.message
     assert "last observed: stage rebooting, ready false." in err.value.message
 
@@ -182,21 +104,21 @@ def test_wait_for_reboot_times_out_with_the_last_stage():
 def test_wait_for_reboot_raises_errors_that_are_not_transient():
     client = FakeTalos(answers={GET: fails_with("PermissionDenied", "denied")})
     with pytest.raises(TalosPermissionError):
-        waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(10, interval=0))
+        waits.wait_for_reboot(client, "10.5.0.2", "old", Waiter(10, interval=0))
 
 
 def test_wait_for_secure_api_waits_out_handshake_failures():
     answered = version()
     client = FakeTalos(answers={VERSION: in_turn(TalosTLSError("maintenance certificate"), fails_with("Unavailable", "restarting"),
                                                  answered)})
-    assert waits.wait_for_secure_api(client, None, waits.Waiter(10, interval=0)) is answered[0]
+    assert waits.wait_for_secure_api(client, None, Waiter(10, interval=0)) is answered[0]
     assert [call.via for call in client.calls] == ["call", "call", "call"]
 
 
 def test_wait_for_secure_api_timeout_reports_the_last_failure():
     client = FakeTalos(answers={VERSION: TalosTLSError("Certificate verification of endpoint 10.5.0.2:50000 failed.")})
     with pytest.raises(TalosTimeoutError) as err:
-        waits.wait_for_secure_api(client, "10.5.0.2", waits.Waiter(0, interval=0))
+        waits.wait_for_secure_api(client, "10.5.0.2", Waiter(0, interval=0))
     assert "last observed: Certificate verification of endpoint 10.5.0.2:50000 failed." in err.value.message
 
 
@@ -217,25 +139,25 @@ def test_boot_marker_falls_back_to_the_boot_time_without_read():
 def test_reboot_wait_compares_boot_times_when_read_is_refused():
     # Still running on the old boot twice, then on a new one.
     client = boot_times(1700000000, 1700000000, 1700000090)
-    assert waits.wait_for_reboot(client, "10.5.0.2", "boot-time:1700000000", waits.Waiter(5, interval=0)) == "boot-time:1700000090"
+    assert waits.wait_for_reboot(client, "10.5.0.2", "boot-time:1700000000", Waiter(5, interval=0)) == "boot-time:1700000090"
 
 
 def test_unreachable_wait_ends_at_the_first_connection_failure_without_retries():
     client = FakeTalos(answers={VERSION: in_turn(version(), version(), fails_with("Unavailable", "connection refused"))})
-    waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(5, interval=0))
+    waits.wait_until_unreachable(client, "10.5.0.2", Waiter(5, interval=0))
     assert [call.kwargs["retry_codes"] for call in client.calls] == [(), (), ()]
 
 
 def test_unreachable_wait_passes_permanent_errors_through():
     client = FakeTalos(answers={VERSION: fails_with("PermissionDenied", "not authorized")})
     with pytest.raises(TalosPermissionError):
-        waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(5, interval=0))
+        waits.wait_until_unreachable(client, "10.5.0.2", Waiter(5, interval=0))
 
 
 def test_unreachable_wait_times_out_naming_the_node():
     client = FakeTalos(answers={VERSION: version(), EVENTS: NO_EVENTS})
     with pytest.raises(TalosTimeoutError, match="waiting for node 10.5.0.2 to stop answering; last observed: the node still answers"):
-        waits.wait_until_unreachable(client, "10.5.0.2", waits.Waiter(0.05, interval=0.01))
+        waits.wait_until_unreachable(client, "10.5.0.2", Waiter(0.05, interval=0.01))
 
 
 def service_lists(*script):
@@ -255,28 +177,28 @@ def test_services_wait_needs_every_service_up_and_healthy_when_checked():
         {"etcd": ("Running", False), "ext-foo": ("Running", None)},
         {"etcd": ("Running", True), "ext-foo": ("Running", None)},
     )
-    assert waits.wait_for_services(client, "10.5.0.2", ["etcd", "ext-foo"], waits.Waiter(10, interval=0)) == {
+    assert waits.wait_for_services(client, "10.5.0.2", ["etcd", "ext-foo"], Waiter(10, interval=0)) == {
         "etcd": "Running, healthy", "ext-foo": "Running, unknown"}
 
 
 def test_services_wait_times_out_naming_the_waiting_services():
     client = service_lists({"etcd": ("Running", True)})
     with pytest.raises(TalosTimeoutError) as err:
-        waits.wait_for_services(client, None, ["etcd", "ext-foo"], waits.Waiter(0, interval=0))
+        waits.wait_for_services(client, None, ["etcd", "ext-foo"], Waiter(0, interval=0))
     assert err.value.message == ("Timed out after 0 seconds waiting for services etcd, ext-foo on the endpoint node to be "
                                  "running and healthy; last observed: waiting for ext-foo (not defined).")
 
 
 def test_services_wait_on_a_worker_leaves_out_the_services_only_control_planes_run():
     client = service_lists({"kubelet": ("Running", True)})
-    assert waits.wait_for_services(client, "10.5.0.5", ["etcd", "kubelet"], waits.Waiter(0, interval=0),
+    assert waits.wait_for_services(client, "10.5.0.5", ["etcd", "kubelet"], Waiter(0, interval=0),
                                    machine_type="worker") == {"etcd": "not run on worker nodes", "kubelet": "Running, healthy"}
 
 
 def test_services_wait_on_a_control_plane_waits_for_etcd():
     client = service_lists({"kubelet": ("Running", True)})
     with pytest.raises(TalosTimeoutError, match=r"waiting for etcd \(not defined\)"):
-        waits.wait_for_services(client, "10.5.0.2", ["etcd", "kubelet"], waits.Waiter(0, interval=0),
+        waits.wait_for_services(client, "10.5.0.2", ["etcd", "kubelet"], Waiter(0, interval=0),
                                 machine_type="controlplane")
 
 
@@ -290,7 +212,7 @@ def test_a_service_no_talos_node_runs_is_named_at_once():
 def test_service_wait_reports_progress_under_the_node_and_service(clock):
     client = service_lists(*[{"kubelet": ("Finished", None)}] * 4 + [{"kubelet": ("Running", True)}])
     lines = []
-    info = waits.wait_for_service(client, "10.5.0.3", "kubelet", "started", waits.Waiter(60, progress=lines.append))
+    info = waits.wait_for_service(client, "10.5.0.3", "kubelet", "started", Waiter(60, progress=lines.append))
     assert info.state == "Running"
     assert lines == ["10.5.0.3 kubelet: Finished, unknown (6 s)", "10.5.0.3 kubelet: Finished, unknown → Running, healthy (8 s)"]
 
@@ -328,13 +250,6 @@ def test_a_node_without_events_is_polled_at_the_interval(clock):
     assert clock["t"] == 1004.0 and len(client.calls_to(EVENTS)) == 1
 
 
-def test_the_waiter_follows_between_polls(clock):
-    paused = []
-    poll = scripted("rebooting", "booting", "running")
-    assert waits.Waiter(60, interval=2).until(poll, "x", "10.5.0.2", follow=paused.append) == "running"
-    assert paused == [2, 2] and clock["t"] == 1000.0
-
-
 def test_a_reboot_wait_looks_again_as_soon_as_the_node_reports_running(clock):
     # The first poll sees the node booting; its event stream then reports the change and the next poll is done.
     client = FakeTalos(answers={
@@ -342,29 +257,5 @@ def test_a_reboot_wait_looks_again_as_soon_as_the_node_reports_running(clock):
         READ: b"new\n",
         EVENTS: [HELLO, event("0001")],
     })
-    assert waits.wait_for_reboot(client, "10.5.0.2", "old", waits.Waiter(60, interval=2)) == "new"
+    assert waits.wait_for_reboot(client, "10.5.0.2", "old", Waiter(60, interval=2)) == "new"
     assert clock["t"] == 1000.0 and len(client.calls_to(EVENTS)) == 1
-
-
-def test_retry_tries_again_what_it_may_until_its_time_is_up():
-    calls = []
-
-    def attempt(outcomes):
-        def call():
-            calls.append(1)
-            outcome = outcomes.pop(0)
-            if isinstance(outcome, Exception):
-                raise outcome
-            return outcome
-        return call
-
-    def retryable(error):
-        return error.code == "Unavailable"
-
-    assert waits.retry(attempt([TalosError("busy", code="Unavailable"), "done"]), retryable, 5, (0.01, 0.02)) == "done"
-    assert len(calls) == 2
-    with pytest.raises(TalosError, match="refused"):
-        waits.retry(attempt([TalosError("refused", code="PermissionDenied"), "done"]), retryable, 5, (0.01, 0.02))
-    with pytest.raises(TalosError, match="busy"):  # no time given: tried once
-        waits.retry(attempt([TalosError("busy", code="Unavailable"), "done"]), retryable, 0, (0.01, 0.02))
-    assert len(calls) == 4
