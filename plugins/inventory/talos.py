@@ -156,7 +156,8 @@ except ImportError:  # earlier versions render every string that is not marked u
         return value
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.cluster.discovery import discover, is_control_plane, preferred_address
+from ansible_collections.talos_linux.talos.plugins.module_utils.cluster.discovery import discover, preferred_address
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import is_control_plane_type
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import CLIENT_LIBRARIES, missing_libraries
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import CONNECTION_OPTIONS, ConnectionSettings
@@ -245,7 +246,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _group(self, node):
         """The machine-type group of a node (created on first use), or None for a node of unknown type."""
-        if is_control_plane(node):
+        if is_control_plane_type(node.get("machine_type")):
             name = self.get_option("controlplane_group")
         elif node.get("machine_type") == "worker":
             name = self.get_option("worker_group")

@@ -31,11 +31,6 @@ MEMBERS_TYPE = "Members.cluster.talos.dev"
 NODE_SUBSETS = ("version", "hostname", "machine", "network")
 
 
-def is_control_plane(node):
-    """Whether the cluster node (a dict of this module) is a control plane."""
-    return talos_node.is_control_plane_type(node.get("machine_type"))
-
-
 def preferred_address(addresses, family="ipv4"):
     """The first address of ``family`` (``ipv4`` or ``ipv6``), else the first address, else None."""
     version = 6 if family == "ipv6" else 4

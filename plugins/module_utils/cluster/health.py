@@ -94,7 +94,7 @@ def nodes_to_check(client, control_planes, workers, node):
     for member in members:
         address = members_source.preferred_address(member["addresses"])
         if address:
-            discovered[members_source.is_control_plane(member)].append(address)
+            discovered[talos_node.is_control_plane_type(member["machine_type"])].append(address)
     if not discovered[True]:
         raise TalosConfigError("%s discovered no control-plane members (COSI %s is empty: cluster discovery may be "
                                "disabled); set controlplane_nodes and worker_nodes."

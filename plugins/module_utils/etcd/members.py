@@ -799,18 +799,6 @@ def etcd_service(client, node):
     return talos_node.list_services(client, node).get("etcd")
 
 
-def machine_type(client, node):
-    """The node's machine type (controlplane, init, worker), or None when it has none yet or cannot say."""
-    namespace, resource_type, resource_id = talos_node.MACHINE_TYPE
-    try:
-        resource = client.get_resource(namespace, resource_type, resource_id, node=node)
-    except TalosError as err:
-        if err.code in ("NotFound", "Unimplemented"):
-            return None
-        raise
-    return talos_node.machine_type_of(resource["spec"])
-
-
 def current_members(client, node):
     """The members ``node`` reports (None: the endpoint), or [] while it cannot answer (etcd not running, no leader)."""
     try:
@@ -831,7 +819,7 @@ def bootstrap(client, node, recover_from=None, skip_hash_check=False, wait_timeo
     and etcd starts from it. With ``wait_timeout`` the node's etcd must then run
     as a healthy voting member.
     """
-    if machine_type(client, node) == "worker":
+    if talos_node.read_machine_type(client, node) == "worker":
         # Checked first: the cluster being bootstrapped already says nothing about a worker.
         raise TalosError("Cannot bootstrap %s: it is a worker node, and only a control-plane node can bootstrap etcd; "
                          "target one of the cluster's control planes." % label(node), node=node)

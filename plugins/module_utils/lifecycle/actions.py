@@ -33,6 +33,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node impor
     is_configured_type,
     is_control_plane_type,
     read_machine_status,
+    read_machine_type,
     read_version_tag,
     runs_at_least,
 )
@@ -167,7 +168,7 @@ class ControlPlaneTurns:
     def take(self, client, node, act):
         """``act(client, node)``, in turn when ``node`` may be a control plane (a worker goes at once)."""
         try:
-            machine_type = etcd.machine_type(client, node)
+            machine_type = read_machine_type(client, node)
         except TalosError:
             machine_type = None  # taken in turn: the action says why the node cannot be read
         if is_configured_type(machine_type) and not is_control_plane_type(machine_type):
@@ -208,7 +209,7 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
                         progress=progress))
     result["boot_id_before"] = waits.read_boot_marker(client, node)
     # Which of the services this node may run at all is known before it goes down.
-    machine_type = etcd.machine_type(client, node) if any(name in CONTROL_PLANE_SERVICES for name in services) else None
+    machine_type = read_machine_type(client, node) if any(name in CONTROL_PLANE_SERVICES for name in services) else None
     if check_mode:
         return result
 

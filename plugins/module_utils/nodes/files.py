@@ -24,7 +24,7 @@ import stat
 import tarfile
 import tempfile
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import PrivateFile
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact_text
 
@@ -49,13 +49,9 @@ FILE_TYPES = ("file", "directory", "symlink")
 _READ_CHUNK = 64 * 1024
 
 
-def _node_label(node):
-    return "node %s" % node if node else "the endpoint"
-
-
 def _about(error, what, path, node):
     """``error`` (a TalosError of a call about ``path``) as the same kind of error naming the path first."""
-    return type(error)("Cannot %s %s on %s: %s" % (what, path, _node_label(node), error.message),
+    return type(error)("Cannot %s %s on %s: %s" % (what, path, label(node), error.message),
                        code=error.code, node=error.node, server_message=error.server_message)
 
 
@@ -143,13 +139,13 @@ def stat_file(client, node, path):
     except TalosError as error:
         raise _about(error, "stat", path, node)
     if not found:
-        raise TalosError("Cannot stat %s on %s: no such file or directory." % (path, _node_label(node)), node=node)
+        raise TalosError("Cannot stat %s on %s: no such file or directory." % (path, label(node)), node=node)
     return _entry(found[0])
 
 
 def _too_large(path, node, max_size):
     return TalosError("Cannot read %s on %s: it is larger than max_size (%d bytes); fetch it to the controller with "
-                      "talos_linux.talos.talos_fetch." % (path, _node_label(node), max_size), node=node)
+                      "talos_linux.talos.talos_fetch." % (path, label(node), max_size), node=node)
 
 
 def read_text(client, node, path, max_size):
@@ -180,7 +176,7 @@ def read_text(client, node, path, max_size):
         text = bytes(received).decode("utf-8")
     except UnicodeDecodeError:
         raise TalosError("Cannot read %s on %s as text: it is not UTF-8; fetch it to the controller with "
-                         "talos_linux.talos.talos_fetch." % (path, _node_label(node)), node=node)
+                         "talos_linux.talos.talos_fetch." % (path, label(node)), node=node)
     return redact_text(text)
 
 
@@ -199,7 +195,7 @@ def disk_usage(client, node, path, depth=1, all_files=False, threshold=0):
     entries = []
     for info in replies:
         if info.error:
-            raise TalosError("Cannot measure %s on %s: %s." % (info.name, _node_label(node), info.error.rstrip(".")),
+            raise TalosError("Cannot measure %s on %s: %s." % (info.name, label(node), info.error.rstrip(".")),
                              node=node, server_message=info.error)
         entries.append({"path": info.name, "name": info.relative_name, "size": info.size})
     return entries
@@ -231,7 +227,7 @@ def _member_path(member, src, node):
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if name.startswith("/") or ".." in parts or not parts:
         raise FetchRefused("Refused to fetch %s from %s: its archive holds %r, a path outside the destination."
-                           % (src, _node_label(node), name), node=node)
+                           % (src, label(node), name), node=node)
     return parts
 
 
@@ -242,7 +238,7 @@ def _refuse_writes_through_links(planned, src, node):
         for end in range(1, len(parts)):
             if tuple(parts[:end]) in links:
                 raise FetchRefused("Refused to fetch %s from %s: its archive holds %r below the link %r, which would "
-                                   "write through the link." % (src, _node_label(node), member.name, "/".join(parts[:end])),
+                                   "write through the link." % (src, label(node), member.name, "/".join(parts[:end])),
                                    node=node)
 
 
@@ -254,7 +250,7 @@ def _inside(root, parts, src, node):
         current = os.path.join(current, part)
         if os.path.lexists(current) and (os.path.islink(current) or not os.path.isdir(current)):
             raise FetchRefused("Refused to fetch %s from %s: %s is not a directory in the destination, so nothing "
-                               "is written through it." % (src, _node_label(node), current), node=node)
+                               "is written through it." % (src, label(node), current), node=node)
     return os.path.join(root, *parts)
 
 
@@ -349,9 +345,9 @@ def unpack(spool, root, src, node, check_mode=False):
     except (tarfile.TarError, EOFError, OSError) as error:
         if isinstance(error, OSError) and getattr(error, "filename", None):
             raise TalosError("Cannot fetch %s from %s into %s: %s (%s)."
-                             % (src, _node_label(node), root, error.strerror or error, error.filename), node=node)
+                             % (src, label(node), root, error.strerror or error, error.filename), node=node)
         raise TalosError("Cannot fetch %s from %s: the archive the node sent cannot be read (%s)."
-                         % (src, _node_label(node), error), node=node)
+                         % (src, label(node), error), node=node)
     return files, skipped
 
 

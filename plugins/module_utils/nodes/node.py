@@ -20,6 +20,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
+
 # -- Talos version -------------------------------------------------------------
 
 # v1.14.0, 1.14.0, v1.14.0-rc.1, v1.13.0-alpha.2.3+g1234 (git describe builds)
@@ -101,6 +103,18 @@ CONTROL_PLANE_TYPES = ("controlplane", "init")
 def machine_type_of(spec):
     """The machine type in a ``MachineType`` spec (a bare string), or None when the node cannot say."""
     return spec if isinstance(spec, str) else None
+
+
+def read_machine_type(client, node):
+    """The node's machine type (controlplane, init, worker), or None when it has none yet or cannot say."""
+    namespace, resource_type, resource_id = MACHINE_TYPE
+    try:
+        resource = client.get_resource(namespace, resource_type, resource_id, node=node)
+    except TalosError as err:
+        if err.code in ("NotFound", "Unimplemented"):
+            return None
+        raise
+    return machine_type_of(resource["spec"])
 
 
 def is_configured_type(machine_type):
