@@ -213,6 +213,8 @@ nodes:
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.maintenance import MAINTENANCE_PROBE_SECONDS
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.reset import reset_plan
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -231,14 +233,14 @@ SPEC = TaskSpec(
 
 def run(task):
     params = task.params
-    plan = lifecycle.reset_plan(params["wipe_mode"], params["system_labels_to_wipe"], params["user_disks_to_wipe"],
-                                params["reboot"])
+    plan = reset_plan(params["wipe_mode"], params["system_labels_to_wipe"], params["user_disks_to_wipe"],
+                      params["reboot"])
 
     def reset_node(client, node):
         return lifecycle.reset(client, node, plan, params["wipe_mode"], graceful=params["graceful"],
                                force_quorum_loss=params["force_quorum_loss"],
                                quorum_wait_timeout=params["quorum_wait_timeout"],
-                               probe_seconds=min(lifecycle.MAINTENANCE_PROBE_SECONDS, params["timeout"]),
+                               probe_seconds=min(MAINTENANCE_PROBE_SECONDS, params["timeout"]),
                                wait_timeout=params["wait_timeout"] if params["wait"] else None,
                                check_mode=task.check_mode, progress=task.progress)
 

@@ -33,7 +33,6 @@ from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
-from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
@@ -44,13 +43,19 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import write_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.reset import (
+    RESET,
+    reset_plan,
+    reset_request,
+    wait_for_reset_reboot,
+)
 
 # The etcd service state of a control plane whose data directory is empty: it waits to join a cluster or for
 # Bootstrap (Talos's etcd service in its pre state).
 WAITING_STATE = "Preparing"
 # What the wipe of etcd resets on a control plane (talosctl reset --graceful=false --reboot
 # --system-labels-to-wipe=EPHEMERAL, as Talos's disaster recovery guide does it).
-WIPE_PLAN = lifecycle.reset_plan("system_disk", ["EPHEMERAL"], None, then_reboot=True)
+WIPE_PLAN = reset_plan("system_disk", ["EPHEMERAL"], None, then_reboot=True)
 
 
 def record_path(snapshot):
@@ -180,13 +185,13 @@ def _wipe(client, nodes, wait_timeout, progress):
     """Wipe etcd on every one of ``nodes`` at once, then wait until each is back: one by one, a wiped node would
     rejoin the etcd that the others still run."""
     markers = dict((node, waits.read_boot_marker(client, node)) for node in nodes)
-    request = lifecycle.reset_request(WIPE_PLAN, "system_disk", graceful=False)
+    request = reset_request(WIPE_PLAN, "system_disk", graceful=False)
     for node in nodes:
         if progress:
             progress("wiping etcd on %s (reset of EPHEMERAL, reboot)" % label(node))
-        client.call(lifecycle.RESET, request, node=node)
+        client.call(RESET, request, node=node)
     for node in nodes:
-        state = lifecycle.wait_for_reset_reboot(client, node, markers[node], Waiter(wait_timeout, progress=progress))[0]
+        state = wait_for_reset_reboot(client, node, markers[node], Waiter(wait_timeout, progress=progress))[0]
         if state != "configured":
             raise TalosError("%s came back %s after the wipe, not configured" % (label(node, start=True), state),
                              node=node)

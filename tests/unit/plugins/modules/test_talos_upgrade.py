@@ -11,7 +11,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.images import st
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import parse_version
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import VERSION, parse_version
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
 from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
@@ -153,7 +153,7 @@ def test_the_installer_has_the_wait_timeout_to_finish(monkeypatch):
         lifecycle.IMAGE_PULL: PULLED,
         lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
         lifecycle.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
-        lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
+        VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
     })
     monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: None)
     monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", lambda client, node, boot_id, waiter: None)
@@ -218,7 +218,7 @@ def test_wait_detects_rollback_and_wrong_version(monkeypatch, came_back_on, word
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag=came_back_on))
     client = FakeTalos(answers={
         lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
-        lifecycle.VERSION: [version],
+        VERSION: [version],
     })
     monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: "boot-1")
     waited = []
@@ -234,7 +234,7 @@ def test_wait_succeeds_on_target_version(monkeypatch):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))
     client = FakeTalos(answers={
         lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
-        lifecycle.VERSION: [version],
+        VERSION: [version],
     })
     monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: None)
     monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", lambda client, node, boot_id, waiter: None)
@@ -271,8 +271,8 @@ def worker(tag, installers=None, extensions=()):
         *[resource("runtime", "ExtensionStatuses.runtime.talos.dev", str(index), {"metadata": metadata})
           for index, metadata in enumerate(extensions)])
     return FakeTalos(nodes=["10.5.0.9"], answers={
-        lifecycle.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
-                                                platform=machine_pb2.PlatformInfo(name="metal"))],
+        VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
+                                      platform=machine_pb2.PlatformInfo(name="metal"))],
         ETCD_MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
         GET: state,
         LIST: state,
@@ -296,8 +296,8 @@ def test_check_mode_predicts_the_legacy_api_of_an_old_node():
                                              "after": FACTORY_IMAGE, "changed": True}
     assert result["diff"] == {"before": {"version": "v1.12.6", "installer": "ghcr.io/siderolabs/installer:v1.12.6"},
                               "after": {"version": "v1.14.0", "installer": FACTORY_IMAGE}}
-    assert asked(client) == [lifecycle.VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
-                             GET, lifecycle.VERSION, ETCD_MEMBER_LIST]
+    assert asked(client) == [VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
+                             GET, VERSION, ETCD_MEMBER_LIST]
 
 
 def test_a_node_on_the_target_is_left_alone():
@@ -306,7 +306,7 @@ def test_a_node_on_the_target_is_left_alone():
     assert ok and result["changed"] is False and result["etcd_gate_open"] is None
     assert result["image_reason"] == "the installer_image option names it"
     assert result["installer_reference"]["changed"] is False
-    assert asked(client) == [GET, lifecycle.VERSION]
+    assert asked(client) == [GET, VERSION]
 
 
 def test_a_config_with_two_installer_homes_is_refused_before_anything_changes():
@@ -340,7 +340,7 @@ def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
     client = worker("v1.13.0")
     client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
     # 10.5.0.8 runs the target and its config names its installer already.
-    client.answer(lifecycle.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
+    client.answer(VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
     client.answer(GET, cosi_state(_config(("machine", IMAGE))), node="10.5.0.8")
     ok, result, _task = run(client, check_mode=True, installer_image=IMAGE)
     assert ok and result["changed"] is True and sorted(result["nodes"]) == ["10.5.0.8", "10.5.0.9"]
@@ -353,7 +353,7 @@ def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
 def test_a_node_that_fails_among_several_is_named_with_the_others_results():
     client = worker("v1.14.0")
     client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
-    client.answer(lifecycle.VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
+    client.answer(VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
     with pytest.raises(ActionFailed) as failed:
         run(client, installer_image=IMAGE)
     assert failed.value.message.startswith("1 of 2 nodes failed (10.5.0.8): ")
