@@ -133,7 +133,7 @@ members:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import bootstrap as etcd_bootstrap
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
@@ -153,9 +153,9 @@ def run(task):
     if snapshot and not (os.path.isfile(snapshot) and os.access(snapshot, os.R_OK)):
         raise TalosConfigError("The etcd snapshot to recover from, %s, is not a readable file." % snapshot)
     node = task.single_node("bootstraps exactly one control-plane node")
-    return etcd.bootstrap(task.client, node, snapshot, params["skip_hash_check"],
-                          wait_timeout=params["wait_timeout"] if params["wait"] else None, check_mode=task.check_mode,
-                          progress=task.progress)
+    return etcd_bootstrap.bootstrap(task.client, node, snapshot, params["skip_hash_check"],
+                                    wait_timeout=params["wait_timeout"] if params["wait"] else None, check_mode=task.check_mode,
+                                    progress=task.progress)
 
 
 def main():

@@ -146,7 +146,7 @@ alarms:
   sample: [{member_id: 8e9e05c52164694d, alarm: NOSPACE}]
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
@@ -154,7 +154,7 @@ SPEC = TaskSpec(argument_spec=dict())
 
 
 def run(task):
-    info = etcd.read_info(task.client, task.target_nodes, warn=task.warn)
+    info = etcd_status.read_info(task.client, task.target_nodes, warn=task.warn)
     return dict(changed=False, **info)
 
 

@@ -156,7 +156,7 @@ alarms_disarmed:
   elements: dict
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import maintenance as etcd_maintenance
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
@@ -174,9 +174,9 @@ def run(task):
     params = task.params
     if not (params["defragment"] or params["disarm_alarms"]):
         task.warn("Neither defragment nor disarm_alarms is set: nothing to do.")
-    return etcd.maintain(task.client, task.target_nodes, defragment=params["defragment"],
-                         min_free_ratio=params["defragment_min_free_ratio"], disarm_alarms=params["disarm_alarms"],
-                         check_mode=task.check_mode, progress=task.progress)
+    return etcd_maintenance.maintain(task.client, task.target_nodes, defragment=params["defragment"],
+                                     min_free_ratio=params["defragment_min_free_ratio"], disarm_alarms=params["disarm_alarms"],
+                                     check_mode=task.check_mode, progress=task.progress)
 
 
 def main():

@@ -221,6 +221,7 @@ quorum:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
@@ -248,11 +249,11 @@ def run(task):
         method = "remove" if method == "auto" else method
     else:
         ref = params["member"] or etcd.own_member_name(client, node)
-    return etcd.manage_member(client, node, ref, params["state"], method,
-                              forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
-                              probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),
-                              wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                              check_mode=task.check_mode, warn=task.warn, progress=task.progress)
+    return etcd_membership.manage_member(client, node, ref, params["state"], method,
+                                         forfeit=params["forfeit_leadership"], force_quorum_loss=params["force_quorum_loss"],
+                                         probe_seconds=min(etcd.HEALTH_PROBE_SECONDS, params["timeout"]),
+                                         wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                                         check_mode=task.check_mode, warn=task.warn, progress=task.progress)
 
 
 def main():

@@ -42,7 +42,9 @@ except ImportError:  # only JSON patches need it: applying one says so
     HAS_JSONPATCH = False
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, label
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import read_text_file
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.go_yaml import dump_documents
@@ -462,7 +464,7 @@ class ConfigApplier:
     means the nodes are in maintenance mode (reached without a client
     certificate): they have no config to compare with and install the new one
     by restarting. An apply that reboots a configured node passes the etcd
-    quorum guard first (lifecycle.guard: ``force_quorum_loss``,
+    quorum guard first (etcd/quorum.py guard: ``force_quorum_loss``,
     ``quorum_wait_timeout``), in check mode too. ``wait_timeout`` (seconds;
     None for no wait) bounds the wait for a reboot or for the secure API.
     ``check_mode`` stops after the dry run and the guard. ``progress`` (a
@@ -505,7 +507,6 @@ class ConfigApplier:
         ``result`` holds node, changed, mode, mode_details, warnings and
         rebooted, with every secret of the config redacted.
         """
-        from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
         reboot_mode = _machine_pb2().ApplyConfigurationRequest.REBOOT
         tag = talos_node.read_version_tag(self.client, node) if self.mode == "reboot" and not self.maintenance else None
         mode = request_mode(self.mode, self.maintenance, tag)
@@ -531,9 +532,8 @@ class ConfigApplier:
         rebooting = (self.mode == "reboot" or dry_run.mode == reboot_mode) and not self.maintenance
         if rebooting:
             # The one etcd quorum guard every reboot passes (a worker has nothing to guard).
-            from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
-            result.update(lifecycle.guard(self.client, node, "reboot", self.force_quorum_loss,
-                                          quorum_wait_timeout=self.quorum_wait_timeout, progress=self.progress))
+            result.update(etcd_quorum.guard(self.client, node, "reboot", self.force_quorum_loss,
+                                            quorum_wait_timeout=self.quorum_wait_timeout, progress=self.progress))
         if self.check_mode:
             return result, diff
 

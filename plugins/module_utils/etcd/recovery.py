@@ -18,7 +18,7 @@ where a run stopped:
 4. wipe etcd (Reset of EPHEMERAL, not graceful, reboot) on the control planes
    whose etcd still holds data, so that every etcd service waits to join;
 5. upload the snapshot to one control plane and Bootstrap it with
-   ``recover_etcd`` (etcd.bootstrap), wait for its one-member cluster, and
+   ``recover_etcd`` (etcd_bootstrap.bootstrap), wait for its one-member cluster, and
    write the record;
 6. wait until every other control plane joined it as a voting member.
 """
@@ -32,6 +32,9 @@ import os
 from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import bootstrap as etcd_bootstrap
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
@@ -74,7 +77,7 @@ def _read_record(path):
 def survey(client, nodes, probe_seconds=etcd.HEALTH_PROBE_SECONDS):
     """Each control plane's etcd, in the order of ``nodes``: ``{node, reachable, service, member_id, leader, error}``."""
     services = client.call_many(talos_node.SERVICE_LIST, nodes=nodes, deadline=probe_seconds)
-    statuses = client.call_many(etcd.STATUS, nodes=nodes, deadline=probe_seconds)
+    statuses = client.call_many(etcd_status.STATUS, nodes=nodes, deadline=probe_seconds)
     surveyed = []
     for node in nodes:
         entry = {"node": node, "reachable": True, "service": None, "member_id": None, "leader": None, "error": None}
@@ -89,7 +92,7 @@ def survey(client, nodes, probe_seconds=etcd.HEALTH_PROBE_SECONDS):
         if isinstance(status, TalosError):
             entry["error"] = status.message
         else:
-            status = etcd.status_to_dict(status[0].member_status)
+            status = etcd_status.status_to_dict(status[0].member_status)
             entry.update(member_id=status["member_id"], leader=status["leader"])
         surveyed.append(entry)
     return surveyed
@@ -161,12 +164,12 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
                        "etcd is wiped on every control plane and waits for Bootstrap"):
             if progress:
                 progress("uploading the snapshot to %s and bootstrapping etcd from it" % label(bootstrap_node))
-            bootstrapped = etcd.bootstrap(client, bootstrap_node, recover_from=facts["path"], skip_hash_check=skip_hash_check,
-                                          wait_timeout=wait_timeout, progress=progress)
+            bootstrapped = etcd_bootstrap.bootstrap(client, bootstrap_node, recover_from=facts["path"], skip_hash_check=skip_hash_check,
+                                                    wait_timeout=wait_timeout, progress=progress)
             if not bootstrapped["recovered"]:
                 raise TalosError("its etcd holds data again (it rejoined a cluster that still ran), so it refused to "
                                  "bootstrap from the snapshot", node=bootstrap_node)
-            member = etcd.member_status(client, bootstrap_node)
+            member = etcd_status.member_status(client, bootstrap_node)
         write_private(record, json.dumps({
             "sha256": facts["sha256"], "revision": facts["revision"], "bootstrap_node": bootstrap_node,
             "member_id": member["member_id"], "restored_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -175,7 +178,7 @@ def restore(client, nodes, snapshot=None, directory=None, prefix="etcd", skip_ha
         with _stopping(result, "waiting for %s to join the restored etcd" % label(node),
                        "etcd runs restored on %s; %s joined" % (label(bootstrap_node), _listed(result["joined"]))):
             name = etcd.own_member_name(client, node)
-            etcd.await_voter(client, bootstrap_node, name, None if check_mode else wait_timeout, check_mode, warn, progress)
+            etcd_membership.await_voter(client, bootstrap_node, name, None if check_mode else wait_timeout, check_mode, warn, progress)
             result["joined"].append(node)
     result["members"] = etcd.list_members(client, bootstrap_node) if not check_mode or restored else []
     return result

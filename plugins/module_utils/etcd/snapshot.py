@@ -29,6 +29,9 @@ import re
 import struct
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_duration
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError, short_label
@@ -38,6 +41,8 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
+
+SNAPSHOT = "machine.MachineService/EtcdSnapshot"
 
 HASH_SIZE = 32
 _READ_BLOCK = 1024 * 1024
@@ -339,11 +344,11 @@ def choose_source(client, node, source="auto", probe_seconds=etcd.HEALTH_PROBE_S
     """
     if source == "node":
         return {"id": None, "hostname": short_label(node), "node": node, "leader": None}
-    view = etcd.ClusterView.read(client, node, probe_seconds)
-    leader = etcd.leader_id(view.statuses)
+    view = etcd_membership.ClusterView.read(client, node, probe_seconds)
+    leader = etcd_status.leader_id(view.statuses)
     healthy = [member for member in view.members if view.healthy(member) and not member["is_learner"]]
     if not healthy:
-        unhealthy = etcd.unhealthy_text(view.members, view.statuses, [member["hostname"] for member in view.members])
+        unhealthy = etcd_quorum.unhealthy_text(view.members, view.statuses, [member["hostname"] for member in view.members])
         raise TalosError("Cannot take an etcd snapshot: no member of the cluster is healthy%s." % unhealthy, node=node)
     chosen = sorted(healthy, key=lambda member: member["id"] == leader)[0]
     return {"id": chosen["id"], "hostname": chosen["hostname"], "node": etcd.member_address(chosen),
@@ -371,7 +376,7 @@ def probe(client, member):
         head.extend(message.bytes)
         return len(head) >= HEAD_SIZE  # enough read: stop and close the stream
 
-    client.stream(etcd.SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=read_head)
+    client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=read_head)
     if not begins_as_database(bytes(head)):
         raise TalosError("Cannot take an etcd snapshot from %s: what it streams does not begin as an etcd database, so "
                          "it would not restore." % _source(member), node=member["node"])
@@ -436,7 +441,7 @@ def take(client, node, dest=None, directory=None, prefix="etcd", source="auto", 
             staged.write(message.bytes)
             return False  # keep reading: the stream ends with the snapshot
 
-        client.stream(etcd.SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=write_chunk)
+        client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=write_chunk)
         staged.flush()
         facts = _check_streamed(staged.temp_path, member)
         if dest is None:
@@ -457,7 +462,7 @@ def _versions(client, member):
     """The etcd version (the member's protocol version) and Talos version of the node the snapshot came from; None
     for what the client's role may not read (``os:etcd:backup`` may not ask Version)."""
     versions = {"etcd_version": None, "talos_version": None}
-    for name, read in (("etcd_version", lambda: etcd.member_status(client, member["node"])["protocol_version"]),
+    for name, read in (("etcd_version", lambda: etcd_status.member_status(client, member["node"])["protocol_version"]),
                        ("talos_version", lambda: talos_node.read_version_tag(client, member["node"]))):
         try:
             versions[name] = read()

@@ -4,7 +4,7 @@
 """Node lifecycle: reboot, shutdown, reset, rollback and upgrade of one node, from start to end.
 
 Each action takes a client, the node and plain values, passes the etcd quorum
-guard (etcd.QuorumGuard) before the node goes down, sends its request unless in
+guard (etcd_quorum.QuorumGuard) before the node goes down, sends its request unless in
 check mode, waits when given a ``wait_timeout`` (None: no wait; the wait's
 progress goes to ``progress``) and returns the task's result. What went wrong
 after the request was sent raises errors.ActionFailed, which carries the result
@@ -20,14 +20,13 @@ __metaclass__ = type
 import threading
 from contextlib import contextmanager
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     ActionFailed,
     TalosError,
     TalosUnimplementedError,
-    format_seconds,
     label,
     short_label,
 )
@@ -41,7 +40,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node impor
     read_version_tag,
     runs_at_least,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, WaitTimedOut, Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.maintenance import (
     MAINTENANCE_PROBE_SECONDS,
     found_in_maintenance,
@@ -80,8 +79,6 @@ INSTALL_TIMEOUT = 1200
 REBOOT_POLL_SECONDS = 2.0
 GONE_POLL_SECONDS = 1.0
 
-# Seconds between two asks of the etcd quorum guard that refused for now (each ask reads every member's status).
-QUORUM_POLL_SECONDS = 2.0
 
 # Installer lines kept in a failure message: enough to show the cause.
 FAILURE_CONTEXT_LINES = 5
@@ -94,40 +91,6 @@ def _failing_as(what, result):
         yield
     except TalosError as err:
         raise ActionFailed("%s: %s" % (what, err.message), result, err)
-
-
-def guard(client, node, action, force_quorum_loss=False, removal=False, quorum_wait_timeout=0, progress=None):
-    """The etcd quorum guard's findings before ``action`` (``"reboot"``) takes ``node`` down; raises when it refuses.
-
-    With ``quorum_wait_timeout`` (seconds) a refusal that may pass - a member
-    unhealthy for now, one catching up after its own reboot - is asked again
-    until the guard lets the node go or the time is up; ``progress`` hears
-    why etcd cannot spare the node yet. 0 refuses at once.
-    """
-    quorum_guard = etcd.QuorumGuard(client, force_quorum_loss)
-    what = "%s control-plane %s" % (action, label(node))
-    if not quorum_wait_timeout:
-        return quorum_guard.let_node_go(node, what, removal=removal)
-    refusals = []
-
-    def poll():
-        try:
-            findings = quorum_guard.let_node_go(node, what, removal=removal)
-        except etcd.QuorumLossRefused as refusal:
-            if refusal.reason is None:
-                raise
-            refusals.append(refusal)
-            return Seen(refusal.reason)
-        return Seen("spared", done=True, value=findings)
-
-    waiter = Waiter(quorum_wait_timeout, QUORUM_POLL_SECONDS, progress=progress)
-    try:
-        return waiter.until(poll, "etcd to spare %s" % label(node), "waiting for etcd to spare %s" % short_label(node),
-                            tolerate=lambda error: False)
-    except WaitTimedOut:
-        last = refusals[-1]
-        raise etcd.QuorumLossRefused("%s The guard still refused after %s seconds of waiting (quorum_wait_timeout)."
-                                     % (last.message, format_seconds(quorum_wait_timeout)), last.result, last.reason)
 
 
 def _actor_id(items):
@@ -214,8 +177,8 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
             raise TalosError("mode: force needs Talos v1.12 or newer, but %s runs %s; use mode: default or powercycle."
                              % (label(node), tag))
     result = dict(changed=True, mode=mode, boot_id_before=None, boot_id_after=None, elapsed=None, actor_id=None)
-    result.update(guard(client, node, "reboot", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
-                        progress=progress))
+    result.update(etcd_quorum.guard(client, node, "reboot", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                                    progress=progress))
     result["boot_id_before"] = waits.read_boot_marker(client, node)
     # Which of the services this node may run at all is known before it goes down.
     machine_type = read_machine_type(client, node) if any(name in CONTROL_PLANE_SERVICES for name in services) else None
@@ -239,8 +202,8 @@ def shutdown(client, node, graceful=True, force_quorum_loss=False, quorum_wait_t
              check_mode=False, progress=None):
     """Power ``node`` off (``graceful``: after cordon and drain) and wait until it stops answering."""
     result = dict(changed=True, actor_id=None, elapsed=None)
-    result.update(guard(client, node, "shut down", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
-                        progress=progress))
+    result.update(etcd_quorum.guard(client, node, "shut down", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                                    progress=progress))
     if check_mode:
         read_version_tag(client, node)  # the node must answer now to be shut down
         return result
@@ -282,8 +245,8 @@ def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=
     if volumes is not None:
         plan = resolve_labels(plan, volumes, node)
         result["wiped"]["labels"] = plan["labels"]
-    result.update(guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful,
-                        quorum_wait_timeout=quorum_wait_timeout, progress=progress))
+    result.update(etcd_quorum.guard(client, node, "gracefully reset" if graceful else "reset", force_quorum_loss, removal=graceful,
+                                    quorum_wait_timeout=quorum_wait_timeout, progress=progress))
     result["changed"] = True
     if check_mode:
         return result
@@ -316,8 +279,8 @@ def rollback(client, node, force_quorum_loss=False, quorum_wait_timeout=0, wait_
     """Make ``node`` boot its previous installation, then wait until it runs a version other than before."""
     previous = read_version_tag(client, node)
     result = dict(changed=True, from_version=previous, current_version=None, boot_id_before=None, boot_id_after=None)
-    result.update(guard(client, node, "roll back", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
-                        progress=progress))
+    result.update(etcd_quorum.guard(client, node, "roll back", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                                    progress=progress))
     result["boot_id_before"] = waits.read_boot_id(client, node)
     if diff:
         result["diff"] = dict(before={"version": previous}, after={"version": "(the previous installation)"})
@@ -367,8 +330,8 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
                   progress=[])
     if previous == target:
         return result
-    result.update(guard(client, node, "upgrade", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
-                        progress=progress))
+    result.update(etcd_quorum.guard(client, node, "upgrade", force_quorum_loss, quorum_wait_timeout=quorum_wait_timeout,
+                                    progress=progress))
     result.update(changed=True, upgraded=True)
     if diff:
         result["diff"] = dict(before={"version": previous}, after={"version": target})

@@ -9,6 +9,8 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import machine_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits as talos_waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConnectionError, TalosError
@@ -103,7 +105,7 @@ def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None
             machine_pb2.EtcdMember(id=i, hostname=name, client_urls=["https://10.5.0.%d:2379" % i])
             for i, name in enumerate(members, 1)])])
         for i, healthy in enumerate(members.values(), 1):
-            client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+            client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
                 member_id=i, leader=1))] if healthy else TalosConnectionError("unreachable", code="Unavailable"),
                 node="10.5.0.%d" % i)
     return client
@@ -266,7 +268,7 @@ class TestQuorumGuard:
 
     def test_a_reboot_etcd_cannot_spare_is_refused_before_anything_is_applied(self, waits):
         client = talos_node(members={"cp-1": True, "cp-2": False, "cp-3": True})
-        with pytest.raises(etcd.QuorumLossRefused) as refused:
+        with pytest.raises(etcd_quorum.QuorumLossRefused) as refused:
             run(client, mode="reboot")
         assert refused.value.message.startswith("Refusing to reboot control-plane node 10.5.0.3: etcd would keep 3 voting "
                                                 "members and need 2 of them healthy for quorum, but only 1 member other "
@@ -277,7 +279,7 @@ class TestQuorumGuard:
 
     def test_check_mode_runs_the_guard_too(self, waits):
         client = talos_node(members={"cp-1": True, "cp-2": False, "cp-3": True})
-        with pytest.raises(etcd.QuorumLossRefused):
+        with pytest.raises(etcd_quorum.QuorumLossRefused):
             run(client, mode="reboot", check_mode=True)
         assert mutations(client) == []
 
@@ -296,7 +298,7 @@ class TestQuorumGuard:
 
     def test_a_reboot_older_talos_chooses_is_guarded(self, waits):
         client = talos_node(version="v1.13.2", auto_reboots=True, members={"cp-1": True, "cp-2": False, "cp-3": True})
-        with pytest.raises(etcd.QuorumLossRefused):
+        with pytest.raises(etcd_quorum.QuorumLossRefused):
             run(client)
         assert mutations(client) == []
 

@@ -10,6 +10,9 @@ import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
 from fake_talos import FakeTalos
@@ -30,8 +33,8 @@ class Cluster:
         self.down = set(down)
         self.leader = 1
         self.client = FakeTalos(nodes=list(nodes))
-        for method, answer in ((HOSTNAME, self._hostname), (etcd.MEMBER_LIST, self._member_list), (etcd.STATUS, self._status),
-                               (etcd.LEAVE, self._leave), (etcd.REMOVE, self._remove), (etcd.FORFEIT, self._forfeit)):
+        for method, answer in ((HOSTNAME, self._hostname), (etcd.MEMBER_LIST, self._member_list), (etcd_status.STATUS, self._status),
+                               (etcd_membership.LEAVE, self._leave), (etcd_membership.REMOVE, self._remove), (etcd_membership.FORFEIT, self._forfeit)):
             self.client.answer(method, self._if_up(answer))
 
     def _member_at(self, node):
@@ -75,7 +78,7 @@ class Cluster:
 
     def mutations(self):
         return [(call.method.rsplit("/", 1)[-1], call.node) for call in self.client.calls
-                if call.method in (etcd.LEAVE, etcd.REMOVE, etcd.FORFEIT)]
+                if call.method in (etcd_membership.LEAVE, etcd_membership.REMOVE, etcd_membership.FORFEIT)]
 
     def names(self):
         return [m["hostname"] for m in self.members]
@@ -88,7 +91,7 @@ def run(cluster, **params):
         succeeded, result, module = run_task(talos_etcd_member, cluster.client, **options)
     finally:
         # The health probes ask every member at once, bounded by the timeout option.
-        assert all((call.via, call.kwargs["deadline"]) == ("call_many", 5) for call in cluster.client.calls_to(etcd.STATUS))
+        assert all((call.via, call.kwargs["deadline"]) == ("call_many", 5) for call in cluster.client.calls_to(etcd_status.STATUS))
     result["warnings"] = module.warnings
     return succeeded, result
 
@@ -126,7 +129,7 @@ def test_leave_of_an_unreachable_node_says_to_use_remove():
 
 def test_removal_that_loses_quorum_is_refused_unless_forced():
     cluster = Cluster(down=["10.5.0.3"])
-    with pytest.raises(etcd.QuorumLossRefused) as raised:
+    with pytest.raises(etcd_quorum.QuorumLossRefused) as raised:
         run(cluster, member="cp-2", state="absent")
     assert raised.value.message == (
         "Refusing to remove etcd member cp-2: etcd would keep 2 voting members and need 2 of them healthy for quorum, "
@@ -143,7 +146,7 @@ def test_removal_that_loses_quorum_is_refused_unless_forced():
 @pytest.mark.parametrize("force_quorum_loss", [False, True])
 def test_the_last_member_is_never_removed(force_quorum_loss):
     cluster = Cluster(count=1)
-    with pytest.raises(etcd.QuorumLossRefused, match="cp-1 is the last voting etcd member"):
+    with pytest.raises(etcd_quorum.QuorumLossRefused, match="cp-1 is the last voting etcd member"):
         run(cluster, state="absent", force_quorum_loss=force_quorum_loss)
     assert cluster.mutations() == []
 
@@ -207,7 +210,7 @@ def test_present_waits_until_the_member_joins(monkeypatch):
                     return seen.value
                 cluster.members[2]["learner"] = False
 
-    monkeypatch.setattr(etcd, "Waiter", Waiter)
+    monkeypatch.setattr(etcd_membership, "Waiter", Waiter)
     ok, result = run(cluster, member="cp-3", wait=True)
     assert ok and result["changed"] is False and polls == [False, True]
     assert result["members_before"][2]["is_learner"] is True and result["members_after"][2]["is_learner"] is False
@@ -215,7 +218,7 @@ def test_present_waits_until_the_member_joins(monkeypatch):
 
 def test_present_in_check_mode_only_warns_about_a_missing_member(monkeypatch):
     cluster = Cluster()
-    monkeypatch.setattr(etcd, "Waiter", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
+    monkeypatch.setattr(etcd_membership, "Waiter", lambda *args, **kwargs: pytest.fail("check mode must not wait"))
     ok, result = run(cluster, check_mode=True, member="cp-9", wait=True)
     assert ok and result["changed"] is False and result["member"] is None
     assert result["warnings"] == ["etcd member cp-9 is not a voting member yet (cp-9 is not a member (members: cp-1, cp-2, "

@@ -6,8 +6,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import errors
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosApiError, label, short_label
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    ActionFailed,
+    TalosApiError,
+    label,
+    short_label,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 
 
 def test_to_result_has_only_set_fields():
@@ -28,7 +33,7 @@ def test_action_failed_carries_the_result_so_far_and_its_causes_code_and_node():
     assert ActionFailed("Refused.", {"changed": False}, node="10.5.0.4").to_result() == {"changed": False, "node": "10.5.0.4"}
     assert ActionFailed("Refused.").to_result() == {}
     # The quorum guard's refusal is the same carrier, with the guard's findings as its result.
-    refusal = etcd.QuorumLossRefused("Refusing.", {"etcd_gate_open": False}, reason="members unhealthy")
+    refusal = etcd_quorum.QuorumLossRefused("Refusing.", {"etcd_gate_open": False}, reason="members unhealthy")
     assert isinstance(refusal, ActionFailed) and refusal.to_result() == {"etcd_gate_open": False}
 
 

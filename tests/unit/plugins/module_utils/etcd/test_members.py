@@ -8,7 +8,12 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import maintenance as etcd_maintenance
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     ActionFailed,
@@ -78,41 +83,41 @@ def test_list_members_converts_the_reply():
 def test_member_statuses_asks_each_members_node_and_keeps_errors():
     members = [member("cp-1", ONE), member("cp-2", TWO)]
     unreachable = TalosConnectionError("node 10.5.0.2 is unreachable", code="Unavailable")
-    client = FakeTalos(answers={etcd.STATUS: [machine_pb2.EtcdStatus(
+    client = FakeTalos(answers={etcd_status.STATUS: [machine_pb2.EtcdStatus(
         member_status=machine_pb2.EtcdMemberStatus(member_id=1, leader=1, db_size=4096))]})
-    client.answer(etcd.STATUS, unreachable, node="10.5.0.2")
+    client.answer(etcd_status.STATUS, unreachable, node="10.5.0.2")
 
-    statuses = etcd.member_statuses(client, members, deadline=3)
+    statuses = etcd_status.member_statuses(client, members, deadline=3)
     assert [(call.via, call.method, call.node, call.kwargs["deadline"]) for call in client.calls] == [
-        ("call_many", etcd.STATUS, "10.5.0.1", 3), ("call_many", etcd.STATUS, "10.5.0.2", 3)]
+        ("call_many", etcd_status.STATUS, "10.5.0.1", 3), ("call_many", etcd_status.STATUS, "10.5.0.2", 3)]
     assert statuses[ONE]["leader"] == ONE and statuses[ONE]["db_size"] == 4096
     assert statuses[TWO] is unreachable
-    assert etcd.healthy_ids(statuses) == {ONE}
+    assert etcd_status.healthy_ids(statuses) == {ONE}
 
 
 # Quorum and leader
 
 @pytest.mark.parametrize("voters, needed", [(0, 1), (1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])
 def test_quorum(voters, needed):
-    assert etcd.quorum(voters) == needed
+    assert etcd_quorum.quorum(voters) == needed
 
 
 def test_removal_from_three_healthy_members_is_safe():
     members = [member("cp-1", ONE), member("cp-2", TWO), member("cp-3", THREE)]
     statuses = dict((m["id"], status(m["id"], ONE)) for m in members)
-    check = etcd.removal_check(members, statuses, members[2])
+    check = etcd_quorum.removal_check(members, statuses, members[2])
     assert check == {"safe": True, "voters_after": 2, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}
 
 
 def test_removing_a_healthy_member_next_to_an_unhealthy_one_is_refused():
     members = [member("cp-1", ONE), member("cp-2", TWO), member("cp-3", THREE)]
     statuses = {ONE: status(ONE, ONE), TWO: status(TWO, ONE), THREE: TalosError("unreachable")}
-    check = etcd.removal_check(members, statuses, members[0])
+    check = etcd_quorum.removal_check(members, statuses, members[0])
     assert check["safe"] is False
     assert (check["voters_after"], check["quorum_after"], check["healthy_after"]) == (2, 2, 1)
     assert check["unhealthy"] == ["cp-3"]
     # Removing the unhealthy member itself leaves two healthy members: safe.
-    assert etcd.removal_check(members, statuses, members[2])["safe"] is True
+    assert etcd_quorum.removal_check(members, statuses, members[2])["safe"] is True
 
 
 @pytest.mark.parametrize("voters, unhealthy, safe", [
@@ -130,9 +135,9 @@ def test_outage_keeps_the_member_but_not_its_vote(voters, unhealthy, safe):
     statuses = dict((m["id"], status(m["id"], ONE)) for m in members)
     for m in members[voters - unhealthy:]:
         statuses[m["id"]] = TalosError("unreachable")
-    check = etcd.outage_check(members, statuses, members[0])
+    check = etcd_quorum.outage_check(members, statuses, members[0])
     assert check["safe"] is safe
-    assert check["voters_after"] == voters and check["quorum_after"] == etcd.quorum(voters)
+    assert check["voters_after"] == voters and check["quorum_after"] == etcd_quorum.quorum(voters)
     assert check["healthy_after"] == voters - 1 - unhealthy
     assert check["unhealthy"] == sorted(m["hostname"] for m in members[voters - unhealthy:])
 
@@ -140,8 +145,8 @@ def test_outage_keeps_the_member_but_not_its_vote(voters, unhealthy, safe):
 def test_outage_of_a_learner_is_always_safe():
     members = [member("cp-1", ONE), member("cp-2", TWO, learner=True)]
     statuses = {ONE: status(ONE, ONE), TWO: TalosError("unreachable")}
-    assert etcd.outage_check(members, statuses, members[1])["safe"] is True
-    assert etcd.outage_check(members, statuses, members[0])["safe"] is False
+    assert etcd_quorum.outage_check(members, statuses, members[1])["safe"] is True
+    assert etcd_quorum.outage_check(members, statuses, members[0])["safe"] is False
 
 
 def test_member_with_etcd_errors_counts_as_unhealthy():
@@ -150,9 +155,9 @@ def test_member_with_etcd_errors_counts_as_unhealthy():
     statuses[FOUR] = status(FOUR, ONE, errors=["memberID:4 alarm:NOSPACE"])
     statuses[FIVE] = status(FIVE, ONE, errors=["etcdserver: no leader"])
     # Five members, two unhealthy: removing a healthy one leaves 4 voters needing 3, only 2 healthy.
-    assert etcd.removal_check(members, statuses, members[0])["safe"] is False
+    assert etcd_quorum.removal_check(members, statuses, members[0])["safe"] is False
     # Removing an unhealthy one leaves 4 voters needing 3 with 3 healthy.
-    assert etcd.removal_check(members, statuses, members[4])["safe"] is True
+    assert etcd_quorum.removal_check(members, statuses, members[4])["safe"] is True
 
 
 # etcd lists every alarm of the cluster in every member's status, spaced as its build of Go's text encoder writes it.
@@ -160,23 +165,23 @@ ALARM_OF_TWO = ("memberID:2 alarm:NOSPACE", "memberID: 2  alarm: NOSPACE ")
 
 
 def test_alarms_are_read_whatever_their_spacing_and_other_errors_are_not_alarms():
-    assert [etcd.parse_alarm(text) for text in ALARM_OF_TWO] == [(TWO, "NOSPACE")] * 2
-    assert etcd.parse_alarm("memberID:10 alarm:CORRUPT") == ("%016x" % 10, "CORRUPT")
-    assert etcd.parse_alarm("etcdserver: no leader") is None
-    assert etcd.own_errors(status(ONE, ONE, errors=["etcdserver: no leader", ALARM_OF_TWO[1]])) == ["etcdserver: no leader"]
+    assert [etcd_status.parse_alarm(text) for text in ALARM_OF_TWO] == [(TWO, "NOSPACE")] * 2
+    assert etcd_status.parse_alarm("memberID:10 alarm:CORRUPT") == ("%016x" % 10, "CORRUPT")
+    assert etcd_status.parse_alarm("etcdserver: no leader") is None
+    assert etcd_status.own_errors(status(ONE, ONE, errors=["etcdserver: no leader", ALARM_OF_TWO[1]])) == ["etcdserver: no leader"]
 
 
 def test_an_alarm_every_status_lists_makes_only_the_member_it_names_unhealthy():
     members = [member("cp-%d" % i, "%016x" % i) for i in range(1, 6)]
     statuses = dict((m["id"], status(m["id"], ONE, errors=[ALARM_OF_TWO[i % 2]])) for i, m in enumerate(members))
     statuses[FIVE]["errors"].append("etcdserver: no leader")
-    assert etcd.health_problems(statuses) == {ONE: [], TWO: ["memberID:2 alarm:NOSPACE"], THREE: [], FOUR: [],
-                                              FIVE: ["etcdserver: no leader"]}
+    assert etcd_status.health_problems(statuses) == {ONE: [], TWO: ["memberID:2 alarm:NOSPACE"], THREE: [], FOUR: [],
+                                                     FIVE: ["etcdserver: no leader"]}
     # cp-5 down: cp-1, cp-3 and cp-4 are healthy, the quorum of five.
-    check = etcd.outage_check(members, statuses, members[4])
+    check = etcd_quorum.outage_check(members, statuses, members[4])
     assert (check["safe"], check["healthy_after"], check["unhealthy"]) == (True, 3, ["cp-2"])
-    assert etcd.leader_id(statuses) == ONE
-    view = etcd.ClusterView(members, statuses)
+    assert etcd_status.leader_id(statuses) == ONE
+    view = etcd_membership.ClusterView(members, statuses)
     assert [m["healthy"] for m in view.with_health()] == [True, False, True, True, False]
 
 
@@ -184,23 +189,23 @@ def test_an_alarm_names_its_member_even_when_that_members_node_does_not_answer()
     members = [member("cp-1", ONE), member("cp-2", TWO), member("cp-3", THREE)]
     statuses = {ONE: status(ONE, ONE, errors=[ALARM_OF_TWO[0]]), TWO: TalosError("unreachable"),
                 THREE: status(THREE, ONE, errors=[ALARM_OF_TWO[1]])}
-    assert etcd.health_problems(statuses)[TWO] == ["unreachable", "memberID:2 alarm:NOSPACE"]
+    assert etcd_status.health_problems(statuses)[TWO] == ["unreachable", "memberID:2 alarm:NOSPACE"]
 
 
 def test_learners_neither_vote_nor_block_their_removal():
     members = [member("cp-1", ONE), member("cp-2", TWO, learner=True)]
     statuses = {ONE: status(ONE, ONE), TWO: TalosError("not started")}
-    assert etcd.removal_check(members, statuses, members[1])["safe"] is True
+    assert etcd_quorum.removal_check(members, statuses, members[1])["safe"] is True
     # The last voting member cannot go without losing etcd.
-    check = etcd.removal_check(members, statuses, members[0])
+    check = etcd_quorum.removal_check(members, statuses, members[0])
     assert check["safe"] is False and check["voters_after"] == 0 and check["quorum_after"] == 1
 
 
 def test_leader_is_what_most_healthy_members_report():
     statuses = {ONE: status(ONE, TWO), TWO: status(TWO, TWO), THREE: status(THREE, ONE),
                 FOUR: status(FOUR, ONE, errors=["stale"]), FIVE: TalosError("down")}
-    assert etcd.leader_id(statuses) == TWO
-    assert etcd.leader_id({ONE: status(ONE, None)}) is None
+    assert etcd_status.leader_id(statuses) == TWO
+    assert etcd_status.leader_id({ONE: status(ONE, None)}) is None
 
 
 # The quorum guard
@@ -217,18 +222,18 @@ def etcd_client(members, hostname="cp-1", member_list_error=None, learners=()):
                                client_urls=["https://10.5.0.%d:2379" % index])
         for index, name in enumerate(members, 1)])])
     for index, healthy in enumerate(members.values(), 1):
-        client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
+        client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
                       if healthy else TalosConnectionError("unreachable", code="Unavailable"), node="10.5.0.%d" % index)
     return client
 
 
 def let_go(client, node="10.5.0.1", removal=False, force=False):
-    guard = etcd.QuorumGuard(client, force_quorum_loss=force)
+    guard = etcd_quorum.QuorumGuard(client, force_quorum_loss=force)
     return guard.let_node_go(node, "reboot control-plane node %s" % node, removal=removal)
 
 
 def refusal(client, **kwargs):
-    with pytest.raises(etcd.QuorumLossRefused) as raised:
+    with pytest.raises(etcd_quorum.QuorumLossRefused) as raised:
         let_go(client, **kwargs)
     return raised.value
 
@@ -253,7 +258,7 @@ def test_an_outage_of_a_healthy_three_member_cluster_is_safe():
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": True})
     assert let_go(client) == {"controlplane": True, "etcd_gate_open": True, "quorum": {
         "safe": True, "voters_after": 3, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}}
-    assert [(call.via, call.node, call.kwargs["deadline"]) for call in client.calls_to(etcd.STATUS)] == [
+    assert [(call.via, call.node, call.kwargs["deadline"]) for call in client.calls_to(etcd_status.STATUS)] == [
         ("call_many", "10.5.0.%d" % index, etcd.HEALTH_PROBE_SECONDS) for index in (1, 2, 3)]
 
 
@@ -279,7 +284,7 @@ def test_one_and_two_member_clusters_cannot_spare_a_member(count):
 def test_the_guard_names_the_member_an_alarm_names_not_every_member_listing_it():
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": True})
     for index in (1, 2, 3):
-        client.answer(etcd.STATUS, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]), node="10.5.0.%d" % index)
+        client.answer(etcd_status.STATUS, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]), node="10.5.0.%d" % index)
     refused = refusal(client)
     assert refused.message == (
         "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting members and need 2 of them healthy "
@@ -348,15 +353,15 @@ def etcd_cluster(sizes=None, leader=1, **per_node):
     fake = FakeTalos(nodes=[CP1, CP2, CP3])
     for index, node in enumerate((CP1, CP2, CP3), 1):
         db_size, in_use = (sizes or {}).get(node, (1000, 400))
-        fake.answer(etcd.STATUS, per_node.get(node) or status_reply(index, leader, db_size, in_use), node=node)
+        fake.answer(etcd_status.STATUS, per_node.get(node) or status_reply(index, leader, db_size, in_use), node=node)
     fake.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
         machine_pb2.EtcdMember(id=index, hostname="cp-%d" % index, client_urls=["https://%s:2379" % node])
         for index, node in enumerate((CP1, CP2, CP3), 1)])])
-    fake.answer(etcd.ALARM_LIST, [machine_pb2.EtcdAlarm(member_alarms=[
+    fake.answer(etcd_status.ALARM_LIST, [machine_pb2.EtcdAlarm(member_alarms=[
         machine_pb2.EtcdMemberAlarm(member_id=2, alarm=machine_pb2.EtcdMemberAlarm.NOSPACE),
         machine_pb2.EtcdMemberAlarm(member_id=3, alarm=machine_pb2.EtcdMemberAlarm.NONE)])])
-    fake.answer(etcd.DEFRAGMENT, [machine_pb2.EtcdDefragment()])
-    fake.answer(etcd.ALARM_DISARM, [machine_pb2.EtcdAlarmDisarm(member_alarms=[
+    fake.answer(etcd_maintenance.DEFRAGMENT, [machine_pb2.EtcdDefragment()])
+    fake.answer(etcd_maintenance.ALARM_DISARM, [machine_pb2.EtcdAlarmDisarm(member_alarms=[
         machine_pb2.EtcdMemberAlarm(member_id=2, alarm=machine_pb2.EtcdMemberAlarm.NOSPACE)])])
     return fake
 
@@ -364,7 +369,7 @@ def etcd_cluster(sizes=None, leader=1, **per_node):
 def test_info_has_a_status_per_node_and_keeps_the_one_that_did_not_answer():
     fake = etcd_cluster(**{CP2: fails_with("Unavailable", "connection refused")})
     warnings = []
-    info = etcd.read_info(fake, [CP1, CP2, CP3], warn=warnings.append)
+    info = etcd_status.read_info(fake, [CP1, CP2, CP3], warn=warnings.append)
     assert [m["hostname"] for m in info["members"]] == ["cp-1", "cp-2", "cp-3"]
     assert info["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
     first, second, third = info["status"]
@@ -379,8 +384,8 @@ def test_info_has_a_status_per_node_and_keeps_the_one_that_did_not_answer():
 def test_info_shows_an_alarm_once_in_the_status_of_the_member_it_names():
     fake = etcd_cluster(**dict((node, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]))
                                for index, node in enumerate((CP1, CP2, CP3), 1)))
-    fake.answer(etcd.STATUS, status_reply(3, 0, errors=["etcdserver: no leader", ALARM_OF_TWO[1]]), node=CP3)
-    info = etcd.read_info(fake, [CP1, CP2, CP3])
+    fake.answer(etcd_status.STATUS, status_reply(3, 0, errors=["etcdserver: no leader", ALARM_OF_TWO[1]]), node=CP3)
+    info = etcd_status.read_info(fake, [CP1, CP2, CP3])
     assert [entry["errors"] for entry in info["status"]] == [[], ["memberID:2 alarm:NOSPACE"], ["etcdserver: no leader"]]
     assert info["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
 
@@ -388,22 +393,22 @@ def test_info_shows_an_alarm_once_in_the_status_of_the_member_it_names():
 def test_defragment_finds_the_leader_although_every_status_lists_an_alarm():
     fake = etcd_cluster(**dict((node, status_reply(index, 2, errors=[ALARM_OF_TWO[0]]))
                                for index, node in enumerate((CP1, CP2, CP3), 1)))
-    etcd.maintain(fake, [CP1, CP2, CP3], defragment=True)
-    assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP1, CP3, CP2]
+    etcd_maintenance.maintain(fake, [CP1, CP2, CP3], defragment=True)
+    assert [call.node for call in fake.calls_to(etcd_maintenance.DEFRAGMENT)] == [CP1, CP3, CP2]
 
 
 def test_info_fails_with_the_error_when_no_node_answers():
     fake = etcd_cluster(**{CP1: fails_with("Unimplemented", "etcd status is only available on control plane nodes")})
     with pytest.raises(TalosUnimplementedError):
-        etcd.read_info(fake, [CP1])
+        etcd_status.read_info(fake, [CP1])
 
 
 def test_defragment_runs_one_member_at_a_time_the_leader_last():
     fake = etcd_cluster(leader=2)
     lines = []
-    result = etcd.maintain(fake, [CP1, CP2, CP3], defragment=True, progress=lines.append)
-    assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP1, CP3, CP2]
-    assert all(call.via == "call" for call in fake.calls_to(etcd.DEFRAGMENT))
+    result = etcd_maintenance.maintain(fake, [CP1, CP2, CP3], defragment=True, progress=lines.append)
+    assert [call.node for call in fake.calls_to(etcd_maintenance.DEFRAGMENT)] == [CP1, CP3, CP2]
+    assert all(call.via == "call" for call in fake.calls_to(etcd_maintenance.DEFRAGMENT))
     assert result["changed"] is True and result["defragmented"] == [CP1, CP3, CP2]
     assert [(m["node"], m["leader"], m["free_ratio"], m["defragmented"]) for m in result["members"]] == [
         (CP1, False, 0.6, True), (CP3, False, 0.6, True), (CP2, True, 0.6, True)]
@@ -412,40 +417,40 @@ def test_defragment_runs_one_member_at_a_time_the_leader_last():
 
 def test_defragment_only_members_with_enough_free_space_and_nothing_in_check_mode():
     fake = etcd_cluster(sizes={CP1: (1000, 900), CP2: (1000, 500), CP3: (0, 0)})
-    result = etcd.maintain(fake, [CP1, CP2, CP3], defragment=True, min_free_ratio=0.5, check_mode=True)
+    result = etcd_maintenance.maintain(fake, [CP1, CP2, CP3], defragment=True, min_free_ratio=0.5, check_mode=True)
     assert [(m["node"], m["selected"]) for m in result["members"]] == [(CP2, True), (CP3, False), (CP1, False)]
-    assert result["changed"] is True and result["defragmented"] == [] and fake.calls_to(etcd.DEFRAGMENT) == []
+    assert result["changed"] is True and result["defragmented"] == [] and fake.calls_to(etcd_maintenance.DEFRAGMENT) == []
 
-    nothing = etcd.maintain(fake, [CP1, CP3], defragment=True, min_free_ratio=0.5)
-    assert nothing["changed"] is False and fake.calls_to(etcd.DEFRAGMENT) == []
+    nothing = etcd_maintenance.maintain(fake, [CP1, CP3], defragment=True, min_free_ratio=0.5)
+    assert nothing["changed"] is False and fake.calls_to(etcd_maintenance.DEFRAGMENT) == []
 
 
 def test_defragment_stops_at_a_failure_and_needs_every_status_first():
     fake = etcd_cluster()
-    fake.answer(etcd.DEFRAGMENT, fails_with("DeadlineExceeded", "context deadline exceeded"), node=CP2)
+    fake.answer(etcd_maintenance.DEFRAGMENT, fails_with("DeadlineExceeded", "context deadline exceeded"), node=CP2)
     with pytest.raises(ActionFailed) as raised:
-        etcd.maintain(fake, [CP2, CP3, CP1], defragment=True)
+        etcd_maintenance.maintain(fake, [CP2, CP3, CP1], defragment=True)
     assert raised.value.message.startswith("Defragmenting etcd on node %s failed: " % CP2)
     assert raised.value.message.endswith("The members after it were not defragmented.")
     assert raised.value.to_result()["defragmented"] == [] and raised.value.code == "DeadlineExceeded"
-    assert [call.node for call in fake.calls_to(etcd.DEFRAGMENT)] == [CP2]
+    assert [call.node for call in fake.calls_to(etcd_maintenance.DEFRAGMENT)] == [CP2]
 
     down = etcd_cluster(**{CP3: fails_with("Unavailable", "connection refused")})
     with pytest.raises(ActionFailed, match="^Cannot defragment etcd: node 10.5.0.3 did not answer EtcdStatus"):
-        etcd.maintain(down, [CP1, CP2, CP3], defragment=True)
-    assert down.calls_to(etcd.DEFRAGMENT) == []
+        etcd_maintenance.maintain(down, [CP1, CP2, CP3], defragment=True)
+    assert down.calls_to(etcd_maintenance.DEFRAGMENT) == []
 
 
 def test_alarms_are_disarmed_only_when_there_are_some():
     fake = etcd_cluster()
-    result = etcd.maintain(fake, [CP1], disarm_alarms=True, check_mode=True)
+    result = etcd_maintenance.maintain(fake, [CP1], disarm_alarms=True, check_mode=True)
     assert result["changed"] is True and result["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
-    assert fake.calls_to(etcd.ALARM_DISARM) == []
-    result = etcd.maintain(fake, [CP1], disarm_alarms=True)
+    assert fake.calls_to(etcd_maintenance.ALARM_DISARM) == []
+    result = etcd_maintenance.maintain(fake, [CP1], disarm_alarms=True)
     assert result["alarms_disarmed"] == [{"member_id": TWO, "alarm": "NOSPACE"}]
-    fake.answer(etcd.ALARM_LIST, [machine_pb2.EtcdAlarm()])
-    again = etcd.maintain(fake, [CP1], disarm_alarms=True)
-    assert again["changed"] is False and len(fake.calls_to(etcd.ALARM_DISARM)) == 1
+    fake.answer(etcd_status.ALARM_LIST, [machine_pb2.EtcdAlarm()])
+    again = etcd_maintenance.maintain(fake, [CP1], disarm_alarms=True)
+    assert again["changed"] is False and len(fake.calls_to(etcd_maintenance.ALARM_DISARM)) == 1
 
 
 # A member joining etcd (the waits of talos_etcd_member and talos_etcd_restore)
@@ -470,12 +475,12 @@ def raft_status(member_id, raft_index, applied):
 def test_a_joining_member_advances_as_it_is_added_catches_up_and_is_promoted():
     fake = FakeTalos(nodes=[CP1])
     fake.answer(etcd.MEMBER_LIST, members_reply(None, True, True, True, True, True, False))
-    fake.answer(etcd.STATUS, in_turn(*[raft_status(1, index, index) for index in (100, 110, 120, 130, 140)]), node=CP1)
-    fake.answer(etcd.STATUS, fails_with("Unavailable", "connection refused"), node=CP2)
-    fake.answer(etcd.STATUS, in_turn(fails_with("Unknown", "etcd is not running on this node"), raft_status(3, 60, 60),
-                                     raft_status(3, 110, 100), raft_status(3, 130, 100), raft_status(3, 140, 140)),
+    fake.answer(etcd_status.STATUS, in_turn(*[raft_status(1, index, index) for index in (100, 110, 120, 130, 140)]), node=CP1)
+    fake.answer(etcd_status.STATUS, fails_with("Unavailable", "connection refused"), node=CP2)
+    fake.answer(etcd_status.STATUS, in_turn(fails_with("Unknown", "etcd is not running on this node"), raft_status(3, 60, 60),
+                                            raft_status(3, 110, 100), raft_status(3, 130, 100), raft_status(3, 140, 140)),
                 node="10.5.0.3")
-    poll = etcd.JoinProgress(fake, CP1, "cp-3")
+    poll = etcd_membership.JoinProgress(fake, CP1, "cp-3")
     seen = [poll() for unused_look in range(7)]
     assert [(look.state, look.advanced) for look in seen[:6]] == [
         ("not a member", True), ("learner", True), ("learner catching up", True), ("learner catching up", True),
@@ -488,16 +493,16 @@ def test_a_joining_member_advances_as_it_is_added_catches_up_and_is_promoted():
 
 def test_the_wait_for_a_learner_that_is_never_promoted_gives_up_once_it_stopped_moving(monkeypatch):
     now = {"t": 0.0}
-    monkeypatch.setattr(etcd.waits.time, "monotonic", lambda: now["t"])
-    monkeypatch.setattr(etcd.waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
+    monkeypatch.setattr(waiter.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(waiter.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
     fake = FakeTalos(nodes=[CP1])
     fake.answer(etcd.MEMBER_LIST, members_reply(True))
-    fake.answer(etcd.STATUS, raft_status(1, 500, 500), node=CP1)
-    fake.answer(etcd.STATUS, raft_status(2, 490, 490), node=CP2)
+    fake.answer(etcd_status.STATUS, raft_status(1, 500, 500), node=CP1)
+    fake.answer(etcd_status.STATUS, raft_status(2, 490, 490), node=CP2)
     # The learner catches up by 20 entries a look until it reaches the cluster, then waits in vain for its promotion.
-    fake.answer(etcd.STATUS, lambda _request, _node: raft_status(3, 500, min(500, 20 * int(now["t"]))), node="10.5.0.3")
+    fake.answer(etcd_status.STATUS, lambda _request, _node: raft_status(3, 500, min(500, 20 * int(now["t"]))), node="10.5.0.3")
     with pytest.raises(WaitTimedOut) as err:
-        etcd.await_voter(fake, CP1, "cp-3", 30, check_mode=False, warn=None, progress=None)
+        etcd_membership.await_voter(fake, CP1, "cp-3", 30, check_mode=False, warn=None, progress=None)
     assert err.value.message == (
         "Timed out waiting for cp-3 to be a voting etcd member: no progress in 30 seconds (56 seconds in all); last "
         "observed: cp-3 is a learner that caught up with the cluster and has not been promoted by its node's etcd service.")

@@ -13,7 +13,9 @@ import re
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import recovery as etcd_recovery
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import files
@@ -36,15 +38,15 @@ def control_planes(etcd_state="Running", leader=1, down=()):
     for index, node in enumerate(NODES, 1):
         if node in down:
             client.answer(talos_node.SERVICE_LIST, fails_with("Unavailable", "connection refused"), node=node)
-            client.answer(etcd.STATUS, fails_with("Unavailable", "connection refused"), node=node)
+            client.answer(etcd_status.STATUS, fails_with("Unavailable", "connection refused"), node=node)
             continue
         client.answer(talos_node.SERVICE_LIST, [machine_pb2.ServiceList(services=[
             machine_pb2.ServiceInfo(id="etcd", state=etcd_state)])], node=node)
         if etcd_state == "Running":
-            client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+            client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
                 member_id=index, leader=leader))], node=node)
         else:
-            client.answer(etcd.STATUS, fails_with("Unknown", "etcd is not running on this node"), node=node)
+            client.answer(etcd_status.STATUS, fails_with("Unknown", "etcd is not running on this node"), node=node)
     return client
 
 
@@ -57,7 +59,7 @@ def snapshot(tmp_path):
 
 def sent(client):
     """The calls that would change a node (the survey only reads)."""
-    return [call.method for call in client.calls if call.method not in (talos_node.SERVICE_LIST, etcd.STATUS)]
+    return [call.method for call in client.calls if call.method not in (talos_node.SERVICE_LIST, etcd_status.STATUS)]
 
 
 def test_check_mode_verifies_a_backup_of_a_healthy_cluster_and_says_a_run_would_be_refused(snapshot):
@@ -147,9 +149,9 @@ def test_every_message_is_one_sentence_without_doubled_punctuation(tmp_path):
 def test_a_join_that_stops_moving_is_reported_with_where_the_restore_stopped(snapshot, monkeypatch):
     # The record says this snapshot's restore runs on 10.5.0.1: the rerun waits for the joins only.
     client = control_planes()
-    client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+    client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
         member_id=1, leader=1, raft_index=40, raft_applied_index=40))], node=NODES[0])
-    client.answer(etcd.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+    client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
         member_id=2, leader=1, is_learner=True, raft_index=40, raft_applied_index=40))], node=NODES[1])
     client.answer("machine.MachineService/Hostname", lambda _request, node: [
         machine_pb2.Hostname(hostname="cp-%s" % node.rsplit(".", 1)[1])])
@@ -160,8 +162,8 @@ def test_a_join_that_stops_moving_is_reported_with_where_the_restore_stopped(sna
     files.write_private(etcd_recovery.record_path(snapshot), '{"sha256": "%s", "member_id": "%016x"}' % (
         facts["sha256"], 1), "the record")
     now = {"t": 0.0}
-    monkeypatch.setattr(etcd.waits.time, "monotonic", lambda: now["t"])
-    monkeypatch.setattr(etcd.waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
+    monkeypatch.setattr(waiter.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(waiter.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
     with pytest.raises(ActionFailed) as stopped:
         etcd_recovery.restore(client, NODES[:2], snapshot=snapshot, wait_timeout=30)
     assert stopped.value.message == (

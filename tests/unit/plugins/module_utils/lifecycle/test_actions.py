@@ -10,6 +10,8 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import VERSION
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
@@ -45,7 +47,7 @@ def node_client(members=None, **answers):
         client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
             machine_pb2.EtcdMember(id=i, hostname=n, client_urls=["https://10.5.0.%d:2379" % i]) for i, n in enumerate(members, 1)])])
         for i, healthy in enumerate(members.values(), 1):
-            client.answer(etcd.STATUS, healthy_status(i) if healthy else UNREACHABLE, node="10.5.0.%d" % i)
+            client.answer(etcd_status.STATUS, healthy_status(i) if healthy else UNREACHABLE, node="10.5.0.%d" % i)
     return client
 
 
@@ -63,8 +65,8 @@ def test_check_mode_reboot_of_a_worker_reads_and_sends_nothing():
 
 def test_the_guard_refuses_before_anything_is_sent():
     client = node_client(members={"cp-1": True, "cp-2": True, "cp-3": False})
-    with pytest.raises(etcd.QuorumLossRefused, match="^Refusing to shut down control-plane node 10.5.0.1: etcd would "
-                                                     "keep 3 voting member"):
+    with pytest.raises(etcd_quorum.QuorumLossRefused, match="^Refusing to shut down control-plane node 10.5.0.1: etcd would "
+                       "keep 3 voting member"):
         lifecycle.shutdown(client, "10.5.0.1")
     assert mutations(client) == []
 
@@ -105,7 +107,7 @@ def test_a_refused_rollback_changed_nothing():
 def recovering_client(unhealthy_asks):
     """A control plane of three whose cp-3 is unhealthy for the first ``unhealthy_asks`` status reads."""
     client = node_client(members={"cp-1": True, "cp-2": True, "cp-3": False}, Reboot=[machine_pb2.Reboot(actor_id="a1")])
-    client.answer(etcd.STATUS, in_turn(*[UNREACHABLE] * unhealthy_asks + [healthy_status(3)]), node="10.5.0.3")
+    client.answer(etcd_status.STATUS, in_turn(*[UNREACHABLE] * unhealthy_asks + [healthy_status(3)]), node="10.5.0.3")
     return client
 
 
@@ -132,7 +134,7 @@ def test_the_quorum_wait_asks_again_until_etcd_spares_the_node(clock):
 
 def test_the_quorum_wait_ends_in_the_last_refusal(clock):
     client = recovering_client(unhealthy_asks=100)
-    with pytest.raises(etcd.QuorumLossRefused) as refused:
+    with pytest.raises(etcd_quorum.QuorumLossRefused) as refused:
         lifecycle.reboot(client, "10.5.0.1", quorum_wait_timeout=5)
     assert refused.value.message.startswith("Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting")
     assert refused.value.message.endswith("to go ahead anyway. The guard still refused after 5 seconds of waiting "
@@ -142,15 +144,15 @@ def test_the_quorum_wait_ends_in_the_last_refusal(clock):
 
 def test_without_a_quorum_wait_the_guard_refuses_at_once(clock):
     client = recovering_client(unhealthy_asks=1)
-    with pytest.raises(etcd.QuorumLossRefused, match="force_quorum_loss: true to go ahead anyway.$"):
+    with pytest.raises(etcd_quorum.QuorumLossRefused, match="force_quorum_loss: true to go ahead anyway.$"):
         lifecycle.reboot(client, "10.5.0.1")
     assert client.names().count("EtcdMemberList") == 1
 
 
 def test_a_refusal_no_wait_changes_is_not_waited_for(clock):
     client = node_client(members={"cp-1": True})
-    with pytest.raises(etcd.QuorumLossRefused, match="is the last voting etcd member"):
-        lifecycle.guard(client, "10.5.0.1", "gracefully reset", removal=True, quorum_wait_timeout=60)
+    with pytest.raises(etcd_quorum.QuorumLossRefused, match="is the last voting etcd member"):
+        etcd_quorum.guard(client, "10.5.0.1", "gracefully reset", removal=True, quorum_wait_timeout=60)
     assert client.names().count("EtcdMemberList") == 1 and clock["t"] == 1000.0
 
 
