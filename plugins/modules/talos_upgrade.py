@@ -298,6 +298,7 @@ nodes:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import installer_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
@@ -335,7 +336,7 @@ def run(task):
         # anything changes, so that a config with two of them is refused first.
         choice = installer.choose_node_installer(client, node, target, image=image, repository=params["installer_repository"],
                                                  factory_url=params["image_factory_url"])
-        reference = installer.read_installer_reference(client, node)
+        reference = installer_reference.read_installer_reference(client, node)
         result = lifecycle.upgrade(client, node, choice.image, target, api, fall_back=params["api"] == "auto",
                                    reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
                                    force_quorum_loss=params["force_quorum_loss"],
@@ -343,7 +344,7 @@ def run(task):
                                    wait_timeout=params["wait_timeout"] if params["wait"] else None,
                                    check_mode=task.check_mode, diff=task.diff, progress=task.progress)
         result["image_reason"] = choice.reason
-        result["installer_reference"] = installer.update_installer_reference(
+        result["installer_reference"] = installer_reference.update_installer_reference(
             client, node, reference, choice.image, result, check_mode=task.check_mode, diff=task.diff, warn=task.warn)
         return result
 

@@ -17,7 +17,8 @@ import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory import EMPTY_SCHEMATIC_ID, FACTORY_URL, registry_host
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import FACTORY_INSTALLER_SINCE, LEGACY_INSTALLER_REPOSITORY, UNATTENDED_INSTALL_SINCE
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import FACTORY_INSTALLER_SINCE, LEGACY_INSTALLER_REPOSITORY
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.installer_reference import UNATTENDED_INSTALL_SINCE
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import SUPPORTED_RELEASES, SUPPORTED_TEXT
 
 # A contract for every Talos minor release the collection supports.

@@ -22,7 +22,7 @@ import json
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import comments as config_comments
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
-from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import installer_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract import (
     default_installer_image, install_home as resolve_install_home, kubernetes_version as resolve_kubernetes_version,
@@ -200,7 +200,7 @@ def multi_documents(gen):
     # The document needs a disk selector: without an install disk talosctl writes none.
     if gen.install_home == "unattended" and gen.install_disk:
         documents.append(_document(
-            installer.UNATTENDED_INSTALL_KIND,
+            installer_reference.UNATTENDED_INSTALL_KIND,
             installer={"image": gen.install_image} if gen.install_image else {},
             provisioning={"diskSelector": {"match": "disk.dev_path == %s" % json.dumps(gen.install_disk)}, "wipe": False},
         ))
@@ -288,7 +288,7 @@ def render(gen, config_patches=None, with_docs=False, with_examples=False):
     documents = generate_documents(gen)
     if config_patches:
         documents = apply_patches(documents, config_patches)
-        if installer.both_install_homes(documents):
+        if installer_reference.both_install_homes(documents):
             raise TalosConfigError(
                 "config_patches give the machine config both a .machine.install section and an UnattendedInstallConfig "
                 "document, which Talos refuses together: patch only the home install_home chooses (%s here), or set "

@@ -470,7 +470,7 @@ class ConfigApplier:
     ``check_mode`` stops after the dry run and the guard. ``progress`` (a
     callable taking a line) hears how a node's state changes during a long wait.
     With ``keep_newer_installer`` a configured node's installer reference never
-    moves back to an older release (installer.keep_newer_installer).
+    moves back to an older release (installer_reference.keep_newer_installer).
     """
 
     def __init__(self, client, config, mode="auto", try_timeout=60, maintenance=False, wait_timeout=None,
@@ -498,8 +498,9 @@ class ConfigApplier:
         """The config to apply to ``node`` and, when its installer was kept at the node's release, what was kept."""
         if not self.keep_newer_installer or self.maintenance:
             return self.config, None
-        from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
-        return installer.keep_newer_installer(self.config, installer.read_installer_reference(self.client, node))
+        # installer_reference applies configs through ConfigApplier: imported here, not at the top, to break the cycle.
+        from ansible_collections.talos_linux.talos.plugins.module_utils.config import installer_reference
+        return installer_reference.keep_newer_installer(self.config, installer_reference.read_installer_reference(self.client, node))
 
     def apply(self, node):
         """Apply the config to ``node``: ``(result, diff)``, diff None when the node already runs it.
