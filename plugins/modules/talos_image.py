@@ -161,6 +161,7 @@ image_reason:
 """
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import reference as image_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import choose_node_installer, resolve_target
@@ -223,7 +224,7 @@ def run(task):
         if installer:
             wanted, reasons, failures = _installers(task, nodes, image, target)
         else:
-            images.parse_reference(params["name"])
+            image_reference.parse_reference(params["name"])
             wanted = dict((node, params["name"]) for node in nodes)
         outcomes = store.ensure_present(wanted, check_mode=task.check_mode, timeout=params["pull_timeout"]) if wanted else {}
         outcomes.update(failures)

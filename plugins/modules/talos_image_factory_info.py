@@ -168,7 +168,7 @@ urls:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import factory as image_factory
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory import ImageFactoryError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 

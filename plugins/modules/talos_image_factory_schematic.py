@@ -175,7 +175,7 @@ image_factory_url:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import factory as image_factory
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 

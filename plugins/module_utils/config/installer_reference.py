@@ -15,7 +15,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.go_yaml i
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import (
     ConfigApplier, MachineConfig, load_config, parse_yaml_stream, read_active_config, rewrite_image_line,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import image_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import image_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import normalize_version, parse_version
 
 UNATTENDED_INSTALL_KIND = "UnattendedInstallConfig"

@@ -25,7 +25,7 @@ import re
 from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import runs_at_least
 
 FACTORY_URL = "https://factory.talos.dev"

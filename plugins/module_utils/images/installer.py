@@ -31,7 +31,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory i
     factory_installer,
     registry_host,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import image_tag, version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import image_tag, version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import (
     SUPPORTED_RELEASES,
     SUPPORTED_TEXT,

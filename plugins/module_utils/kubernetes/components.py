@@ -23,7 +23,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import image_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import image_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import is_v1alpha1, rewrite_image_line
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import normalize_version, parse_version
 

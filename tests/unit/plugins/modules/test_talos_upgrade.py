@@ -7,7 +7,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
+from ansible_collections.talos_linux.talos.plugins.module_utils.images import reference as image_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
@@ -28,7 +28,7 @@ from module_fakes import run_task
     ("ghcr.io/siderolabs/installer@sha256:" + "0" * 64, None),
 ])
 def test_image_tag(image, tag):
-    assert images.image_tag(image) == tag
+    assert image_reference.image_tag(image) == tag
 
 
 def test_resolve_target_from_version_adds_v_and_leaves_the_installer_to_the_node():
