@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for module_utils/nodes/node.py: labels, versions, machine type and status, service state rules."""
+"""Unit tests for module_utils/nodes/node.py: versions, machine type and status, service state rules."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
