@@ -16,7 +16,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     TalosTimeoutError,
     TalosTLSError,
 )
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from fake_talos import GET, FakeTalos, fails_with, in_turn, resource
@@ -50,18 +50,6 @@ def clock(monkeypatch):
     monkeypatch.setattr(waits.time, "monotonic", lambda: now["t"])
     monkeypatch.setattr(waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
     return now
-
-
-def scripted(*states):
-    """A poll that sees ``states`` in turn; the last is done, with its state as the value."""
-    script = list(states)
-
-    def poll():
-        state = script.pop(0)
-        if isinstance(state, Exception):
-            raise state
-        return Seen(state, done=not script, value=state)
-    return poll
 
 
 def test_read_boot_id_reads_the_kernel_file():
