@@ -8,7 +8,7 @@ of every node, in talosctl's order (pkg/cluster/check/default.go); the
 Kubernetes checks are left to the server-side ``cluster.ClusterService/HealthCheck``,
 whose progress stream ``server_health_check`` follows. ``nodes_to_check`` finds
 the node lists (options, else COSI cluster Members). Both wait through
-waits.Waiter, which shows the checks' progress; between two rounds of the
+common/waiter.Waiter, which shows the checks' progress; between two rounds of the
 Talos checks it follows the events of the node the failing check names.
 ``survey`` runs every Talos check once without waiting and names every
 unhealthy node: the gate before a rolling upgrade or restart. Nodes known to be

@@ -11,7 +11,7 @@
   (``<registry>/<platform>-installer[-secureboot]/<schematic>:<version>``) and
   the URLs of its boot assets.
 
-Which installer a node gets is installer.py's; nothing here sees a Task:
+Which installer a node gets is images/installer.py's; nothing here sees a Task:
 functions take plain values and raise the collection's errors.
 """
 

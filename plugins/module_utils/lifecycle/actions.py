@@ -324,7 +324,7 @@ def upgrade(client, node, image, target, api, fall_back=True, reboot_mode="defau
     """
     previous = read_version_tag(client, node)
     # ``upgraded``: the node moves (in check mode, would move) to ``target``; ``changed`` may also come from its
-    # installer reference alone (installer.update_installer_reference).
+    # installer reference alone (config/installer_reference.update_installer_reference).
     result = dict(changed=False, upgraded=False, from_version=previous, current_version=previous, to_version=target,
                   image=image, rebooted=False, api_used=None, controlplane=None, etcd_gate_open=None, quorum=None,
                   progress=[])

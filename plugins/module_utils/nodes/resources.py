@@ -62,7 +62,7 @@ def resolve_kind(client, type_ref, node=None, waiter=None):
 
     The definition whose ID is the lower-cased full type is read first; otherwise
     every definition is listed and ``type_ref`` matched against IDs and aliases.
-    With a ``waiter`` (a waits.Waiter), the reads ride out a node or endpoint that
+    With a ``waiter`` (a common/waiter.Waiter), the reads ride out a node or endpoint that
     does not answer yet, within the wait's time: resolving the type is part of the wait.
     """
     wanted = type_ref.strip().lower()
@@ -249,7 +249,7 @@ def _worth_waiting_out(error):
 
 
 def wait_for_condition(client, kind, namespace, resource_id, selectors, condition, node, waiter, use_watch=True):
-    """Wait through ``waiter`` (a waits.Waiter) until ``condition`` holds for the resources on ``node``;
+    """Wait through ``waiter`` (a common/waiter.Waiter) until ``condition`` holds for the resources on ``node``;
     returns the redacted resources then.
 
     COSI Watch delivers every change as it happens; a node that cannot watch
