@@ -37,7 +37,7 @@ def module_utils_files():
     found = []
     for directory, subdirectories, names in os.walk(MODULE_UTILS):
         relative = os.path.relpath(directory, MODULE_UTILS)
-        if relative.split(os.sep)[0] == GENERATED:
+        if relative.split(os.sep, maxsplit=1)[0] == GENERATED:
             subdirectories[:] = []
             continue
         subdirectories[:] = [name for name in subdirectories if name != "__pycache__"]
