@@ -33,7 +33,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract 
     SUPPORTED_CONTRACTS, contract_name, default_installer_image, kubernetes_version,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
-from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer  # noqa: E402
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.installer_reference import UNATTENDED_INSTALL_SINCE  # noqa: E402
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle  # noqa: E402
 
 CLUSTER_NAME = "conformance"
@@ -64,7 +64,7 @@ def plan():
     for contract in SUPPORTED_CONTRACTS:
         version = contract_name(contract)
         # The other installer home than the contract's default, where there is one.
-        other_home = ("-machine-install",) if contract >= installer.UNATTENDED_INSTALL_SINCE else ()
+        other_home = ("-machine-install",) if contract >= UNATTENDED_INSTALL_SINCE else ()
         for machine_type in config_generation.MACHINE_TYPES:
             for variant in ("", "-patched", "-documented") + other_home:
                 chosen = patches(contract) if variant == "-patched" else []
