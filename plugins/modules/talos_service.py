@@ -150,6 +150,7 @@ nodes:
     10.5.0.5: {changed: true, name: kubelet, state: Running, response: Service "kubelet" restarted}
 """
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, label
@@ -175,9 +176,9 @@ SPEC = TaskSpec(
 RECENT_EVENTS = 10
 
 REQUESTS = {
-    "started": ("machine.MachineService/ServiceStart", "ServiceStartRequest"),
-    "stopped": ("machine.MachineService/ServiceStop", "ServiceStopRequest"),
-    "restarted": ("machine.MachineService/ServiceRestart", "ServiceRestartRequest"),
+    "started": (rpc.SERVICE_START, "ServiceStartRequest"),
+    "stopped": (rpc.SERVICE_STOP, "ServiceStopRequest"),
+    "restarted": (rpc.SERVICE_RESTART, "ServiceRestartRequest"),
 }
 
 

@@ -3,10 +3,8 @@
 """Fakes of an etcd cluster for the unit tests of module_utils/etcd: members and statuses as the domain code
 returns them, and FakeTalos clusters that answer the etcd RPCs."""
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConnectionError
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import maintenance as etcd_maintenance
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from fake_talos import FakeTalos
 
@@ -28,19 +26,16 @@ ONE, TWO, THREE, FOUR, FIVE = ("%016x" % i for i in range(1, 6))
 ALARM_OF_TWO = ("memberID:2 alarm:NOSPACE", "memberID: 2  alarm: NOSPACE ")
 
 
-HOSTNAME = "machine.MachineService/Hostname"
-
-
 def etcd_client(members, hostname="cp-1", member_list_error=None, learners=()):
     """A FakeTalos of a cluster of ``members`` ({name: healthy}, member i at 10.5.0.i, cp-1 leading) whose nodes
     all call themselves ``hostname``; ``member_list_error`` answers EtcdMemberList instead."""
-    client = FakeTalos(answers={HOSTNAME: [machine_pb2.Hostname(hostname=hostname)]})
-    client.answer(etcd.MEMBER_LIST, member_list_error or [machine_pb2.EtcdMembers(members=[
+    client = FakeTalos(answers={rpc.HOSTNAME: [machine_pb2.Hostname(hostname=hostname)]})
+    client.answer(rpc.ETCD_MEMBER_LIST, member_list_error or [machine_pb2.EtcdMembers(members=[
         machine_pb2.EtcdMember(id=index, hostname=name, is_learner=name in learners,
                                client_urls=["https://10.5.0.%d:2379" % index])
         for index, name in enumerate(members, 1)])])
     for index, healthy in enumerate(members.values(), 1):
-        client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
+        client.answer(rpc.ETCD_STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(member_id=index, leader=1))]
                       if healthy else TalosConnectionError("unreachable", code="Unavailable"), node="10.5.0.%d" % index)
     return client
 
@@ -59,14 +54,14 @@ def etcd_cluster(sizes=None, leader=1, **per_node):
     fake = FakeTalos(nodes=[CP1, CP2, CP3])
     for index, node in enumerate((CP1, CP2, CP3), 1):
         db_size, in_use = (sizes or {}).get(node, (1000, 400))
-        fake.answer(etcd_status.STATUS, per_node.get(node) or status_reply(index, leader, db_size, in_use), node=node)
-    fake.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+        fake.answer(rpc.ETCD_STATUS, per_node.get(node) or status_reply(index, leader, db_size, in_use), node=node)
+    fake.answer(rpc.ETCD_MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
         machine_pb2.EtcdMember(id=index, hostname="cp-%d" % index, client_urls=["https://%s:2379" % node])
         for index, node in enumerate((CP1, CP2, CP3), 1)])])
-    fake.answer(etcd_status.ALARM_LIST, [machine_pb2.EtcdAlarm(member_alarms=[
+    fake.answer(rpc.ETCD_ALARM_LIST, [machine_pb2.EtcdAlarm(member_alarms=[
         machine_pb2.EtcdMemberAlarm(member_id=2, alarm=machine_pb2.EtcdMemberAlarm.NOSPACE),
         machine_pb2.EtcdMemberAlarm(member_id=3, alarm=machine_pb2.EtcdMemberAlarm.NONE)])])
-    fake.answer(etcd_maintenance.DEFRAGMENT, [machine_pb2.EtcdDefragment()])
-    fake.answer(etcd_maintenance.ALARM_DISARM, [machine_pb2.EtcdAlarmDisarm(member_alarms=[
+    fake.answer(rpc.ETCD_DEFRAGMENT, [machine_pb2.EtcdDefragment()])
+    fake.answer(rpc.ETCD_ALARM_DISARM, [machine_pb2.EtcdAlarmDisarm(member_alarms=[
         machine_pb2.EtcdMemberAlarm(member_id=2, alarm=machine_pb2.EtcdMemberAlarm.NOSPACE)])])
     return fake

@@ -4,7 +4,7 @@
 """FakeTalos: the one fake Talos client of the unit tests, answering by RPC path.
 
 A test says what each RPC answers, for every node or for one
-(``fake.answer("machine.MachineService/Version", [reply], node="10.5.0.2")``),
+(``fake.answer(rpc.VERSION, [reply], node="10.5.0.2")``),
 runs the code under test and reads what was asked (``fake.calls``). The fake
 has TalosClient's public surface with the same signatures and return shapes
 (client.py; test_fake_talos.py holds it to that) and refuses what the real
@@ -51,9 +51,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
-
-GET = "cosi.resource.State/Get"
-LIST = "cosi.resource.State/List"
 
 
 class _EveryNode(object):
@@ -130,7 +127,7 @@ def cosi_state(*resources):
                               % (request.type, request.namespace, request.id))
         if isinstance(request, state_pb2.ListRequest):
             if request.options.label_query:
-                raise AssertionError("cosi_state does not filter by labels: answer %s with what the query selects" % LIST)
+                raise AssertionError("cosi_state does not filter by labels: answer %s with what the query selects" % rpc.COSI_LIST)
             return [state_pb2.ListResponse(resource=item) for item in resources
                     if (item.metadata.namespace, item.metadata.type) == (request.namespace, request.type)]
         raise AssertionError("cosi_state answers Get and List, not %s" % type(request).__name__)
@@ -290,19 +287,19 @@ class FakeTalos(object):
         return list(self._replies(method, data, node))
 
     def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None, retry_unreachable=False):
-        request = self._record("get_resource", GET, rpc.UNARY,
+        request = self._record("get_resource", rpc.COSI_GET, rpc.UNARY,
                                state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id), node,
                                dict(deadline=deadline, retry_unreachable=retry_unreachable))
-        return resource_to_dict(list(self._replies(GET, request, node))[0].resource)
+        return resource_to_dict(list(self._replies(rpc.COSI_GET, request, node))[0].resource)
 
     def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None,
                        retry_unreachable=False):
         request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
         if label_query is not None and label_query.terms:
             request.options.label_query.add().CopyFrom(label_query)
-        self._record("list_resources", LIST, rpc.SERVER_STREAM, request, node,
+        self._record("list_resources", rpc.COSI_LIST, rpc.SERVER_STREAM, request, node,
                      dict(deadline=deadline, retry_unreachable=retry_unreachable))
-        return [resource_to_dict(reply.resource) for reply in self._replies(LIST, request, node)]
+        return [resource_to_dict(reply.resource) for reply in self._replies(rpc.COSI_LIST, request, node)]
 
     # -- machinery -------------------------------------------------------------------
 

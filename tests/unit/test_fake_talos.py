@@ -11,12 +11,13 @@ import inspect
 import pytest
 from google.rpc import status_pb2
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConnectionError, TalosNodeError, TalosTLSError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.common import common_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from fake_talos import EVERY_NODE, GET, LIST, FakeTalos, cosi_state, fails_with, in_turn, resource
+from fake_talos import EVERY_NODE, FakeTalos, cosi_state, fails_with, in_turn, resource
 
 VERSION = "machine.MachineService/Version"
 HEALTH = "cluster.ClusterService/HealthCheck"
@@ -104,7 +105,7 @@ def test_data_streams_are_bytes_and_stream_many_returns_per_node():
 
 def test_cosi_state_answers_get_and_list_as_a_node_does():
     status = resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", {"stage": "running"})
-    fake = FakeTalos(answers={GET: cosi_state(status), LIST: cosi_state(status)})
+    fake = FakeTalos(answers={rpc.COSI_GET: cosi_state(status), rpc.COSI_LIST: cosi_state(status)})
     assert fake.get_resource("runtime", "MachineStatuses.runtime.talos.dev", "machine")["spec"] == {"stage": "running"}
     assert [item["metadata"]["id"] for item in fake.list_resources("runtime", "MachineStatuses.runtime.talos.dev")] == ["machine"]
     assert fake.list_resources("config", "MachineStatuses.runtime.talos.dev") == []

@@ -435,20 +435,20 @@ class TalosClient:
 
     def get_resource(self, namespace, resource_type, resource_id, node=None, deadline=None, retry_unreachable=False):
         """One COSI resource as a dict; a missing one raises TalosApiError with code NotFound."""
-        request = self._method("cosi.resource.State/Get", Cardinality.UNARY_UNARY).request_type(
+        request = self._method(rpc.COSI_GET, Cardinality.UNARY_UNARY).request_type(
             namespace=namespace, type=resource_type, id=resource_id)
-        items = self.call("cosi.resource.State/Get", request, node=node, deadline=deadline,
+        items = self.call(rpc.COSI_GET, request, node=node, deadline=deadline,
                           retry_unreachable=retry_unreachable)
         return resource_to_dict(items[0].resource)
 
     def list_resources(self, namespace, resource_type, node=None, deadline=None, label_query=None,
                        retry_unreachable=False):
         """Every COSI resource of a type in a namespace (matching ``label_query``, a LabelQuery), as dicts."""
-        request = self._method("cosi.resource.State/List", Cardinality.UNARY_STREAM).request_type(
+        request = self._method(rpc.COSI_LIST, Cardinality.UNARY_STREAM).request_type(
             namespace=namespace, type=resource_type)
         if label_query is not None and label_query.terms:
             request.options.label_query.add().CopyFrom(label_query)
-        replies = self.stream("cosi.resource.State/List", request, node=node, deadline=deadline,
+        replies = self.stream(rpc.COSI_LIST, request, node=node, deadline=deadline,
                               retry_unreachable=retry_unreachable)
         return [resource_to_dict(reply.resource) for reply in replies]
 

@@ -7,6 +7,7 @@ for every node, concurrently) and the shape of the facts."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import resources
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
@@ -28,9 +29,6 @@ except ImportError:  # reported by task.execute through missing_required_lib
 
 SUBSETS = ("version", "hostname", "machine", "services", "etcd", "disks", "memory", "network", "mounts", "config")
 MINIMAL_SUBSETS = ("version", "hostname", "machine")
-
-COSI_GET = "cosi.resource.State/Get"
-COSI_LIST = "cosi.resource.State/List"
 
 
 def resolve_subsets(gather_subset):
@@ -122,12 +120,12 @@ def network_facts(resources):
 
 # The unary reads of the subsets that depend on nothing else: they go out with the machine status and type.
 _INDEPENDENT_READS = (
-    ("version", talos_node.VERSION),
-    ("hostname", "machine.MachineService/Hostname"),
-    ("services", talos_node.SERVICE_LIST),
-    ("disks", "storage.StorageService/Disks"),
-    ("memory", "machine.MachineService/Memory"),
-    ("mounts", "machine.MachineService/Mounts"),
+    ("version", rpc.VERSION),
+    ("hostname", rpc.HOSTNAME),
+    ("services", rpc.SERVICE_LIST),
+    ("disks", rpc.STORAGE_DISKS),
+    ("memory", rpc.MEMORY),
+    ("mounts", rpc.MOUNTS),
 )
 
 
@@ -199,7 +197,7 @@ class FactGatherer:
 
     def get_resources(self, subset, namespace, resource_type, resource_id, nodes=None, quiet_codes=()):
         request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
-        return _resources(self.call(subset, COSI_GET, request, nodes=nodes, quiet_codes=quiet_codes))
+        return _resources(self.call(subset, rpc.COSI_GET, request, nodes=nodes, quiet_codes=quiet_codes))
 
     def list_resources(self, subset, namespace, resource_type):
         """``{node: [resource]}`` of the nodes that answered a COSI List (a stream per node, read concurrently)."""
@@ -207,7 +205,7 @@ class FactGatherer:
         if not targets:
             return {}
         request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
-        answers = self.client.stream_many(COSI_LIST, request, nodes=targets, max_concurrency=self.max_concurrency)
+        answers = self.client.stream_many(rpc.COSI_LIST, request, nodes=targets, max_concurrency=self.max_concurrency)
         listed = {}
         for node in targets:
             answer = answers[node]
@@ -221,7 +219,7 @@ class FactGatherer:
     def gather(self, subsets, resources):
         # Machine status and type decide `maintenance` and whether etcd applies: always read. They and every unary
         # read that depends on nothing go out together.
-        reads = [("machine", COSI_GET, state_pb2.GetRequest(namespace=namespace, type=kind, id=name), quiet_codes)
+        reads = [("machine", rpc.COSI_GET, state_pb2.GetRequest(namespace=namespace, type=kind, id=name), quiet_codes)
                  for (namespace, kind, name), quiet_codes in ((talos_node.MACHINE_STATUS, ()),
                                                               (talos_node.MACHINE_TYPE, ("NotFound",)))]
         independent = [(subset, method) for subset, method in _INDEPENDENT_READS if subset in subsets]
@@ -286,9 +284,9 @@ class FactGatherer:
         candidates = [node for node in self.alive()
                       if machine_types.get(node) is None or talos_node.is_control_plane_type(machine_types[node])]
         quiet = ("Unimplemented",)
-        members = self.call("etcd", "machine.MachineService/EtcdMemberList", machine_pb2.EtcdMemberListRequest(query_local=False),
+        members = self.call("etcd", rpc.ETCD_MEMBER_LIST, machine_pb2.EtcdMemberListRequest(query_local=False),
                             nodes=candidates, quiet_codes=quiet)
-        statuses = self.call("etcd", "machine.MachineService/EtcdStatus", nodes=list(members), quiet_codes=quiet)
+        statuses = self.call("etcd", rpc.ETCD_STATUS, nodes=list(members), quiet_codes=quiet)
         for node, items in members.items():
             if isinstance(items, TalosError) or node not in statuses:
                 continue

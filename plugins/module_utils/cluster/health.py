@@ -21,6 +21,7 @@ __metaclass__ = type
 import re
 import time
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import discovery as members_source
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
@@ -43,7 +44,6 @@ try:
 except ImportError:  # reported by task.execute through missing_required_lib
     cluster_pb2 = state_pb2 = machine_pb2 = None
 
-HEALTH_CHECK = "cluster.ClusterService/HealthCheck"
 DIAGNOSTICS_TYPE = "Diagnostics.runtime.talos.dev"
 
 # (name, what talosctl prints after "waiting for"), in talosctl's order.
@@ -162,12 +162,12 @@ class TalosChecks:
         return [(node, message) for node, message in getattr(self, name)() if node not in self.ignored]
 
     def etcd_healthy(self):
-        answers = self._call_many("machine.MachineService/ServiceList", nodes=self.nodes.control_planes)
+        answers = self._call_many(rpc.SERVICE_LIST, nodes=self.nodes.control_planes)
         return _problems_of(answers, _service_check("etcd"))
 
     def etcd_members_consistent(self):
         request = machine_pb2.EtcdMemberListRequest(query_local=False)
-        answers = self._call_many(etcd.MEMBER_LIST, request, nodes=self.nodes.control_planes)
+        answers = self._call_many(rpc.ETCD_MEMBER_LIST, request, nodes=self.nodes.control_planes)
         problems = []
         self._members = {}
         for node, answer in answers.items():
@@ -204,17 +204,17 @@ class TalosChecks:
         return problems
 
     def apid_ready(self):
-        return _problems_of(self._call_many("machine.MachineService/Version", nodes=self.nodes.all), lambda items: None)
+        return _problems_of(self._call_many(rpc.VERSION, nodes=self.nodes.all), lambda items: None)
 
     def memory_sizes(self):
         def check(items):
             return None if items and items[0].meminfo.memtotal > 0 else "the node reports no memory"
-        return _problems_of(self._call_many("machine.MachineService/Memory", nodes=self.nodes.all), check)
+        return _problems_of(self._call_many(rpc.MEMORY, nodes=self.nodes.all), check)
 
     def disk_sizes(self):
         def check(items):
             return None if any(item.disks for item in items) else "the node reports no disks"
-        return _problems_of(self._call_many("storage.StorageService/Disks", nodes=self.nodes.all), check)
+        return _problems_of(self._call_many(rpc.STORAGE_DISKS, nodes=self.nodes.all), check)
 
     def no_diagnostics(self):
         problems = []
@@ -235,7 +235,7 @@ class TalosChecks:
         return problems
 
     def kubelet_healthy(self):
-        answers = self._call_many("machine.MachineService/ServiceList", nodes=self.nodes.control_planes)
+        answers = self._call_many(rpc.SERVICE_LIST, nodes=self.nodes.control_planes)
         return _problems_of(answers, _service_check("kubelet"))
 
     def boot_sequence_done(self):
@@ -245,7 +245,7 @@ class TalosChecks:
         def check(items):
             status = talos_node.MachineStatus(resource_to_dict(items[0].resource)["spec"])
             return None if status.running_and_ready else "the node is in %s" % status
-        return _problems_of(self._call_many("cosi.resource.State/Get", request, nodes=self.nodes.all), check)
+        return _problems_of(self._call_many(rpc.COSI_GET, request, nodes=self.nodes.all), check)
 
     def survey(self):
         """Every check once, in order, each run whatever the ones before found: a Survey.
@@ -412,7 +412,7 @@ def server_health_check(client, nodes, node, timeout, progress=None):
     try:
         # The server stops at wait_timeout; the call may take a little longer to say so. It is a wait, so an
         # endpoint that is still coming up is retried rather than failed at once.
-        client.stream(HEALTH_CHECK, request, node=node, on_message=on_progress, deadline=timeout + 30,
+        client.stream(rpc.CLUSTER_HEALTH_CHECK, request, node=node, on_message=on_progress, deadline=timeout + 30,
                       retry_unreachable=True)
     except TalosError as error:
         elapsed = waiter.elapsed

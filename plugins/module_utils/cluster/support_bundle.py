@@ -34,6 +34,7 @@ try:
 except ImportError:  # reported by task.execute through missing_required_lib
     yaml = None
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import resource_metadata_to_dict, resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import PrivateFile
@@ -231,18 +232,18 @@ class SupportBundle:
     def _reachable(self, writer):
         """The nodes that answer Version (their summary written), and ``{node: TalosError}`` of those that do not."""
         unreached = {}
-        versions = self._each(writer, self.nodes, "summary", "machine.MachineService/Version", failures=unreached)
+        versions = self._each(writer, self.nodes, "summary", rpc.VERSION, failures=unreached)
         for node, items in versions.items():
             writer.add(self.names[node], "summary", self._file(node, "summary"), _summary(node, items[0]))
         return [node for node in self.nodes if node in versions], unreached
 
     def _logs(self, writer, nodes, section, service, path):
         request = machine_pb2.LogsRequest(namespace="system", id=service, driver=common_pb2.CONTAINERD, tail_lines=-1)
-        for node, data in self._each(writer, nodes, section, "machine.MachineService/Logs", request, stream=True).items():
+        for node, data in self._each(writer, nodes, section, rpc.LOGS, request, stream=True).items():
             writer.add(self.names[node], section, self._file(node, path), _text(data))
 
     def _service_logs(self, writer, nodes):
-        listed = self._each(writer, nodes, "service-logs", "machine.MachineService/ServiceList")
+        listed = self._each(writer, nodes, "service-logs", rpc.SERVICE_LIST)
         by_service = {}
         for node, items in listed.items():
             for service in items[0].services:
@@ -254,7 +255,7 @@ class SupportBundle:
 
     def _kubernetes_logs(self, writer, nodes):
         request = machine_pb2.ContainersRequest(namespace="k8s.io", driver=common_pb2.CRI)
-        listed = self._each(writer, nodes, "kubernetes-logs", "machine.MachineService/Containers", request)
+        listed = self._each(writer, nodes, "kubernetes-logs", rpc.CONTAINERS, request)
         for node, items in listed.items():
             for container in items[0].containers:
                 namespace, _slash, pod = container.pod_id.partition("/")
@@ -263,7 +264,7 @@ class SupportBundle:
                     continue
                 path = "kubernetes-logs/kube-system/%s%s.log" % (pod, "" if container.pid else "-exited")
                 logs = machine_pb2.LogsRequest(namespace="k8s.io", id=container.id, driver=common_pb2.CRI, tail_lines=-1)
-                answer = self.client.stream_many("machine.MachineService/Logs", logs, nodes=[node],
+                answer = self.client.stream_many(rpc.LOGS, logs, nodes=[node],
                                                  max_concurrency=self.max_concurrency)[node]
                 if isinstance(answer, TalosError):
                     writer.miss(self.names[node], "kubernetes-logs", answer.message)
@@ -272,7 +273,7 @@ class SupportBundle:
 
     def _resources(self, writer, nodes):
         request = state_pb2.ListRequest(namespace=DEFINITIONS_NAMESPACE, type=DEFINITIONS_TYPE)
-        listed = self._each(writer, nodes, "resources", "cosi.resource.State/List", request, stream=True)
+        listed = self._each(writer, nodes, "resources", rpc.COSI_LIST, request, stream=True)
         kinds, sensitive = {}, set()
         for node, replies in listed.items():
             for reply in replies:
@@ -285,7 +286,7 @@ class SupportBundle:
         for kind, having in sorted(kinds.items()):
             definition_id, resource_type, namespace = kind
             request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
-            answers = self.client.stream_many("cosi.resource.State/List", request, nodes=having,
+            answers = self.client.stream_many(rpc.COSI_LIST, request, nodes=having,
                                               max_concurrency=self.max_concurrency)
             for node in having:
                 answer = answers[node]
@@ -312,7 +313,7 @@ class SupportBundle:
                 break
             if section == "dmesg":
                 request = machine_pb2.DmesgRequest(follow=False, tail=False)
-                for node, data in self._each(writer, nodes, section, "machine.MachineService/Dmesg", request, stream=True).items():
+                for node, data in self._each(writer, nodes, section, rpc.DMESG, request, stream=True).items():
                     writer.add(self.names[node], section, self._file(node, "dmesg.log"), _text(data))
             elif section in ("controller-runtime", "dns-resolve-cache"):
                 self._logs(writer, nodes, section, section, "%s.log" % section)
@@ -321,22 +322,22 @@ class SupportBundle:
             elif section == "kubernetes-logs":
                 self._kubernetes_logs(writer, nodes)
             elif section == "mounts":
-                for node, items in self._each(writer, nodes, section, "machine.MachineService/Mounts").items():
+                for node, items in self._each(writer, nodes, section, rpc.MOUNTS).items():
                     writer.add(self.names[node], section, self._file(node, "mounts"), _mounts(self.names[node], items[0]))
             elif section == "devices":
                 request = machine_pb2.ReadRequest(path="/proc/bus/pci/devices")
-                for node, data in self._each(writer, nodes, section, "machine.MachineService/Read", request, stream=True).items():
+                for node, data in self._each(writer, nodes, section, rpc.READ, request, stream=True).items():
                     writer.add(self.names[node], section, self._file(node, "devices"), data)
             elif section == "io":
-                for node, items in self._each(writer, nodes, section, "machine.MachineService/DiskStats").items():
+                for node, items in self._each(writer, nodes, section, rpc.DISK_STATS).items():
                     writer.add(self.names[node], section, self._file(node, "io"), _io(items[0]))
             elif section == "processes":
-                for node, items in self._each(writer, nodes, section, "machine.MachineService/Processes").items():
+                for node, items in self._each(writer, nodes, section, rpc.PROCESSES).items():
                     writer.add(self.names[node], section, self._file(node, "processes"), _processes(items[0]))
             elif section == "resources":
                 self._resources(writer, nodes)
             elif section == "dependencies":
-                method = "inspect.InspectService/ControllerRuntimeDependencies"
+                method = rpc.INSPECT_CONTROLLER_RUNTIME_DEPENDENCIES
                 for node, items in self._each(writer, nodes, section, method).items():
                     writer.add(self.names[node], section, self._file(node, "dependencies.dot"), _graph(items[0]))
         return nodes, unreached
@@ -376,7 +377,7 @@ class SupportBundle:
     def plan(self):
         """What ``collect`` would gather (check mode): ``report`` and ``unreached`` as ``collect`` gives them, for the
         nodes that answer Version, with the sections they would give as ``collected``."""
-        answers = self.client.call_many("machine.MachineService/Version", nodes=self.nodes, max_concurrency=self.max_concurrency)
+        answers = self.client.call_many(rpc.VERSION, nodes=self.nodes, max_concurrency=self.max_concurrency)
         unreached = dict((node, answers[node]) for node in self.nodes if isinstance(answers[node], TalosError))
         collected = dict((self.names[node], list(NODE_SECTIONS)) for node in self.nodes if node not in unreached)
         missed = dict((self.names[node], [{"section": "summary", "reason": error.message}])

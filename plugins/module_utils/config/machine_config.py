@@ -41,6 +41,7 @@ try:
 except ImportError:  # only JSON patches need it: applying one says so
     HAS_JSONPATCH = False
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
@@ -53,9 +54,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter im
 
 DRY_RUN_DIFF_MARKER = "Config diff:"
 NO_CHANGES = "No changes."
-
-APPLY = "machine.MachineService/ApplyConfiguration"
-REBOOT = "machine.MachineService/Reboot"
 
 # The only FailedPrecondition ApplyConfiguration answers: "another apply configuration is already in progress".
 APPLY_RETRY_CODES = ("FailedPrecondition",)
@@ -177,7 +175,7 @@ def read_active_config(client, node):
     namespace, resource_type, resource_id = ACTIVE_CONFIG
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
     request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=resource_id)
-    return client.call("cosi.resource.State/Get", request, node=node)[0].resource.spec.yaml_spec
+    return client.call(rpc.COSI_GET, request, node=node)[0].resource.spec.yaml_spec
 
 
 def _type_name(value):
@@ -492,7 +490,7 @@ class ConfigApplier:
 
     def _call_apply(self, node, config, mode, dry_run):
         request = apply_request(config.data, mode, self.try_timeout, dry_run)
-        return self.client.call(APPLY, request, node=node, retry_codes=APPLY_RETRY_CODES)[0]
+        return self.client.call(rpc.APPLY_CONFIGURATION, request, node=node, retry_codes=APPLY_RETRY_CODES)[0]
 
     def _config_for(self, node):
         """The config to apply to ``node`` and, when its installer was kept at the node's release, what was kept."""
@@ -552,7 +550,7 @@ class ConfigApplier:
                     waits.wait_for_secure_api(secure_client, node, Waiter(self.wait_timeout, progress=self.progress))
         elif self.mode == "reboot" or applied.mode == reboot_mode:
             if applied.mode != reboot_mode:
-                self.client.call(REBOOT, _machine_pb2().RebootRequest(), node=node)
+                self.client.call(rpc.REBOOT, _machine_pb2().RebootRequest(), node=node)
             result["rebooted"] = True
             if self.wait_timeout:
                 waits.wait_for_reboot(self.client, node, boot_id, Waiter(self.wait_timeout, progress=self.progress))

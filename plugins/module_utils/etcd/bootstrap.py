@@ -7,6 +7,7 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, label, short_label
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
@@ -22,9 +23,6 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
-
-BOOTSTRAP = "machine.MachineService/Bootstrap"
-RECOVER = "machine.MachineService/EtcdRecover"
 
 # Answers of a node that is not ready for bootstrap yet, as talosctl's cluster helper retries them.
 BOOTSTRAP_RETRY_CODES = ("FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled")
@@ -92,10 +90,10 @@ def _call_bootstrap(client, node, recover_from, skip_hash_check):
     """Upload the recovery snapshot if any, then call Bootstrap; False when the node answers AlreadyExists."""
     request = machine_pb2.BootstrapRequest()
     if recover_from:
-        client.upload(RECOVER, _snapshot_chunks(recover_from), node=node)
+        client.upload(rpc.ETCD_RECOVER, _snapshot_chunks(recover_from), node=node)
         request = machine_pb2.BootstrapRequest(recover_etcd=True, recover_skip_hash_check=skip_hash_check)
     try:
-        client.call(BOOTSTRAP, request, node=node, retry_codes=BOOTSTRAP_RETRY_CODES)
+        client.call(rpc.BOOTSTRAP, request, node=node, retry_codes=BOOTSTRAP_RETRY_CODES)
     except TalosError as err:
         if err.code == "AlreadyExists":
             return False

@@ -7,6 +7,7 @@ disarm."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     ActionFailed,
     TalosError,
@@ -26,9 +27,6 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
-
-ALARM_DISARM = "machine.MachineService/EtcdAlarmDisarm"
-DEFRAGMENT = "machine.MachineService/EtcdDefragment"
 
 
 def defragment_order(nodes, statuses):
@@ -82,7 +80,7 @@ def maintain(client, nodes, defragment=False, min_free_ratio=0.0, disarm_alarms=
             result["changed"] = True
             if not check_mode:
                 try:
-                    items = client.call(ALARM_DISARM, node=nodes[0])
+                    items = client.call(rpc.ETCD_ALARM_DISARM, node=nodes[0])
                 except TalosError as err:
                     raise ActionFailed("Disarming the etcd alarms failed: %s" % err.message, result, err)
                 result["alarms_disarmed"] = [alarm_to_dict(alarm) for item in items for alarm in item.member_alarms
@@ -98,7 +96,7 @@ def _defragment(client, entry, result, progress):
             short_label(node), entry["member_id"], ", the leader" if entry["leader"] else "",
             entry["db_size"] - entry["db_size_in_use"], entry["db_size"]))
     try:
-        client.call(DEFRAGMENT, node=node)
+        client.call(rpc.ETCD_DEFRAGMENT, node=node)
     except TalosError as err:
         # The server may still be defragmenting: no other member is started.
         raise ActionFailed("Defragmenting etcd on %s failed: %s The members after it were not defragmented."

@@ -15,6 +15,7 @@ __metaclass__ = type
 import re
 from urllib.parse import urlparse
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import is_transient
 
@@ -22,8 +23,6 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
-
-MEMBER_LIST = "machine.MachineService/EtcdMemberList"
 
 # A member whose node does not answer EtcdStatus within this many seconds
 # (or the task's timeout, when shorter) counts as unhealthy.
@@ -80,7 +79,7 @@ def member_to_dict(member):
 
 def list_members(client, node):
     """The cluster's members as seen by ``node`` (EtcdMemberList with the cluster view)."""
-    items = client.call(MEMBER_LIST, machine_pb2.EtcdMemberListRequest(query_local=False), node=node)
+    items = client.call(rpc.ETCD_MEMBER_LIST, machine_pb2.EtcdMemberListRequest(query_local=False), node=node)
     return [member_to_dict(member) for item in items for member in item.members]
 
 
@@ -123,7 +122,7 @@ def member_address(member):
 
 def own_member_name(client, node):
     """The etcd member name of ``node``: Talos names members after the node's hostname."""
-    return client.call("machine.MachineService/Hostname", node=node)[0].hostname
+    return client.call(rpc.HOSTNAME, node=node)[0].hostname
 
 
 def still_starting(error):

@@ -7,6 +7,7 @@ behind the quorum guard, leadership moves, and the wait for a member that joins 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd.members import (
@@ -28,10 +29,6 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
-
-LEAVE = "machine.MachineService/EtcdLeaveCluster"
-REMOVE = "machine.MachineService/EtcdRemoveMemberByID"
-FORFEIT = "machine.MachineService/EtcdForfeitLeadership"
 
 
 class ClusterView:
@@ -132,7 +129,7 @@ def _forfeit(client, view, member, check_mode, result):
         raise TalosError("etcd member %s cannot forfeit leadership: it is the only voting member, so there is no "
                          "member to hand leadership to." % member["hostname"])
     if not check_mode:
-        items = client.call(FORFEIT, machine_pb2.EtcdForfeitLeadershipRequest(), node=member_address(member))
+        items = client.call(rpc.ETCD_FORFEIT_LEADERSHIP, machine_pb2.EtcdForfeitLeadershipRequest(), node=member_address(member))
         result["new_leader"] = items[0].member if items else None
     return True
 
@@ -156,7 +153,7 @@ def _remove(client, node, view, member, method, force_quorum_loss, check_mode, r
     if check_mode:
         return
     if method == "leave":
-        client.call(LEAVE, machine_pb2.EtcdLeaveClusterRequest(), node=member_address(member))
+        client.call(rpc.ETCD_LEAVE_CLUSTER, machine_pb2.EtcdLeaveClusterRequest(), node=member_address(member))
         return
     through = node  # None: the endpoint itself
     if member_address(member) == node:
@@ -169,7 +166,7 @@ def _remove(client, node, view, member, method, force_quorum_loss, check_mode, r
 def remove_member_by_id(client, node, member_id):
     """EtcdRemoveMemberByID through ``node``; False when etcd no longer has the member (removed meanwhile)."""
     try:
-        client.call(REMOVE, machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id), node=node)
+        client.call(rpc.ETCD_REMOVE_MEMBER_BY_ID, machine_pb2.EtcdRemoveMemberByIDRequest(member_id=member_id), node=node)
     except TalosError as err:
         if err.code == "NotFound":
             return False

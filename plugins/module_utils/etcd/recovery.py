@@ -31,6 +31,7 @@ import json
 import os
 from contextlib import contextmanager
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import bootstrap as etcd_bootstrap
@@ -47,7 +48,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import write_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.reset import (
-    RESET,
     reset_plan,
     reset_request,
     wait_for_reset_reboot,
@@ -76,8 +76,8 @@ def _read_record(path):
 
 def survey(client, nodes, probe_seconds=etcd.HEALTH_PROBE_SECONDS):
     """Each control plane's etcd, in the order of ``nodes``: ``{node, reachable, service, member_id, leader, error}``."""
-    services = client.call_many(talos_node.SERVICE_LIST, nodes=nodes, deadline=probe_seconds)
-    statuses = client.call_many(etcd_status.STATUS, nodes=nodes, deadline=probe_seconds)
+    services = client.call_many(rpc.SERVICE_LIST, nodes=nodes, deadline=probe_seconds)
+    statuses = client.call_many(rpc.ETCD_STATUS, nodes=nodes, deadline=probe_seconds)
     surveyed = []
     for node in nodes:
         entry = {"node": node, "reachable": True, "service": None, "member_id": None, "leader": None, "error": None}
@@ -192,7 +192,7 @@ def _wipe(client, nodes, wait_timeout, progress):
     for node in nodes:
         if progress:
             progress("wiping etcd on %s (reset of EPHEMERAL, reboot)" % label(node))
-        client.call(RESET, request, node=node)
+        client.call(rpc.RESET, request, node=node)
     for node in nodes:
         state = wait_for_reset_reboot(client, node, markers[node], Waiter(wait_timeout, progress=progress))[0]
         if state != "configured":

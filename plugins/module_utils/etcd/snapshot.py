@@ -28,6 +28,7 @@ import os
 import re
 import struct
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
@@ -41,8 +42,6 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
-
-SNAPSHOT = "machine.MachineService/EtcdSnapshot"
 
 HASH_SIZE = 32
 _READ_BLOCK = 1024 * 1024
@@ -376,7 +375,7 @@ def probe(client, member):
         head.extend(message.bytes)
         return len(head) >= HEAD_SIZE  # enough read: stop and close the stream
 
-    client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=read_head)
+    client.stream(rpc.ETCD_SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=read_head)
     if not begins_as_database(bytes(head)):
         raise TalosError("Cannot take an etcd snapshot from %s: what it streams does not begin as an etcd database, so "
                          "it would not restore." % _source(member), node=member["node"])
@@ -441,7 +440,7 @@ def take(client, node, dest=None, directory=None, prefix="etcd", source="auto", 
             staged.write(message.bytes)
             return False  # keep reading: the stream ends with the snapshot
 
-        client.stream(SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=write_chunk)
+        client.stream(rpc.ETCD_SNAPSHOT, machine_pb2.EtcdSnapshotRequest(), node=member["node"], on_message=write_chunk)
         staged.flush()
         facts = _check_streamed(staged.temp_path, member)
         if dest is None:

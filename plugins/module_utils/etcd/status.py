@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd.members import (
     format_member_id,
@@ -20,9 +21,6 @@ try:
     from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 except ImportError:  # reported by task.execute through missing_required_lib
     machine_pb2 = None
-
-STATUS = "machine.MachineService/EtcdStatus"
-ALARM_LIST = "machine.MachineService/EtcdAlarmList"
 
 # An alarm among a status's errors: etcd's AlarmMember in protobuf text (see parse_alarm).
 _ALARM_TEXT = re.compile(r"^\s*memberID\s*:\s*(\d+)\s+alarm\s*:\s*([A-Z_]+)\s*$")
@@ -47,7 +45,7 @@ def status_to_dict(status):
 
 def member_status(client, node):
     """EtcdStatus of the local member of ``node`` as a dict."""
-    items = client.call(STATUS, node=node)
+    items = client.call(rpc.ETCD_STATUS, node=node)
     return status_to_dict(items[0].member_status)
 
 
@@ -64,7 +62,7 @@ def member_statuses(client, members, deadline=None):
         address = member_address(member)
         if address:
             addresses[member["id"]] = address
-    answers = client.call_many(STATUS, nodes=sorted(set(addresses.values())), deadline=deadline) if addresses else {}
+    answers = client.call_many(rpc.ETCD_STATUS, nodes=sorted(set(addresses.values())), deadline=deadline) if addresses else {}
     statuses = {}
     for member in members:
         address = addresses.get(member["id"])
@@ -164,14 +162,14 @@ def alarm_to_dict(alarm):
 
 def list_alarms(client, node):
     """The alarms of the cluster's etcd as ``node`` lists them (etcd keeps one list for the whole cluster)."""
-    items = client.call(ALARM_LIST, node=node)
+    items = client.call(rpc.ETCD_ALARM_LIST, node=node)
     return [alarm_to_dict(alarm) for item in items for alarm in item.member_alarms
             if alarm.alarm != machine_pb2.EtcdMemberAlarm.NONE]
 
 
 def node_statuses(client, nodes):
     """EtcdStatus of the member of each node: ``{node: status dict or the TalosError it answered}``."""
-    answers = client.call_many(STATUS, nodes=nodes)
+    answers = client.call_many(rpc.ETCD_STATUS, nodes=nodes)
     return dict((node, answer if isinstance(answer, TalosError) else status_to_dict(answer[0].member_status))
                 for node, answer in answers.items())
 

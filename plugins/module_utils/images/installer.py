@@ -23,6 +23,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory import (
     EMPTY_SCHEMATIC_ID,
@@ -35,7 +36,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import (
     SUPPORTED_RELEASES,
     SUPPORTED_TEXT,
-    VERSION,
     normalize_version,
     parse_version,
     runs_at_least,
@@ -173,7 +173,7 @@ def node_build(version_item, extension_statuses, security_state):
 def read_node_build(client, node, version_item=None):
     """Read the NodeBuild of ``node`` (``version_item``: its Version reply item when already read)."""
     if version_item is None:
-        version_item = client.call(VERSION, node=node)[0]
+        version_item = client.call(rpc.VERSION, node=node)[0]
     extensions = client.list_resources("runtime", "ExtensionStatuses.runtime.talos.dev", node=node)
     try:
         security = client.get_resource("runtime", "SecurityStates.talos.dev", "securitystate", node=node)

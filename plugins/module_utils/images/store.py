@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, TalosUnimplementedError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import parse_reference
 
@@ -23,12 +24,6 @@ NAMESPACES = {
     "system": ("CRI", "NS_SYSTEM"),
     "cri": ("CRI", "NS_CRI"),
 }
-
-IMAGE_LIST = "machine.ImageService/List"
-IMAGE_PULL = "machine.ImageService/Pull"
-IMAGE_REMOVE = "machine.ImageService/Remove"
-LEGACY_IMAGE_LIST = "machine.MachineService/ImageList"
-LEGACY_IMAGE_PULL = "machine.MachineService/ImagePull"
 
 # Seconds a pull may take on one node by default: Talos's own pulls give up after 20 minutes.
 PULL_TIMEOUT = 1200
@@ -102,13 +97,13 @@ class NodeImages:
     def list(self, nodes):
         """``{node: [image records] or TalosError}``."""
         from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, machine_pb2
-        listed = self.client.stream_many(IMAGE_LIST, image_pb2.ImageServiceListRequest(containerd=_containerd(self.namespace)),
+        listed = self.client.stream_many(rpc.IMAGE_LIST, image_pb2.ImageServiceListRequest(containerd=_containerd(self.namespace)),
                                          nodes=nodes, max_concurrency=self.max_concurrency)
         old = [node for node, answer in listed.items() if isinstance(answer, TalosUnimplementedError)]
         if old:
             self.legacy.update(old)
             listed.update(self.client.stream_many(
-                LEGACY_IMAGE_LIST, machine_pb2.ImageListRequest(namespace=_legacy_namespace(self.namespace)),
+                rpc.LEGACY_IMAGE_LIST, machine_pb2.ImageListRequest(namespace=_legacy_namespace(self.namespace)),
                 nodes=old, max_concurrency=self.max_concurrency))
         return dict((node, answer if isinstance(answer, TalosError) else [_image_record(item) for item in answer])
                     for node, answer in listed.items())
@@ -160,13 +155,13 @@ class NodeImages:
             for node in modern:
                 self.progress("%s: pulling %s into the %s namespace" % (label(node), image, self.namespace))
             request = image_pb2.ImageServicePullRequest(containerd=_containerd(self.namespace), image_ref=image)
-            answers = self.client.stream_many(IMAGE_PULL, request, nodes=modern, deadline=timeout,
+            answers = self.client.stream_many(rpc.IMAGE_PULL, request, nodes=modern, deadline=timeout,
                                               max_concurrency=self.max_concurrency, on_message=on_message)
             for node, answer in answers.items():
                 outcomes[node] = answer if isinstance(answer, TalosError) else names.get(node, image)
         if legacy:
             request = machine_pb2.ImagePullRequest(namespace=_legacy_namespace(self.namespace), reference=image)
-            answers = self.client.call_many(LEGACY_IMAGE_PULL, request, nodes=legacy, deadline=timeout,
+            answers = self.client.call_many(rpc.LEGACY_IMAGE_PULL, request, nodes=legacy, deadline=timeout,
                                             max_concurrency=self.max_concurrency)
             for node, answer in answers.items():
                 outcomes[node] = answer if isinstance(answer, TalosError) else image
@@ -199,7 +194,7 @@ class NodeImages:
                 continue
             for name in result["removed"]:
                 try:
-                    self.client.call(IMAGE_REMOVE, image_pb2.ImageServiceRemoveRequest(
+                    self.client.call(rpc.IMAGE_REMOVE, image_pb2.ImageServiceRemoveRequest(
                         containerd=_containerd(self.namespace), image_ref=name), node=node)
                 except TalosError as error:
                     # Gone meanwhile is as good as removed.

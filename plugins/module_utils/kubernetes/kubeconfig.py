@@ -33,11 +33,11 @@ try:
 except ImportError:  # reported by the module through missing_required_lib
     x509 = None
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import read_text
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact
 
-KUBECONFIG = "machine.MachineService/Kubeconfig"
 CREDENTIAL_KEYS = ("client-certificate-data", "client-key-data")
 # Existing credentials that expire sooner than this are replaced.
 RENEW_BEFORE = datetime.timedelta(days=1)
@@ -45,7 +45,7 @@ RENEW_BEFORE = datetime.timedelta(days=1)
 
 def fetch_kubeconfig(client, node):
     """``(text, config)``: the admin kubeconfig ``node`` issues, as Talos wrote it and parsed."""
-    text = extract_kubeconfig(client.read_bytes(KUBECONFIG, node=node), node)
+    text = extract_kubeconfig(client.read_bytes(rpc.KUBECONFIG, node=node), node)
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -20,6 +20,7 @@ __metaclass__ = type
 import threading
 from contextlib import contextmanager
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
@@ -46,7 +47,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.maintenanc
     found_in_maintenance,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.reset import (
-    RESET,
     STATE_VOLUME,
     reset_request,
     resolve_labels,
@@ -64,12 +64,6 @@ try:
 except ImportError:  # reported by the task doors through missing_required_lib
     common_pb2 = image_pb2 = lifecycle_pb2 = machine_pb2 = None
 
-REBOOT = "machine.MachineService/Reboot"
-SHUTDOWN = "machine.MachineService/Shutdown"
-ROLLBACK = "machine.MachineService/Rollback"
-LEGACY_UPGRADE = "machine.MachineService/Upgrade"
-IMAGE_PULL = "machine.ImageService/Pull"
-LIFECYCLE_UPGRADE = "machine.LifecycleService/Upgrade"
 # How long the installer may run when the task does not wait for the node (wait_timeout bounds it otherwise).
 INSTALL_TIMEOUT = 1200
 
@@ -187,7 +181,7 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
 
     waiter = _waiter(wait_timeout, progress)
     request = machine_pb2.RebootRequest(mode=machine_pb2.RebootRequest.Mode.Value(mode.upper()))
-    result["actor_id"] = _actor_id(client.call(REBOOT, request, node=node))
+    result["actor_id"] = _actor_id(client.call(rpc.REBOOT, request, node=node))
     if waiter is None:
         return result
     with _failing_as("The reboot of %s was requested but the node is not back as expected" % label(node), result):
@@ -209,7 +203,7 @@ def shutdown(client, node, graceful=True, force_quorum_loss=False, quorum_wait_t
         return result
 
     waiter = _waiter(wait_timeout, progress, interval=GONE_POLL_SECONDS)
-    result["actor_id"] = _actor_id(client.call(SHUTDOWN, machine_pb2.ShutdownRequest(force=not graceful), node=node))
+    result["actor_id"] = _actor_id(client.call(rpc.SHUTDOWN, machine_pb2.ShutdownRequest(force=not graceful), node=node))
     if waiter is not None:
         with _failing_as("The shutdown of %s was requested but the node still answers" % label(node), result):
             waits.wait_until_unreachable(client, node, waiter)
@@ -254,7 +248,7 @@ def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=
     rebooting = expected != "off"
     marker = waits.read_boot_marker(client, node) if rebooting and wait_timeout is not None else None
     waiter = _waiter(wait_timeout, progress, interval=REBOOT_POLL_SECONDS if rebooting else GONE_POLL_SECONDS)
-    result["actor_id"] = _actor_id(client.call(RESET, reset_request(plan, wipe_mode, graceful), node=node))
+    result["actor_id"] = _actor_id(client.call(rpc.RESET, reset_request(plan, wipe_mode, graceful), node=node))
     if waiter is None:
         return result
     with _failing_as("The reset of %s was requested but did not complete as expected" % label(node), result):
@@ -289,7 +283,7 @@ def rollback(client, node, force_quorum_loss=False, quorum_wait_timeout=0, wait_
 
     waiter = _waiter(wait_timeout, progress)
     try:
-        client.call(ROLLBACK, node=node)
+        client.call(rpc.ROLLBACK, node=node)
     except TalosError as err:
         raise ActionFailed("%s cannot roll back from %s: %s It has no previous installation to return to (it was not "
                            "upgraded since its installation), or its boot loader refused; the node was not changed."
@@ -405,7 +399,7 @@ class NodeUpgrade:
         """Pull the installer image; False when the node has no ImageService and the legacy API may be used."""
         request = image_pb2.ImageServicePullRequest(containerd=self._containerd(), image_ref=self.image)
         try:
-            frames = self.client.stream(IMAGE_PULL, request, node=self.node, deadline=self.pull_timeout)
+            frames = self.client.stream(rpc.IMAGE_PULL, request, node=self.node, deadline=self.pull_timeout)
         except TalosUnimplementedError as err:
             if self.fall_back:
                 self._note("node has no lifecycle API; using the legacy upgrade API")
@@ -434,7 +428,7 @@ class NodeUpgrade:
 
         try:
             self._note("installing %s (up to %d seconds)" % (self.image, deadline))
-            self.client.stream(LIFECYCLE_UPGRADE, request, node=self.node, on_message=record, deadline=deadline)
+            self.client.stream(rpc.LIFECYCLE_UPGRADE, request, node=self.node, on_message=record, deadline=deadline)
         except TalosError as err:
             self._fail("install", "Installing %s on %s failed: %s The node still runs %s and was not rebooted."
                        % (self.image, self.label, err.message, self.previous), err)
@@ -448,7 +442,7 @@ class NodeUpgrade:
     def _reboot(self):
         mode = machine_pb2.RebootRequest.POWERCYCLE if self.powercycle else machine_pb2.RebootRequest.DEFAULT
         try:
-            self.client.call(REBOOT, machine_pb2.RebootRequest(mode=mode), node=self.node)
+            self.client.call(rpc.REBOOT, machine_pb2.RebootRequest(mode=mode), node=self.node)
         except TalosError as err:
             self._fail("reboot", "Rebooting %s into %s failed: %s Talos %s is installed but the node still runs %s until "
                        "its next reboot." % (self.label, self.target, err.message, self.target, self.previous), err)
@@ -460,7 +454,7 @@ class NodeUpgrade:
         request = machine_pb2.UpgradeRequest(image=self.image, preserve=self.preserve, stage=self.stage,
                                              force=self.force, reboot_mode=reboot_mode)
         try:
-            items = self.client.call(LEGACY_UPGRADE, request, node=self.node)
+            items = self.client.call(rpc.LEGACY_UPGRADE, request, node=self.node)
         except TalosError as err:
             self._fail("upgrade", "%s refused the upgrade to %s: %s The node was not changed and still runs %s."
                        % (label(self.node, start=True), self.image, err.message, self.previous), err)

@@ -24,6 +24,7 @@ import stat
 import tarfile
 import tempfile
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import PrivateFile
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact_text
@@ -101,7 +102,7 @@ def list_files(client, node, path, depth=1, types=(), patterns=()):
     """
     request = machine_pb2.ListRequest(root=path, recurse=depth != 1, recursion_depth=0 if depth == 1 else depth)
     try:
-        replies = client.stream("machine.MachineService/List", request, node=node)
+        replies = client.stream(rpc.LIST, request, node=node)
     except TalosError as error:
         raise _about(error, "list", path, node)
     entries = []
@@ -134,7 +135,7 @@ def stat_file(client, node, path):
             found.append(info)
 
     try:
-        client.stream("machine.MachineService/List", machine_pb2.ListRequest(root=parent if name else path), node=node,
+        client.stream(rpc.LIST, machine_pb2.ListRequest(root=parent if name else path), node=node,
                       on_message=pick)
     except TalosError as error:
         raise _about(error, "stat", path, node)
@@ -167,7 +168,7 @@ def read_text(client, node, path, max_size):
             received.extend(message.bytes)
 
     try:
-        client.stream("machine.MachineService/Read", machine_pb2.ReadRequest(path=path), node=node, on_message=collect)
+        client.stream(rpc.READ, machine_pb2.ReadRequest(path=path), node=node, on_message=collect)
     except TalosError as error:
         raise _about(error, "read", path, node)
     if seen[0] > max_size:
@@ -189,7 +190,7 @@ def disk_usage(client, node, path, depth=1, all_files=False, threshold=0):
     request = machine_pb2.DiskUsageRequest(paths=[path], recursion_depth=depth + 1 if depth else 0, all=all_files,
                                            threshold=threshold)
     try:
-        replies = client.stream("machine.MachineService/DiskUsage", request, node=node)
+        replies = client.stream(rpc.DISK_USAGE, request, node=node)
     except TalosError as error:
         raise _about(error, "measure", path, node)
     entries = []
@@ -214,7 +215,7 @@ def spool_copy(client, node, path, spool):
         spool.write(message.bytes)
 
     try:
-        client.stream("machine.MachineService/Copy", machine_pb2.CopyRequest(root_path=path), node=node, on_message=write)
+        client.stream(rpc.COPY, machine_pb2.CopyRequest(root_path=path), node=node, on_message=write)
     except TalosError as error:
         raise _about(error, "copy", path, node)
     spool.flush()

@@ -11,6 +11,7 @@ import collections
 import json
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_time
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED, is_secret_value
 
@@ -89,13 +90,13 @@ def read_logs(client, node, service, namespace, lines, since):
     tail = lines if lines > 0 and since is None else -1
     request = machine_pb2.LogsRequest(namespace=NAMESPACES[namespace], id=service, driver=driver, follow=False, tail_lines=tail)
     collector = LineCollector(lines, since)
-    client.stream("machine.MachineService/Logs", request, node=node, on_message=lambda message: collector.feed(message.bytes))
+    client.stream(rpc.LOGS, request, node=node, on_message=lambda message: collector.feed(message.bytes))
     return collector.close()
 
 
 def read_kernel_log(client, node, lines, since):
     """The last ``lines`` lines (0 = all) since ``since`` of the node's kernel log."""
     collector = LineCollector(lines, since)
-    client.stream("machine.MachineService/Dmesg", machine_pb2.DmesgRequest(follow=False, tail=False), node=node,
+    client.stream(rpc.DMESG, machine_pb2.DmesgRequest(follow=False, tail=False), node=node,
                   on_message=lambda message: collector.feed(message.bytes if message.bytes.endswith(b"\n") else message.bytes + b"\n"))
     return collector.close()

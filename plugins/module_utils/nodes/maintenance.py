@@ -11,8 +11,9 @@ endpoint cannot forward to it, since its certificate is not the cluster CA's.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, TalosUnimplementedError
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import VERSION, read_version_tag
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import read_version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
 
 # How long the maintenance-mode probe of a node that does not answer may take.
@@ -37,7 +38,7 @@ def in_maintenance(client, node, deadline):
     """
     probe = maintenance_client(client, node)
     try:
-        probe.call(VERSION, retry_codes=(), deadline=deadline)
+        probe.call(rpc.VERSION, retry_codes=(), deadline=deadline)
     except TalosUnimplementedError:
         return True
     except TalosError:
@@ -52,7 +53,7 @@ def found_in_maintenance(client, node, probe_seconds):
     if client.settings.insecure:
         return in_maintenance(client, node, probe_seconds)
     try:
-        client.call(VERSION, node=node, retry_codes=(), deadline=probe_seconds)
+        client.call(rpc.VERSION, node=node, retry_codes=(), deadline=probe_seconds)
     except TalosError:
         if in_maintenance(client, node, probe_seconds):
             return True

@@ -20,6 +20,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 
 # -- Talos version -------------------------------------------------------------
@@ -29,8 +30,6 @@ _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Z
 
 # Members say "Talos (v1.14.0)"; the version is the part in parentheses.
 _OS_VERSION = re.compile(r"\((v?\d[^)]*)\)")
-
-VERSION = "machine.MachineService/Version"
 
 # The Talos minor releases the collection supports, oldest first: their every patch and pre-release, newer patches
 # included (a patch release keeps its minor release's API and machine config). A newer minor release may change
@@ -87,7 +86,7 @@ def os_version(operating_system):
 
 def read_version_tag(client, node, deadline=None):
     """The Talos version ``node`` runs, as ``Version`` reports it (``v1.14.0``)."""
-    return client.call(VERSION, node=node, deadline=deadline)[0].version.tag
+    return client.call(rpc.VERSION, node=node, deadline=deadline)[0].version.tag
 
 
 # -- machine type and status ---------------------------------------------------
@@ -170,8 +169,6 @@ def read_machine_status(client, node, deadline=None):
 
 # -- services --------------------------------------------------------------------
 
-SERVICE_LIST = "machine.MachineService/ServiceList"
-
 RUNNING = "Running"
 STOPPED = "Finished"
 STOPPING = "Stopping"
@@ -186,7 +183,7 @@ def services_by_id(items):
 
 def list_services(client, node, deadline=None):
     """The ``ServiceInfo`` messages of ``node`` by service ID."""
-    return services_by_id(client.call(SERVICE_LIST, node=node, deadline=deadline))
+    return services_by_id(client.call(rpc.SERVICE_LIST, node=node, deadline=deadline))
 
 
 def is_started(state):

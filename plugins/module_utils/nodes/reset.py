@@ -27,8 +27,6 @@ try:
 except ImportError:  # reported by the task doors through missing_required_lib
     machine_pb2 = None
 
-RESET = "machine.MachineService/Reset"
-
 # The volumes a node reports (namespace, type): a Reset may name a volume only by the ID of its VolumeStatus
 # (since Talos v1.9; the boot partitions EFI, BIOS and BOOT have none).
 VOLUME_STATUSES = ("runtime", "VolumeStatuses.block.talos.dev")

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     TalosConfigError,
@@ -31,7 +32,6 @@ except ImportError:  # reported by task.execute through missing_required_lib
 
 DEFINITIONS_TYPE = "ResourceDefinitions.meta.cosi.dev"
 DEFINITIONS_NAMESPACE = "meta"
-WATCH = "cosi.resource.State/Watch"
 
 _SET_TERM = re.compile(r"^\s*([^\s!=<>(),]+)\s+(in|notin)\s*\(([^)]*)\)\s*$")
 _COMPARE_TERM = re.compile(r"^\s*([^\s!=<>(),]+)\s*(==|!=|=)\s*([^\s=!<>(),]*)\s*$")
@@ -333,5 +333,5 @@ def _watch(client, kind, namespace, resource_id, selectors, condition, node, wai
 
     if waiter.remaining <= 0:
         return None
-    client.stream(WATCH, request, node=node, on_message=on_event, deadline=waiter.remaining)
+    client.stream(rpc.COSI_WATCH, request, node=node, on_message=on_event, deadline=waiter.remaining)
     return state["result"]

@@ -24,6 +24,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     TalosError,
@@ -40,8 +41,6 @@ except ImportError:  # reported by the doors through missing_required_lib
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
-
-EVENTS = "machine.MachineService/Events"
 
 # A node that cannot be followed because it does not answer (rebooting, starting its API) comes back
 # unannounced: it is looked at again this often.
@@ -89,7 +88,7 @@ class EventFollower:
 
         request = machine_pb2.EventsRequest(tail_id=self.last_event_id or "")
         try:
-            self.client.stream(EVENTS, request, node=self.node, on_message=on_event, retry_codes=(),
+            self.client.stream(rpc.EVENTS, request, node=self.node, on_message=on_event, retry_codes=(),
                                deadline=max(0.1, seconds))
         except TalosError as error:
             if error.code in ("PermissionDenied", "Unimplemented"):
@@ -104,7 +103,7 @@ class EventFollower:
 def read_boot_id(client, node, deadline=None):
     """The node's boot ID, or None when the certificate may not use Read (as talosctl, skip the check)."""
     try:
-        data = client.read_bytes("machine.MachineService/Read", machine_pb2.ReadRequest(path=BOOT_ID_PATH),
+        data = client.read_bytes(rpc.READ, machine_pb2.ReadRequest(path=BOOT_ID_PATH),
                                  node=node, deadline=deadline)
     except TalosPermissionError:
         return None
@@ -121,7 +120,7 @@ def read_boot_marker(client, node, deadline=None):
     boot_id = read_boot_id(client, node, deadline=deadline)
     if boot_id is not None:
         return boot_id
-    items = client.call("machine.MachineService/SystemStat", node=node, deadline=deadline)
+    items = client.call(rpc.SYSTEM_STAT, node=node, deadline=deadline)
     return "boot-time:%d" % items[0].boot_time
 
 
@@ -158,7 +157,7 @@ def wait_for_secure_api(client, node, waiter):
     the Version reply item.
     """
     def poll():
-        version = client.call(talos_node.VERSION, node=node, deadline=waiter.call_deadline())[0]
+        version = client.call(rpc.VERSION, node=node, deadline=waiter.call_deadline())[0]
         return Seen("serving with the cluster certificates", done=True, value=version,
                     detail="Version answered over mutual TLS")
 
@@ -217,7 +216,7 @@ def wait_until_unreachable(client, node, waiter):
     """
     def poll():
         try:
-            client.call(talos_node.VERSION, node=node, retry_codes=(), deadline=waiter.call_deadline())
+            client.call(rpc.VERSION, node=node, retry_codes=(), deadline=waiter.call_deadline())
         except TalosError as error:
             if not is_transient(error):
                 raise

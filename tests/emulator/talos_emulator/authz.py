@@ -18,7 +18,7 @@ from .versions import older_than
 
 ADMIN = rpc.ADMIN
 READER = rpc.READER
-# Rules of machined.go for RPCs the collection does not call (so its catalogue has no row for them).
+# Rules of machined.go for RPCs only talosctl calls (the catalogue has no row for them).
 NOT_IN_CATALOGUE = {
     "machine.MachineService/Netstat": (rpc.ADMIN, rpc.OPERATOR, rpc.READER),
     "machine.MachineService/Stats": (rpc.ADMIN, rpc.OPERATOR, rpc.READER),

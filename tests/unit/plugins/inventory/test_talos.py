@@ -12,9 +12,10 @@ from ansible.inventory.data import InventoryData
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.inventory import talos
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from fake_talos import LIST, FakeTalos, fails_with
+from fake_talos import FakeTalos, fails_with
 
 DEFAULTS = dict(
     talosconfig=None, context=None, endpoints=None, node=None, nodes=None, ca=None, crt=None, key=None, insecure=False,
@@ -150,8 +151,8 @@ def discovering(monkeypatch, error=None, **options):
 
     def make_client(settings):
         clients.append(FakeTalos(settings=settings, answers={
-            LIST: error or [],
-            "machine.MachineService/EtcdMemberList": [machine_pb2.EtcdMembers()],
+            rpc.COSI_LIST: error or [],
+            rpc.ETCD_MEMBER_LIST: [machine_pb2.EtcdMembers()],
         }))
         return clients[-1]
     monkeypatch.setattr(inventory_plugin, "_client", make_client)

@@ -9,9 +9,10 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed
 from ansible_collections.talos_linux.talos.plugins.modules import talos_fetch, talos_file_info, talos_logs, talos_resource_info
-from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task
 
 NODES = ["10.5.0.3", "10.5.0.4", "10.5.0.5"]
@@ -21,11 +22,11 @@ MEMBERS_DEFINITION = resource("meta", "ResourceDefinitions.meta.cosi.dev", "memb
 
 
 @pytest.mark.parametrize("module, method, options", [
-    (talos_file_info, "machine.MachineService/List", dict(path="/var/log")),
-    (talos_file_info, "machine.MachineService/DiskUsage", dict(path="/var", get="usage")),
-    (talos_fetch, "machine.MachineService/Copy", dict(src="/var/log", dest="/nonexistent/fetched")),
-    (talos_logs, "machine.MachineService/Logs", dict(service="kubelet")),
-    (talos_logs, "machine.MachineService/Dmesg", dict(kernel=True)),
+    (talos_file_info, rpc.LIST, dict(path="/var/log")),
+    (talos_file_info, rpc.DISK_USAGE, dict(path="/var", get="usage")),
+    (talos_fetch, rpc.COPY, dict(src="/var/log", dest="/nonexistent/fetched")),
+    (talos_logs, rpc.LOGS, dict(service="kubelet")),
+    (talos_logs, rpc.DMESG, dict(kernel=True)),
 ], ids=["list", "usage", "fetch", "logs", "kernel"])
 def test_every_node_is_read_on_its_own_client_and_every_failure_named(module, method, options):
     client = FakeTalos(nodes=NODES)
@@ -42,9 +43,9 @@ def test_every_node_is_read_on_its_own_client_and_every_failure_named(module, me
 
 def test_resource_info_reads_the_other_nodes_when_one_fails():
     client = FakeTalos(nodes=NODES[:2])
-    client.answer(GET, cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {"hostname": "cp-1"})),
+    client.answer(rpc.COSI_GET, cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {"hostname": "cp-1"})),
                   node=NODES[0])
-    client.answer(GET, fails_with("Unavailable", "connection refused"), node=NODES[1])
+    client.answer(rpc.COSI_GET, fails_with("Unavailable", "connection refused"), node=NODES[1])
     with pytest.raises(ActionFailed) as failed:
         run_task(talos_resource_info, client, type=MEMBERS, id="cp-1")
     result = failed.value.to_result()
@@ -56,7 +57,7 @@ def test_resource_info_reads_the_other_nodes_when_one_fails():
 
 @pytest.mark.parametrize("nodes", [NODES[:1], NODES[:2]], ids=["one node", "two nodes"])
 def test_resource_info_keys_several_nodes_and_keeps_one_nodes_resources_at_the_top(nodes):
-    client = FakeTalos(nodes=nodes, answers={GET: cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {}))})
+    client = FakeTalos(nodes=nodes, answers={rpc.COSI_GET: cosi_state(MEMBERS_DEFINITION, resource("cluster", MEMBERS, "cp-1", {}))})
     succeeded, result, _task = run_task(talos_resource_info, client, type=MEMBERS, id="cp-1")
     assert succeeded
     if len(nodes) == 1:

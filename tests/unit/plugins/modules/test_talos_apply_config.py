@@ -8,8 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import machine_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits as talos_waits
@@ -56,13 +55,6 @@ def dry_run_details(diff, text="Applied configuration without a reboot"):
     return "Dry run summary:\n%s (skipped in dry-run).\nConfig diff:\n\n%s" % (text, diff)
 
 
-APPLY = "machine.MachineService/ApplyConfiguration"
-VERSION = "machine.MachineService/Version"
-READ = "machine.MachineService/Read"
-REBOOT = "machine.MachineService/Reboot"
-GET = "cosi.resource.State/Get"
-
-
 def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None, warnings=(), auto_reboots=False,
                members=None, active_config=None):
     """A node answering ApplyConfiguration like Talos ``version`` does.
@@ -90,29 +82,29 @@ def talos_node(version="v1.14.0", diff=DIFF, maintenance=False, apply_error=None
                                                warnings=warnings)]
 
     client = FakeTalos(insecure=maintenance, answers={
-        VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=version))],
-        APPLY: apply,
-        READ: b"boot-1\n",
-        REBOOT: [machine_pb2.Reboot(actor_id="actor")],
+        rpc.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=version))],
+        rpc.APPLY_CONFIGURATION: apply,
+        rpc.READ: b"boot-1\n",
+        rpc.REBOOT: [machine_pb2.Reboot(actor_id="actor")],
         # Several nodes' applies take turns by machine type.
-        GET: cosi_state(fake_resource("config", "MachineTypes.config.talos.dev", "machine-type", "worker"),
-                        fake_resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", active_config or CONFIG)),
-        etcd.MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
-        "machine.MachineService/Hostname": [machine_pb2.Hostname(hostname="cp-3")],
+        rpc.COSI_GET: cosi_state(fake_resource("config", "MachineTypes.config.talos.dev", "machine-type", "worker"),
+                                 fake_resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", active_config or CONFIG)),
+        rpc.ETCD_MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
+        rpc.HOSTNAME: [machine_pb2.Hostname(hostname="cp-3")],
     })
     if members is not None:
-        client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+        client.answer(rpc.ETCD_MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
             machine_pb2.EtcdMember(id=i, hostname=name, client_urls=["https://10.5.0.%d:2379" % i])
             for i, name in enumerate(members, 1)])])
         for i, healthy in enumerate(members.values(), 1):
-            client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+            client.answer(rpc.ETCD_STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
                 member_id=i, leader=1))] if healthy else TalosConnectionError("unreachable", code="Unavailable"),
                 node="10.5.0.%d" % i)
     return client
 
 
 def applies(client):
-    return client.requests(APPLY)
+    return client.requests(rpc.APPLY_CONFIGURATION)
 
 
 @pytest.fixture
@@ -144,7 +136,7 @@ class TestDecision:
     def test_apply_is_retried_on_concurrent_apply(self, waits):
         client = talos_node()
         run(client)
-        assert all(call.kwargs["retry_codes"] == ("FailedPrecondition",) for call in client.calls_to(APPLY))
+        assert all(call.kwargs["retry_codes"] == ("FailedPrecondition",) for call in client.calls_to(rpc.APPLY_CONFIGURATION))
 
     def test_no_changes_means_unchanged_and_nothing_applied(self, waits):
         client = talos_node(diff="No changes.")
@@ -260,7 +252,7 @@ class TestRebootMode:
 def mutations(client):
     """What changed a node: the applies that were no dry run, and reboots."""
     return [call.method.rsplit("/", 1)[-1] for call in client.calls
-            if call.method == REBOOT or (call.method == APPLY and not call.request.dry_run)]
+            if call.method == rpc.REBOOT or (call.method == rpc.APPLY_CONFIGURATION and not call.request.dry_run)]
 
 
 class TestQuorumGuard:
@@ -334,7 +326,7 @@ class TestKeepNewerInstaller:
         client = talos_node(active_config=INSTALLING % "v1.14.1")
         ok, result, _task = run(client, config=INSTALLING % "v1.14.0")
         assert "installer_kept" not in result and applies(client)[0].data == (INSTALLING % "v1.14.0").encode()
-        assert client.calls_to(GET) == []
+        assert client.calls_to(rpc.COSI_GET) == []
 
     @pytest.mark.parametrize("given", ["v1.14.1", "v1.14.2"])
     def test_a_newer_or_equal_installer_is_applied_as_given(self, waits, given):
@@ -410,7 +402,7 @@ class TestSeveralNodes:
         assert all(result["nodes"][node]["node"] == node and result["nodes"][node]["mode"] == "no_reboot"
                    for node in ("10.5.0.3", "10.5.0.4"))
         assert "results" not in result
-        assert sorted(call.node for call in client.calls_to(APPLY)) == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
+        assert sorted(call.node for call in client.calls_to(rpc.APPLY_CONFIGURATION)) == ["10.5.0.3"] * 2 + ["10.5.0.4"] * 2
         assert sorted(entry["before_header"] for entry in result["diff"]) == [
             "node 10.5.0.3: active machine configuration", "node 10.5.0.4: active machine configuration"]
         assert "mode" not in result
@@ -431,7 +423,7 @@ class TestSeveralNodes:
 
     def test_a_failing_node_fails_the_task_once_the_others_are_done(self, waits):
         client = talos_node()
-        for method in (VERSION, APPLY, READ, REBOOT):
+        for method in (rpc.VERSION, rpc.APPLY_CONFIGURATION, rpc.READ, rpc.REBOOT):
             client.answer(method, fails_with("Unavailable", "connection refused"), node="10.5.0.4")
         with pytest.raises(ActionFailed) as failed:
             run(client, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
@@ -440,5 +432,5 @@ class TestSeveralNodes:
         assert result["changed"] is True and result["rebooted"] is False
         assert result["nodes"]["10.5.0.4"]["failed"] is True
         assert result["nodes"]["10.5.0.3"]["changed"] is True and result["nodes"]["10.5.0.5"]["changed"] is True
-        assert sorted(call.node for call in client.calls_to(APPLY) if call.node != "10.5.0.4") == (
+        assert sorted(call.node for call in client.calls_to(rpc.APPLY_CONFIGURATION) if call.node != "10.5.0.4") == (
             ["10.5.0.3"] * 2 + ["10.5.0.5"] * 2)

@@ -8,16 +8,12 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_bootstrap
-from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task
-
-SERVICE_LIST = "machine.MachineService/ServiceList"
-MEMBER_LIST = "machine.MachineService/EtcdMemberList"
-BOOTSTRAP = "machine.MachineService/Bootstrap"
-RECOVER = "machine.MachineService/EtcdRecover"
 
 
 def control_plane(etcd_state="Preparing", bootstrap_answer=None, server_message="", endpoint_has_members=False,
@@ -45,8 +41,8 @@ def control_plane(etcd_state="Preparing", bootstrap_answer=None, server_message=
         return [machine_pb2.Bootstrap()]
 
     machine_types = [resource("config", "MachineTypes.config.talos.dev", "machine-type", machine_type)] if machine_type else []
-    return FakeTalos(nodes=list(nodes), answers={SERVICE_LIST: service_list, MEMBER_LIST: member_list, BOOTSTRAP: bootstrap,
-                                                 GET: cosi_state(*machine_types), RECOVER: [machine_pb2.EtcdRecover()]})
+    return FakeTalos(nodes=list(nodes), answers={rpc.SERVICE_LIST: service_list, rpc.ETCD_MEMBER_LIST: member_list, rpc.BOOTSTRAP: bootstrap,
+                                                 rpc.COSI_GET: cosi_state(*machine_types), rpc.ETCD_RECOVER: [machine_pb2.EtcdRecover()]})
 
 
 def called(client):
@@ -64,7 +60,7 @@ def test_bootstraps_with_retries_on_not_ready_answers():
     client = control_plane()
     ok, result = run(client)
     assert ok and result["changed"] is True and result["bootstrapped"] is True and result["recovered"] is False
-    bootstrap = client.calls_to(BOOTSTRAP)[0]
+    bootstrap = client.calls_to(rpc.BOOTSTRAP)[0]
     assert bootstrap.request.recover_etcd is False
     assert set(bootstrap.kwargs["retry_codes"]) >= {"FailedPrecondition", "Unavailable", "DeadlineExceeded"}
     assert result["etcd_state"] == "Running" and result["members"][0]["hostname"] == "cp-1"
@@ -155,9 +151,9 @@ def test_recover_uploads_the_snapshot_then_bootstraps_from_it(tmp_path):
     client = control_plane()
     ok, result = run(client, snapshot=str(snapshot), skip_hash_check=True)
     assert ok and result["changed"] is True and result["recovered"] is True
-    assert client.requests(RECOVER) == [snapshot.read_bytes()]
+    assert client.requests(rpc.ETCD_RECOVER) == [snapshot.read_bytes()]
     assert called(client).index("EtcdRecover") < called(client).index("Bootstrap")
-    request = client.requests(BOOTSTRAP)[0]
+    request = client.requests(rpc.BOOTSTRAP)[0]
     assert request.recover_etcd is True and request.recover_skip_hash_check is True
 
 

@@ -8,17 +8,14 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosConnectionError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_etcd_member
 from fake_talos import FakeTalos
 from module_fakes import run_task
-
-HOSTNAME = "machine.MachineService/Hostname"
 
 
 class Cluster:
@@ -33,8 +30,9 @@ class Cluster:
         self.down = set(down)
         self.leader = 1
         self.client = FakeTalos(nodes=list(nodes))
-        for method, answer in ((HOSTNAME, self._hostname), (etcd.MEMBER_LIST, self._member_list), (etcd_status.STATUS, self._status),
-                               (etcd_membership.LEAVE, self._leave), (etcd_membership.REMOVE, self._remove), (etcd_membership.FORFEIT, self._forfeit)):
+        for method, answer in ((rpc.HOSTNAME, self._hostname), (rpc.ETCD_MEMBER_LIST, self._member_list), (rpc.ETCD_STATUS, self._status),
+                               (rpc.ETCD_LEAVE_CLUSTER, self._leave), (rpc.ETCD_REMOVE_MEMBER_BY_ID, self._remove),
+                               (rpc.ETCD_FORFEIT_LEADERSHIP, self._forfeit)):
             self.client.answer(method, self._if_up(answer))
 
     def _member_at(self, node):
@@ -78,7 +76,7 @@ class Cluster:
 
     def mutations(self):
         return [(call.method.rsplit("/", 1)[-1], call.node) for call in self.client.calls
-                if call.method in (etcd_membership.LEAVE, etcd_membership.REMOVE, etcd_membership.FORFEIT)]
+                if call.method in (rpc.ETCD_LEAVE_CLUSTER, rpc.ETCD_REMOVE_MEMBER_BY_ID, rpc.ETCD_FORFEIT_LEADERSHIP)]
 
     def names(self):
         return [m["hostname"] for m in self.members]
@@ -91,7 +89,7 @@ def run(cluster, **params):
         succeeded, result, module = run_task(talos_etcd_member, cluster.client, **options)
     finally:
         # The health probes ask every member at once, bounded by the timeout option.
-        assert all((call.via, call.kwargs["deadline"]) == ("call_many", 5) for call in cluster.client.calls_to(etcd_status.STATUS))
+        assert all((call.via, call.kwargs["deadline"]) == ("call_many", 5) for call in cluster.client.calls_to(rpc.ETCD_STATUS))
     result["warnings"] = module.warnings
     return succeeded, result
 

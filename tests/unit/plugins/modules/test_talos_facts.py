@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import facts as facts_utils
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import config_hash
@@ -15,7 +16,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_facts
-from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task
 
 CONFIG_TEXT = "version: v1alpha1\nmachine:\n  type: %s\n  token: abcdef.0123456789abcdef\ncluster:\n  secret: c2VjcmV0\n"
@@ -62,20 +63,20 @@ def node_answers(node, machine_type, hostname, role):
         return state(request, node)
 
     return {
-        "machine.MachineService/Version": [version],
-        "machine.MachineService/Hostname": [machine_pb2.Hostname(hostname=hostname or "talos-" + node.rsplit(".", 1)[-1])],
-        "machine.MachineService/ServiceList": [machine_pb2.ServiceList(services=services)],
-        "machine.MachineService/EtcdMemberList": etcd_refusal or [machine_pb2.EtcdMembers(members=[
+        rpc.VERSION: [version],
+        rpc.HOSTNAME: [machine_pb2.Hostname(hostname=hostname or "talos-" + node.rsplit(".", 1)[-1])],
+        rpc.SERVICE_LIST: [machine_pb2.ServiceList(services=services)],
+        rpc.ETCD_MEMBER_LIST: etcd_refusal or [machine_pb2.EtcdMembers(members=[
             machine_pb2.EtcdMember(id=10, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"])])],
-        "machine.MachineService/EtcdStatus": etcd_refusal or [machine_pb2.EtcdStatus(
+        rpc.ETCD_STATUS: etcd_refusal or [machine_pb2.EtcdStatus(
             member_status=machine_pb2.EtcdMemberStatus(leader=10, member_id=10))],
-        "storage.StorageService/Disks": [storage_pb2.Disks(disks=[
+        rpc.STORAGE_DISKS: [storage_pb2.Disks(disks=[
             storage_pb2.Disk(device_name="/dev/sda", size=10, type=storage_pb2.Disk.SSD, system_disk=True)])],
-        "machine.MachineService/Memory": [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000, memfree=1000))],
-        "machine.MachineService/Mounts": [machine_pb2.Mounts(stats=[
+        rpc.MEMORY: [machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000, memfree=1000))],
+        rpc.MOUNTS: [machine_pb2.Mounts(stats=[
             machine_pb2.MountStat(filesystem="/dev/sda6", size=100, available=50, mounted_on="/var")])],
-        GET: get,
-        LIST: state,
+        rpc.COSI_GET: get,
+        rpc.COSI_LIST: state,
     }
 
 
@@ -234,7 +235,7 @@ class TestSeveralNodes:
         # A node that is down is asked once by each read of the first wave (they go out together), never after it.
         asked = [call for call in client.calls if call.node == WORKER]
         assert len(asked) == len(set((call.method, call.request.SerializeToString()) for call in asked)) == 8
-        assert not set(call.method for call in asked) & {"cosi.resource.State/List", "machine.MachineService/EtcdMemberList"}
+        assert not set(call.method for call in asked) & {rpc.COSI_LIST, rpc.ETCD_MEMBER_LIST}
 
     def test_a_refused_route_fails_that_node_only(self):
         refuse = fails_with("PermissionDenied", "no request forwarding", endpoint="10.5.0.9:50000")

@@ -12,18 +12,17 @@ import stat
 import pytest
 import yaml
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.modules import talos_kubeconfig
 from fake_talos import FakeTalos
 from kubeconfig_samples import archive, certificate, kubeconfig
 from module_fakes import run_task
 
-KUBECONFIG = "machine.MachineService/Kubeconfig"
-
 
 def node_with(ca="Q0EK"):
     """A control plane answering Kubeconfig with a fresh kubeconfig (new credentials) on every call, as Talos does."""
-    return FakeTalos(nodes=["10.5.0.2"]).answer(KUBECONFIG, lambda _request, _node: archive(yaml.safe_dump(kubeconfig(ca=ca))),
+    return FakeTalos(nodes=["10.5.0.2"]).answer(rpc.KUBECONFIG, lambda _request, _node: archive(yaml.safe_dump(kubeconfig(ca=ca))),
                                                 node="10.5.0.2")
 
 

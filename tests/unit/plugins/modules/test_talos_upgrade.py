@@ -7,14 +7,15 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import reference as image_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import VERSION, parse_version
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import parse_version
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import image_pb2, lifecycle_pb2, machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_upgrade
-from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task
 
 
@@ -134,59 +135,59 @@ def _failed_step(node_upgrade, api, wait_timeout=None):
 
 def test_lifecycle_pulls_installs_and_reboots():
     client = FakeTalos(answers={
-        lifecycle.IMAGE_PULL: PULLED,
-        lifecycle.LIFECYCLE_UPGRADE: [_progress("writing boot assets"), _progress(exit_code=0)],
-        lifecycle.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
+        rpc.IMAGE_PULL: PULLED,
+        rpc.LIFECYCLE_UPGRADE: [_progress("writing boot assets"), _progress(exit_code=0)],
+        rpc.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
     })
     result = _upgrade(client).run("lifecycle")
     assert result["current_version"] == "v1.13.0"
-    assert asked(client) == [lifecycle.IMAGE_PULL, lifecycle.LIFECYCLE_UPGRADE, lifecycle.REBOOT]
+    assert asked(client) == [rpc.IMAGE_PULL, rpc.LIFECYCLE_UPGRADE, rpc.REBOOT]
     assert result["api_used"] == "lifecycle" and result["rebooted"]
     assert result["progress"] == ["pulled " + IMAGE, "installing %s (up to 1200 seconds)" % IMAGE, "writing boot assets",
                                   "installer exited with code 0", "reboot requested"]
     # The installer runs far longer than a call: it has its own deadline, not the connection's timeout.
-    assert [call.kwargs["deadline"] for call in client.calls_to(lifecycle.LIFECYCLE_UPGRADE)] == [lifecycle.INSTALL_TIMEOUT]
+    assert [call.kwargs["deadline"] for call in client.calls_to(rpc.LIFECYCLE_UPGRADE)] == [lifecycle.INSTALL_TIMEOUT]
 
 
 def test_the_installer_has_the_wait_timeout_to_finish(monkeypatch):
     client = FakeTalos(answers={
-        lifecycle.IMAGE_PULL: PULLED,
-        lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
-        lifecycle.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
-        VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
+        rpc.IMAGE_PULL: PULLED,
+        rpc.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
+        rpc.REBOOT: [machine_pb2.Reboot(actor_id="a1")],
+        rpc.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
     })
     monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: None)
     monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", lambda client, node, boot_id, waiter: None)
     _upgrade(client).run("lifecycle", wait_timeout=900)
-    assert [call.kwargs["deadline"] for call in client.calls_to(lifecycle.LIFECYCLE_UPGRADE)] == [900]
+    assert [call.kwargs["deadline"] for call in client.calls_to(rpc.LIFECYCLE_UPGRADE)] == [900]
 
 
 def test_unimplemented_lifecycle_falls_back_to_legacy_in_auto():
     client = FakeTalos(answers={
-        lifecycle.IMAGE_PULL: fails_with("Unimplemented", "unknown service machine.ImageService"),
-        lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received", actor_id="a1")],
+        rpc.IMAGE_PULL: fails_with("Unimplemented", "unknown service machine.ImageService"),
+        rpc.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received", actor_id="a1")],
     })
     result = _upgrade(client).run("lifecycle")
-    assert asked(client) == [lifecycle.IMAGE_PULL, lifecycle.LEGACY_UPGRADE]
+    assert asked(client) == [rpc.IMAGE_PULL, rpc.LEGACY_UPGRADE]
     assert result["api_used"] == "legacy" and result["rebooted"]
     assert result["progress"][-1] == "Upgrade request received"
 
 
 def test_unimplemented_lifecycle_is_a_failure_without_fall_back():
     client = FakeTalos(answers={
-        lifecycle.IMAGE_PULL: fails_with("Unimplemented", "unknown service machine.ImageService"),
+        rpc.IMAGE_PULL: fails_with("Unimplemented", "unknown service machine.ImageService"),
     })
     step, message = _failed_step(_upgrade(client, fall_back=False), "lifecycle")
     assert step == "pull"
     assert "use api: legacy" in message
-    assert asked(client) == [lifecycle.IMAGE_PULL]
+    assert asked(client) == [rpc.IMAGE_PULL]
 
 
 def test_non_zero_exit_code_fails_before_reboot_with_last_messages():
     client = FakeTalos(answers={
-        lifecycle.IMAGE_PULL: PULLED,
-        lifecycle.LIFECYCLE_UPGRADE: [_progress("line %d" % i) for i in range(8)] + [_progress("no space left"),
-                                                                                     _progress(exit_code=1)],
+        rpc.IMAGE_PULL: PULLED,
+        rpc.LIFECYCLE_UPGRADE: [_progress("line %d" % i) for i in range(8)] + [_progress("no space left"),
+                                                                               _progress(exit_code=1)],
     })
     node_upgrade = _upgrade(client)
     step, message = _failed_step(node_upgrade, "lifecycle")
@@ -194,15 +195,15 @@ def test_non_zero_exit_code_fails_before_reboot_with_last_messages():
     assert "exited with code 1" in message
     assert "no space left" in message and "line 0" not in message
     assert "still runs v1.13.0 and was not rebooted" in message
-    assert lifecycle.REBOOT not in asked(client)
+    assert rpc.REBOOT not in asked(client)
     assert not node_upgrade.result["rebooted"]
 
 
 def test_failed_reboot_says_the_new_version_waits_on_disk():
     client = FakeTalos(answers={
-        lifecycle.IMAGE_PULL: PULLED,
-        lifecycle.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
-        lifecycle.REBOOT: fails_with("FailedPrecondition", "x"),
+        rpc.IMAGE_PULL: PULLED,
+        rpc.LIFECYCLE_UPGRADE: [_progress(exit_code=0)],
+        rpc.REBOOT: fails_with("FailedPrecondition", "x"),
     })
     with pytest.raises(ActionFailed) as caught:
         _upgrade(client).run("lifecycle")
@@ -217,8 +218,8 @@ def test_failed_reboot_says_the_new_version_waits_on_disk():
 def test_wait_detects_rollback_and_wrong_version(monkeypatch, came_back_on, words):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag=came_back_on))
     client = FakeTalos(answers={
-        lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
-        VERSION: [version],
+        rpc.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
+        rpc.VERSION: [version],
     })
     monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: "boot-1")
     waited = []
@@ -233,8 +234,8 @@ def test_wait_detects_rollback_and_wrong_version(monkeypatch, came_back_on, word
 def test_wait_succeeds_on_target_version(monkeypatch):
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))
     client = FakeTalos(answers={
-        lifecycle.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
-        VERSION: [version],
+        rpc.LEGACY_UPGRADE: [machine_pb2.Upgrade(ack="Upgrade request received")],
+        rpc.VERSION: [version],
     })
     monkeypatch.setattr(lifecycle.waits, "read_boot_id", lambda client, node: None)
     monkeypatch.setattr(lifecycle.waits, "wait_for_reboot", lambda client, node, boot_id, waiter: None)
@@ -246,7 +247,6 @@ def test_wait_succeeds_on_target_version(monkeypatch):
 # run(): options, the guard and check mode
 
 FACTORY_IMAGE = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.0"
-ETCD_MEMBER_LIST = "machine.MachineService/EtcdMemberList"
 MACHINE_CONFIGS = "MachineConfigs.config.talos.dev"
 
 
@@ -271,11 +271,11 @@ def worker(tag, installers=None, extensions=()):
         *[resource("runtime", "ExtensionStatuses.runtime.talos.dev", str(index), {"metadata": metadata})
           for index, metadata in enumerate(extensions)])
     return FakeTalos(nodes=["10.5.0.9"], answers={
-        VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
-                                      platform=machine_pb2.PlatformInfo(name="metal"))],
-        ETCD_MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
-        GET: state,
-        LIST: state,
+        rpc.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=tag),
+                                          platform=machine_pb2.PlatformInfo(name="metal"))],
+        rpc.ETCD_MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
+        rpc.COSI_GET: state,
+        rpc.COSI_LIST: state,
     })
 
 
@@ -296,8 +296,8 @@ def test_check_mode_predicts_the_legacy_api_of_an_old_node():
                                              "after": FACTORY_IMAGE, "changed": True}
     assert result["diff"] == {"before": {"version": "v1.12.6", "installer": "ghcr.io/siderolabs/installer:v1.12.6"},
                               "after": {"version": "v1.14.0", "installer": FACTORY_IMAGE}}
-    assert asked(client) == [VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
-                             GET, VERSION, ETCD_MEMBER_LIST]
+    assert asked(client) == [rpc.VERSION, "ExtensionStatuses.runtime.talos.dev", "SecurityStates.talos.dev",
+                             rpc.COSI_GET, rpc.VERSION, rpc.ETCD_MEMBER_LIST]
 
 
 def test_a_node_on_the_target_is_left_alone():
@@ -306,14 +306,14 @@ def test_a_node_on_the_target_is_left_alone():
     assert ok and result["changed"] is False and result["etcd_gate_open"] is None
     assert result["image_reason"] == "the installer_image option names it"
     assert result["installer_reference"]["changed"] is False
-    assert asked(client) == [GET, VERSION]
+    assert asked(client) == [rpc.COSI_GET, rpc.VERSION]
 
 
 def test_a_config_with_two_installer_homes_is_refused_before_anything_changes():
     client = worker("v1.13.0", installers=[("machine", "a:v1.13.0"), ("unattended", "b:v1.13.0")])
     with pytest.raises(TalosConfigError, match=r"sets the installer image in both .machine.install.image \(a:v1.13.0\)"):
         run(client, installer_image=IMAGE)
-    assert asked(client) == [GET]
+    assert asked(client) == [rpc.COSI_GET]
 
 
 def test_a_node_with_a_schematic_keeps_it_and_a_repository_wins():
@@ -340,8 +340,8 @@ def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
     client = worker("v1.13.0")
     client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
     # 10.5.0.8 runs the target and its config names its installer already.
-    client.answer(VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
-    client.answer(GET, cosi_state(_config(("machine", IMAGE))), node="10.5.0.8")
+    client.answer(rpc.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.8")
+    client.answer(rpc.COSI_GET, cosi_state(_config(("machine", IMAGE))), node="10.5.0.8")
     ok, result, _task = run(client, check_mode=True, installer_image=IMAGE)
     assert ok and result["changed"] is True and sorted(result["nodes"]) == ["10.5.0.8", "10.5.0.9"]
     assert "from_version" not in result
@@ -353,7 +353,7 @@ def test_several_nodes_are_upgraded_each_on_its_own_and_reported_per_node():
 def test_a_node_that_fails_among_several_is_named_with_the_others_results():
     client = worker("v1.14.0")
     client.settings = FakeTalos(nodes=["10.5.0.8", "10.5.0.9"]).settings
-    client.answer(VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
+    client.answer(rpc.VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.8")
     with pytest.raises(ActionFailed) as failed:
         run(client, installer_image=IMAGE)
     assert failed.value.message.startswith("1 of 2 nodes failed (10.5.0.8): ")

@@ -8,16 +8,16 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import discovery as cluster_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError, TalosTLSError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 
 MEMBERS = "Members.cluster.talos.dev"
 NODE_ADDRESSES = "NodeAddresses.net.talos.dev"
-ETCD_MEMBER_LIST = "machine.MachineService/EtcdMemberList"
 
 MEMBER = """nodeId: 7x1SuC8Ege5BGXdAfTEff5iQnlWZLfv9h1LGMxA2pYkC
 addresses:
@@ -50,7 +50,7 @@ def cluster(members=(), etcd=(), nodes=None, configured=(), list_error=None):
             for index, (hostname, address) in enumerate(etcd)])]
 
     client = FakeTalos(nodes=list(configured) or None)
-    client.answer(LIST, members_list, node=None).answer(ETCD_MEMBER_LIST, etcd_members, node=None)
+    client.answer(rpc.COSI_LIST, members_list, node=None).answer(rpc.ETCD_MEMBER_LIST, etcd_members, node=None)
     for address, spec in (nodes or {}).items():
         for method, answer in node_answers(address, spec).items():
             client.answer(method, fails_with("Unavailable", "connection refused") if spec.get("down") else answer, node=address)
@@ -65,11 +65,11 @@ def node_answers(address, spec):
         return [state_pb2.ListResponse(resource=resource("network", NODE_ADDRESSES, "current", "addresses:\n" + listed))]
 
     return {
-        "machine.MachineService/Version": [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=spec.get("version")))],
-        "machine.MachineService/Hostname": [machine_pb2.Hostname(hostname=spec.get("hostname"))],
-        GET: cosi_state(resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", "stage: running\n"),
-                        resource("config", "MachineTypes.config.talos.dev", "machine-type", "%s\n" % spec.get("type"))),
-        LIST: node_addresses,
+        rpc.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag=spec.get("version")))],
+        rpc.HOSTNAME: [machine_pb2.Hostname(hostname=spec.get("hostname"))],
+        rpc.COSI_GET: cosi_state(resource("runtime", "MachineStatuses.runtime.talos.dev", "machine", "stage: running\n"),
+                                 resource("config", "MachineTypes.config.talos.dev", "machine-type", "%s\n" % spec.get("type"))),
+        rpc.COSI_LIST: node_addresses,
     }
 
 

@@ -8,13 +8,14 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import health
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosUnreachableError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cluster import cluster_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.storage import storage_pb2
-from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 
 CP1, CP2, W1 = "10.5.0.2", "10.5.0.3", "10.5.0.5"
 MEMBERS = [
@@ -72,15 +73,15 @@ def talos(cluster):
         return lambda _request, _node: replies
 
     answers = {
-        "machine.MachineService/ServiceList": service_list,
-        "machine.MachineService/EtcdMemberList": etcd_members,
-        "machine.MachineService/Version": always([machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]),
-        "machine.MachineService/Memory": always([machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000))]),
-        "storage.StorageService/Disks": always([storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda")])]),
-        GET: machine_status,
-        LIST: listed,
+        rpc.SERVICE_LIST: service_list,
+        rpc.ETCD_MEMBER_LIST: etcd_members,
+        rpc.VERSION: always([machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]),
+        rpc.MEMORY: always([machine_pb2.Memory(meminfo=machine_pb2.MemInfo(memtotal=4000))]),
+        rpc.STORAGE_DISKS: always([storage_pb2.Disks(disks=[storage_pb2.Disk(device_name="/dev/sda")])]),
+        rpc.COSI_GET: machine_status,
+        rpc.COSI_LIST: listed,
         # Nodes without an event stream: the rounds pause the whole interval (the emulator tests follow events).
-        "machine.MachineService/Events": always(fails_with("Unimplemented", "unknown method Events")),
+        rpc.EVENTS: always(fails_with("Unimplemented", "unknown method Events")),
     }
     return FakeTalos(answers={method: unless_down(answer) for method, answer in answers.items()})
 
@@ -224,17 +225,17 @@ def progress(*messages):
 
 
 def test_server_progress_becomes_checks():
-    server = FakeTalos(answers={health.HEALTH_CHECK: progress(
+    server = FakeTalos(answers={rpc.CLUSTER_HEALTH_CHECK: progress(
         "waiting for etcd to be healthy: ...", "waiting for etcd to be healthy: OK",
         "waiting for coredns to report ready: ...", "waiting for coredns to report ready: OK")})
     checks, _elapsed = health.server_health_check(server, NODES, None, 300)
     assert states(checks) == [("etcd_healthy", "passed"), ("coredns_to_report_ready", "passed")]
-    request = server.requests(health.HEALTH_CHECK)[0]
+    request = server.requests(rpc.CLUSTER_HEALTH_CHECK)[0]
     assert list(request.cluster_info.control_plane_nodes) == [CP1, CP2] and request.wait_timeout.seconds == 300
 
 
 def test_server_failure_names_the_unfinished_check():
-    server = FakeTalos(answers={health.HEALTH_CHECK: progress(
+    server = FakeTalos(answers={rpc.CLUSTER_HEALTH_CHECK: progress(
         "waiting for etcd to be healthy: OK", "waiting for apid to be ready: ...",
         "waiting for apid to be ready: 1 error occurred:\n\t* 10.5.0.5: connection refused\n\n",
     ) + [fails_with("DeadlineExceeded", "context deadline exceeded")]})

@@ -13,6 +13,7 @@ import zipfile
 import pytest
 import yaml
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.cluster import support_bundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -97,28 +98,28 @@ def _fake_cluster():
     nodes = ["10.5.0.2", "10.5.0.3", "10.5.0.4"]
     fake = FakeTalos(nodes=nodes)
     version = machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0", os="linux", arch="amd64"))
-    fake.answer("machine.MachineService/Version", [version])
-    fake.answer("machine.MachineService/Version", fails_with("Unavailable", "dial tcp 10.5.0.4:50000: connect: no route to host"),
+    fake.answer(rpc.VERSION, [version])
+    fake.answer(rpc.VERSION, fails_with("Unavailable", "dial tcp 10.5.0.4:50000: connect: no route to host"),
                 node="10.5.0.4")
-    fake.answer("machine.MachineService/Dmesg", b"kern: info: [2026-01-01T00:00:00Z]: booted\n")
-    fake.answer("machine.MachineService/Logs", b"2026-01-01T00:00:00Z started\nkey: -----BEGIN PRIVATE KEY-----\n")
+    fake.answer(rpc.DMESG, b"kern: info: [2026-01-01T00:00:00Z]: booted\n")
+    fake.answer(rpc.LOGS, b"2026-01-01T00:00:00Z started\nkey: -----BEGIN PRIVATE KEY-----\n")
     services = machine_pb2.ServiceList(services=[machine_pb2.ServiceInfo(id="apid", state="Running")])
-    fake.answer("machine.MachineService/ServiceList", [services])
+    fake.answer(rpc.SERVICE_LIST, [services])
     container = machine_pb2.ContainerInfo(id="kube-system/kube-proxy-x:kube-proxy", pod_id="kube-system/kube-proxy-x",
                                           name="kube-proxy", status="CONTAINER_EXITED", pid=0)
-    fake.answer("machine.MachineService/Containers",
+    fake.answer(rpc.CONTAINERS,
                 [machine_pb2.Container(containers=[container])])
     mounts = machine_pb2.Mounts(stats=[machine_pb2.MountStat(filesystem="/dev/sda6", size=10 ** 10, available=4 * 10 ** 9,
                                                              mounted_on="/var")])
-    fake.answer("machine.MachineService/Mounts", [mounts])
-    fake.answer("machine.MachineService/Read", b"0000\t80861237\t0\n")
-    fake.answer("machine.MachineService/DiskStats",
+    fake.answer(rpc.MOUNTS, [mounts])
+    fake.answer(rpc.READ, b"0000\t80861237\t0\n")
+    fake.answer(rpc.DISK_STATS,
                 [machine_pb2.DiskStats(devices=[machine_pb2.DiskStat(name="sda")])])
-    fake.answer("machine.MachineService/Processes", [machine_pb2.Process()])
+    fake.answer(rpc.PROCESSES, [machine_pb2.Process()])
     edge = inspect_pb2.ControllerDependencyEdge(controller_name="k8s.NodenameController", edge_type=inspect_pb2.INPUT_WEAK,
                                                 resource_namespace="network", resource_type="HostnameStatuses.net.talos.dev")
-    fake.answer("inspect.InspectService/ControllerRuntimeDependencies", [inspect_pb2.ControllerRuntimeDependency(edges=[edge])])
-    fake.answer("cosi.resource.State/List", cosi_state(
+    fake.answer(rpc.INSPECT_CONTROLLER_RUNTIME_DEPENDENCIES, [inspect_pb2.ControllerRuntimeDependency(edges=[edge])])
+    fake.answer(rpc.COSI_LIST, cosi_state(
         resource("meta", "ResourceDefinitions.meta.cosi.dev", "hostnamestatuses.net.talos.dev",
                  {"type": "HostnameStatuses.net.talos.dev", "defaultNamespace": "network", "sensitivity": "non-sensitive"}),
         resource("meta", "ResourceDefinitions.meta.cosi.dev", "machineconfigs.config.talos.dev",
@@ -132,7 +133,7 @@ def _fake_cluster():
                  {"type": "KubeletSpecs.kubernetes.talos.dev", "defaultNamespace": "k8s"}),
         resource("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet", {"args": {"bootstrap-token": "k8s-b00tstrap"}}),
     ))
-    fake.answer("machine.MachineService/Kubeconfig", fails_with("Unimplemented", "kubeconfig is only available on control plane nodes"))
+    fake.answer(rpc.KUBECONFIG, fails_with("Unimplemented", "kubeconfig is only available on control plane nodes"))
     return fake, nodes
 
 

@@ -6,7 +6,7 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
@@ -43,14 +43,14 @@ def test_member_address_comes_from_client_then_peer_urls():
 
 
 def test_list_members_converts_the_reply():
-    client = FakeTalos(answers={etcd.MEMBER_LIST: [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(
+    client = FakeTalos(answers={rpc.ETCD_MEMBER_LIST: [machine_pb2.EtcdMembers(members=[machine_pb2.EtcdMember(
         id=0x8e9e05c52164694d, hostname="cp-1", peer_urls=["https://10.5.0.2:2380"],
         client_urls=["https://10.5.0.2:2379"], is_learner=True)])]})
     assert etcd.list_members(client, "10.5.0.2") == [{
         "id": "8e9e05c52164694d", "hostname": "cp-1", "peer_urls": ["https://10.5.0.2:2380"],
         "client_urls": ["https://10.5.0.2:2379"], "is_learner": True}]
     (asked,) = client.calls
-    assert (asked.via, asked.method, asked.node, asked.request.query_local) == ("call", etcd.MEMBER_LIST, "10.5.0.2", False)
+    assert (asked.via, asked.method, asked.node, asked.request.query_local) == ("call", rpc.ETCD_MEMBER_LIST, "10.5.0.2", False)
 
 
 def test_member_id_option_reads_hex_strings_and_decimal_integers():

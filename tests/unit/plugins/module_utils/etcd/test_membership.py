@@ -8,9 +8,8 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import waiter
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import WaitTimedOut
@@ -38,11 +37,11 @@ def raft_status(member_id, raft_index, applied):
 
 def test_a_joining_member_advances_as_it_is_added_catches_up_and_is_promoted():
     fake = FakeTalos(nodes=[CP1])
-    fake.answer(etcd.MEMBER_LIST, members_reply(None, True, True, True, True, True, False))
-    fake.answer(etcd_status.STATUS, in_turn(*[raft_status(1, index, index) for index in (100, 110, 120, 130, 140)]), node=CP1)
-    fake.answer(etcd_status.STATUS, fails_with("Unavailable", "connection refused"), node=CP2)
-    fake.answer(etcd_status.STATUS, in_turn(fails_with("Unknown", "etcd is not running on this node"), raft_status(3, 60, 60),
-                                            raft_status(3, 110, 100), raft_status(3, 130, 100), raft_status(3, 140, 140)),
+    fake.answer(rpc.ETCD_MEMBER_LIST, members_reply(None, True, True, True, True, True, False))
+    fake.answer(rpc.ETCD_STATUS, in_turn(*[raft_status(1, index, index) for index in (100, 110, 120, 130, 140)]), node=CP1)
+    fake.answer(rpc.ETCD_STATUS, fails_with("Unavailable", "connection refused"), node=CP2)
+    fake.answer(rpc.ETCD_STATUS, in_turn(fails_with("Unknown", "etcd is not running on this node"), raft_status(3, 60, 60),
+                                         raft_status(3, 110, 100), raft_status(3, 130, 100), raft_status(3, 140, 140)),
                 node="10.5.0.3")
     poll = etcd_membership.JoinProgress(fake, CP1, "cp-3")
     seen = [poll() for unused_look in range(7)]
@@ -60,11 +59,11 @@ def test_the_wait_for_a_learner_that_is_never_promoted_gives_up_once_it_stopped_
     monkeypatch.setattr(waiter.time, "monotonic", lambda: now["t"])
     monkeypatch.setattr(waiter.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
     fake = FakeTalos(nodes=[CP1])
-    fake.answer(etcd.MEMBER_LIST, members_reply(True))
-    fake.answer(etcd_status.STATUS, raft_status(1, 500, 500), node=CP1)
-    fake.answer(etcd_status.STATUS, raft_status(2, 490, 490), node=CP2)
+    fake.answer(rpc.ETCD_MEMBER_LIST, members_reply(True))
+    fake.answer(rpc.ETCD_STATUS, raft_status(1, 500, 500), node=CP1)
+    fake.answer(rpc.ETCD_STATUS, raft_status(2, 490, 490), node=CP2)
     # The learner catches up by 20 entries a look until it reaches the cluster, then waits in vain for its promotion.
-    fake.answer(etcd_status.STATUS, lambda _request, _node: raft_status(3, 500, min(500, 20 * int(now["t"]))), node="10.5.0.3")
+    fake.answer(rpc.ETCD_STATUS, lambda _request, _node: raft_status(3, 500, min(500, 20 * int(now["t"]))), node="10.5.0.3")
     with pytest.raises(WaitTimedOut) as err:
         etcd_membership.await_voter(fake, CP1, "cp-3", 30, check_mode=False, warn=None, progress=None)
     assert err.value.message == (

@@ -8,13 +8,13 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-from etcd_fakes import ALARM_OF_TWO, FIVE, FOUR, HOSTNAME, ONE, THREE, TWO, etcd_client, member, status, status_reply
+from etcd_fakes import ALARM_OF_TWO, FIVE, FOUR, ONE, THREE, TWO, etcd_client, member, status, status_reply
 from fake_talos import fails_with
 
 
@@ -121,7 +121,7 @@ def test_an_outage_of_a_healthy_three_member_cluster_is_safe():
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": True})
     assert let_go(client) == {"controlplane": True, "etcd_gate_open": True, "quorum": {
         "safe": True, "voters_after": 3, "quorum_after": 2, "healthy_after": 2, "unhealthy": []}}
-    assert [(call.via, call.node, call.kwargs["deadline"]) for call in client.calls_to(etcd_status.STATUS)] == [
+    assert [(call.via, call.node, call.kwargs["deadline"]) for call in client.calls_to(rpc.ETCD_STATUS)] == [
         ("call_many", "10.5.0.%d" % index, etcd.HEALTH_PROBE_SECONDS) for index in (1, 2, 3)]
 
 
@@ -147,7 +147,7 @@ def test_one_and_two_member_clusters_cannot_spare_a_member(count):
 def test_the_guard_names_the_member_an_alarm_names_not_every_member_listing_it():
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": True})
     for index in (1, 2, 3):
-        client.answer(etcd_status.STATUS, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]), node="10.5.0.%d" % index)
+        client.answer(rpc.ETCD_STATUS, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]), node="10.5.0.%d" % index)
     refused = refusal(client)
     assert refused.message == (
         "Refusing to reboot control-plane node 10.5.0.1: etcd would keep 3 voting members and need 2 of them healthy "
@@ -155,7 +155,7 @@ def test_the_guard_names_the_member_an_alarm_names_not_every_member_listing_it()
         "unhealthy members first, or set force_quorum_loss: true to go ahead anyway.")
     assert refused.result["quorum"]["unhealthy"] == ["cp-2"]
     # cp-2 itself may go: cp-1 and cp-3 are healthy although their statuses list its alarm.
-    client.answer(HOSTNAME, [machine_pb2.Hostname(hostname="cp-2")])
+    client.answer(rpc.HOSTNAME, [machine_pb2.Hostname(hostname="cp-2")])
     assert let_go(client, "10.5.0.2")["etcd_gate_open"] is True
 
 
@@ -164,7 +164,7 @@ def test_a_removal_uses_the_removal_arithmetic():
     client = etcd_client({"cp-1": True, "cp-2": True, "cp-3": False})
     assert refusal(client, removal=True).result["quorum"]["voters_after"] == 2
     # Removing the unhealthy member itself is safe.
-    client.answer(HOSTNAME, [machine_pb2.Hostname(hostname="cp-3")])
+    client.answer(rpc.HOSTNAME, [machine_pb2.Hostname(hostname="cp-3")])
     assert let_go(client, "10.5.0.3", removal=True)["etcd_gate_open"] is True
 
 

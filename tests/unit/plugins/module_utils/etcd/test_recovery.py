@@ -13,13 +13,11 @@ import re
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import waiter
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import recovery as etcd_recovery
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import files
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from fake_talos import FakeTalos, fails_with
@@ -37,16 +35,16 @@ def control_planes(etcd_state="Running", leader=1, down=()):
     client = FakeTalos(nodes=list(NODES))
     for index, node in enumerate(NODES, 1):
         if node in down:
-            client.answer(talos_node.SERVICE_LIST, fails_with("Unavailable", "connection refused"), node=node)
-            client.answer(etcd_status.STATUS, fails_with("Unavailable", "connection refused"), node=node)
+            client.answer(rpc.SERVICE_LIST, fails_with("Unavailable", "connection refused"), node=node)
+            client.answer(rpc.ETCD_STATUS, fails_with("Unavailable", "connection refused"), node=node)
             continue
-        client.answer(talos_node.SERVICE_LIST, [machine_pb2.ServiceList(services=[
+        client.answer(rpc.SERVICE_LIST, [machine_pb2.ServiceList(services=[
             machine_pb2.ServiceInfo(id="etcd", state=etcd_state)])], node=node)
         if etcd_state == "Running":
-            client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+            client.answer(rpc.ETCD_STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
                 member_id=index, leader=leader))], node=node)
         else:
-            client.answer(etcd_status.STATUS, fails_with("Unknown", "etcd is not running on this node"), node=node)
+            client.answer(rpc.ETCD_STATUS, fails_with("Unknown", "etcd is not running on this node"), node=node)
     return client
 
 
@@ -59,7 +57,7 @@ def snapshot(tmp_path):
 
 def sent(client):
     """The calls that would change a node (the survey only reads)."""
-    return [call.method for call in client.calls if call.method not in (talos_node.SERVICE_LIST, etcd_status.STATUS)]
+    return [call.method for call in client.calls if call.method not in (rpc.SERVICE_LIST, rpc.ETCD_STATUS)]
 
 
 def test_check_mode_verifies_a_backup_of_a_healthy_cluster_and_says_a_run_would_be_refused(snapshot):
@@ -149,13 +147,13 @@ def test_every_message_is_one_sentence_without_doubled_punctuation(tmp_path):
 def test_a_join_that_stops_moving_is_reported_with_where_the_restore_stopped(snapshot, monkeypatch):
     # The record says this snapshot's restore runs on 10.5.0.1: the rerun waits for the joins only.
     client = control_planes()
-    client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+    client.answer(rpc.ETCD_STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
         member_id=1, leader=1, raft_index=40, raft_applied_index=40))], node=NODES[0])
-    client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+    client.answer(rpc.ETCD_STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
         member_id=2, leader=1, is_learner=True, raft_index=40, raft_applied_index=40))], node=NODES[1])
-    client.answer("machine.MachineService/Hostname", lambda _request, node: [
+    client.answer(rpc.HOSTNAME, lambda _request, node: [
         machine_pb2.Hostname(hostname="cp-%s" % node.rsplit(".", 1)[1])])
-    client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+    client.answer(rpc.ETCD_MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
         machine_pb2.EtcdMember(id=1, hostname="cp-1", client_urls=["https://10.5.0.1:2379"]),
         machine_pb2.EtcdMember(id=2, hostname="cp-2", is_learner=True, client_urls=["https://10.5.0.2:2379"])])])
     facts = etcd_snapshot.check(snapshot)
@@ -172,4 +170,4 @@ def test_a_join_that_stops_moving_is_reported_with_where_the_restore_stopped(sna
         "caught up with the cluster and has not been promoted by its node's etcd service; so far etcd runs restored on "
         "node 10.5.0.1; none joined - run the restore again to continue.")
     assert not DOUBLED.search(stopped.value.message)
-    assert set(sent(client)) == {"machine.MachineService/Hostname", etcd.MEMBER_LIST}
+    assert set(sent(client)) == {rpc.HOSTNAME, rpc.ETCD_MEMBER_LIST}

@@ -23,8 +23,7 @@ import pytest
 
 from google.rpc import status_pb2
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import snapshot as etcd_snapshot
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import files
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosConnectionError, TalosError, TalosNodeError
@@ -38,30 +37,29 @@ with open(VECTOR + ".status.json") as _status:
     JUDGED = json.load(_status)
 with open(VECTOR, "rb") as _vector:
     SNAPSHOT = _vector.read()
-VERSION = "machine.MachineService/Version"
 
 
 def snapshot_cluster(healthy=(True, True, True), leader=1, data=SNAPSHOT, fail_after=None):
     """A FakeTalos of three control planes (member i at 10.5.0.i, member ``leader`` leading) streaming ``data`` as
     EtcdSnapshot in 1 KiB frames; after ``fail_after`` frames the node answers with an error frame instead."""
-    client = FakeTalos(answers={VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]})
-    client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+    client = FakeTalos(answers={rpc.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))]})
+    client.answer(rpc.ETCD_MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
         machine_pb2.EtcdMember(id=index, hostname="cp-%d" % index, client_urls=["https://10.5.0.%d:2379" % index])
         for index in (1, 2, 3)])])
     for index, up in enumerate(healthy, 1):
-        client.answer(etcd_status.STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
+        client.answer(rpc.ETCD_STATUS, [machine_pb2.EtcdStatus(member_status=machine_pb2.EtcdMemberStatus(
             member_id=index, leader=leader, protocol_version="3.7.3"))]
             if up else TalosConnectionError("unreachable", code="Unavailable"), node="10.5.0.%d" % index)
     frames = [common_pb2.Data(bytes=data[offset:offset + 1024]) for offset in range(0, len(data), 1024)]
     if fail_after is not None:
         frames[fail_after:] = [common_pb2.Data(metadata=common_pb2.Metadata(
             error="stream cut", status=status_pb2.Status(code=14)))]  # 14: Unavailable
-    client.answer(etcd_snapshot.SNAPSHOT, frames)
+    client.answer(rpc.ETCD_SNAPSHOT, frames)
     return client
 
 
 def snapshot_calls(client):
-    return [call.node for call in client.calls if call.method == etcd_snapshot.SNAPSHOT]
+    return [call.node for call in client.calls if call.method == rpc.ETCD_SNAPSHOT]
 
 
 # Checking a snapshot as etcd's restore does
@@ -138,7 +136,7 @@ def test_the_leader_serves_only_when_no_follower_is_healthy_and_none_healthy_fai
 
 def test_a_backup_client_that_may_not_read_versions_still_gets_its_snapshot(tmp_path):
     client = snapshot_cluster()
-    client.answer(VERSION, TalosError("denied", code="PermissionDenied"))
+    client.answer(rpc.VERSION, TalosError("denied", code="PermissionDenied"))
     taken = etcd_snapshot.take(client, "10.5.0.1", dest=str(tmp_path / "etcd.snapshot"), source="node")
     assert snapshot_calls(client) == ["10.5.0.1"] and taken["talos_version"] is None and taken["etcd_version"] == "3.7.3"
 
@@ -163,10 +161,10 @@ def test_an_existing_good_snapshot_stays_and_check_mode_streams_nothing(tmp_path
 def test_check_mode_reads_only_the_first_page_of_the_members_stream(tmp_path):
     client = snapshot_cluster()
     seen = []
-    client.answer(etcd_snapshot.SNAPSHOT, [common_pb2.Data(bytes=SNAPSHOT[offset:offset + 32]) for offset in range(0, 1024, 32)]
+    client.answer(rpc.ETCD_SNAPSHOT, [common_pb2.Data(bytes=SNAPSHOT[offset:offset + 32]) for offset in range(0, 1024, 32)]
                   + [fails_with("Unknown", "read past the first page")])
     etcd_snapshot.take(client, "10.5.0.1", dest=str(tmp_path / "etcd.snapshot"), check_mode=True)
-    (call,) = [call for call in client.calls if call.method == etcd_snapshot.SNAPSHOT]
+    (call,) = [call for call in client.calls if call.method == rpc.ETCD_SNAPSHOT]
     assert call.node == "10.5.0.2" and os.listdir(str(tmp_path)) == []
 
 
@@ -184,7 +182,7 @@ def test_check_mode_reads_only_the_first_page_of_the_members_stream(tmp_path):
 @pytest.mark.parametrize("check_mode", [True, False], ids=["check-mode", "run"])
 def test_a_member_that_cannot_stream_a_snapshot_fails_at_once_in_both_modes(tmp_path, answer, problem, check_mode):
     client = snapshot_cluster()
-    client.answer(etcd_snapshot.SNAPSHOT, answer)
+    client.answer(rpc.ETCD_SNAPSHOT, answer)
     with pytest.raises(TalosError) as raised:
         etcd_snapshot.take(client, "10.5.0.1", directory=str(tmp_path), check_mode=check_mode)
     if check_mode or not isinstance(answer, list):

@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import membership as etcd_membership
@@ -21,13 +22,13 @@ from fake_talos import FakeTalos, fails_with
 def test_member_statuses_asks_each_members_node_and_keeps_errors():
     members = [member("cp-1", ONE), member("cp-2", TWO)]
     unreachable = TalosConnectionError("node 10.5.0.2 is unreachable", code="Unavailable")
-    client = FakeTalos(answers={etcd_status.STATUS: [machine_pb2.EtcdStatus(
+    client = FakeTalos(answers={rpc.ETCD_STATUS: [machine_pb2.EtcdStatus(
         member_status=machine_pb2.EtcdMemberStatus(member_id=1, leader=1, db_size=4096))]})
-    client.answer(etcd_status.STATUS, unreachable, node="10.5.0.2")
+    client.answer(rpc.ETCD_STATUS, unreachable, node="10.5.0.2")
 
     statuses = etcd_status.member_statuses(client, members, deadline=3)
     assert [(call.via, call.method, call.node, call.kwargs["deadline"]) for call in client.calls] == [
-        ("call_many", etcd_status.STATUS, "10.5.0.1", 3), ("call_many", etcd_status.STATUS, "10.5.0.2", 3)]
+        ("call_many", rpc.ETCD_STATUS, "10.5.0.1", 3), ("call_many", rpc.ETCD_STATUS, "10.5.0.2", 3)]
     assert statuses[ONE]["leader"] == ONE and statuses[ONE]["db_size"] == 4096
     assert statuses[TWO] is unreachable
     assert etcd_status.healthy_ids(statuses) == {ONE}
@@ -86,7 +87,7 @@ def test_info_has_a_status_per_node_and_keeps_the_one_that_did_not_answer():
 def test_info_shows_an_alarm_once_in_the_status_of_the_member_it_names():
     fake = etcd_cluster(**dict((node, status_reply(index, 1, errors=[ALARM_OF_TWO[index % 2]]))
                                for index, node in enumerate((CP1, CP2, CP3), 1)))
-    fake.answer(etcd_status.STATUS, status_reply(3, 0, errors=["etcdserver: no leader", ALARM_OF_TWO[1]]), node=CP3)
+    fake.answer(rpc.ETCD_STATUS, status_reply(3, 0, errors=["etcdserver: no leader", ALARM_OF_TWO[1]]), node=CP3)
     info = etcd_status.read_info(fake, [CP1, CP2, CP3])
     assert [entry["errors"] for entry in info["status"]] == [[], ["memberID:2 alarm:NOSPACE"], ["etcdserver: no leader"]]
     assert info["alarms"] == [{"member_id": TWO, "alarm": "NOSPACE"}]

@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """images/store.py: images on nodes (against the emulator)."""
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import reference as image_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
@@ -48,7 +49,7 @@ def test_pull_list_remove_on_nodes(emulator, monkeypatch):
         assert any("layers downloaded" in line for line in lines)
         again = store.ensure_present(wanted)
         assert [again[node]["changed"] for node in nodes] == [False, False]
-        assert [entry["method"] for entry in cluster.audit()].count("machine.ImageService/Pull") == 2
+        assert [entry["method"] for entry in cluster.audit()].count(rpc.IMAGE_PULL) == 2
 
         assert "busybox" not in str(images.NodeImages(client, "system").list(nodes[:1]))
         removed = store.ensure_absent("docker.io/library/busybox:1.36", nodes[:1])

@@ -9,19 +9,18 @@ __metaclass__ = type
 import pytest
 import yaml
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import kubeconfig as kc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
 from fake_talos import FakeTalos
 from kubeconfig_samples import NOW, archive, certificate, kubeconfig
 
-KUBECONFIG = "machine.MachineService/Kubeconfig"
-
 
 def test_fetch_returns_the_text_as_talos_wrote_it_and_parsed():
     text = yaml.safe_dump(kubeconfig())
-    client = FakeTalos(answers={KUBECONFIG: archive(text)})
+    client = FakeTalos(answers={rpc.KUBECONFIG: archive(text)})
     assert kc.fetch_kubeconfig(client, "10.5.0.2") == (text, yaml.safe_load(text))
-    assert [(call.method, call.node) for call in client.calls] == [(KUBECONFIG, "10.5.0.2")]
+    assert [(call.method, call.node) for call in client.calls] == [(rpc.KUBECONFIG, "10.5.0.2")]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -30,7 +29,7 @@ def test_fetch_returns_the_text_as_talos_wrote_it_and_parsed():
 ])
 def test_fetch_refuses_what_is_no_kubeconfig(text, message):
     with pytest.raises(TalosError, match=message):
-        kc.fetch_kubeconfig(FakeTalos(answers={KUBECONFIG: archive(text)}), "10.5.0.2")
+        kc.fetch_kubeconfig(FakeTalos(answers={rpc.KUBECONFIG: archive(text)}), "10.5.0.2")
 
 
 def test_extract_takes_the_kubeconfig_file_from_the_archive():

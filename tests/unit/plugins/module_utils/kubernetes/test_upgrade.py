@@ -10,6 +10,7 @@ import copy
 import pytest
 import yaml
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import components
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import upgrade as kubernetes_upgrade
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError
@@ -98,11 +99,11 @@ class Simulation(object):
         self.proxy = None  # the kube-proxy DaemonSet: Lagging(rolled out) and its image
         self.proxy_image = "registry.k8s.io/kube-proxy:v" + FROM
         self.talos = FakeTalos()
-        self.talos.answer("machine.MachineService/Version", lambda _request, node: [
+        self.talos.answer(rpc.VERSION, lambda _request, node: [
             machine_pb2.Version(version=machine_pb2.VersionInfo(tag=self.node(node).talos))])
-        self.talos.answer("cosi.resource.State/Get", self._get)
-        self.talos.answer("cosi.resource.State/List", self._list)
-        self.talos.answer("machine.MachineService/ApplyConfiguration", self._apply)
+        self.talos.answer(rpc.COSI_GET, self._get)
+        self.talos.answer(rpc.COSI_LIST, self._list)
+        self.talos.answer(rpc.APPLY_CONFIGURATION, self._apply)
         self.kube = FakeKube(self)
 
     def node(self, target):
@@ -251,7 +252,7 @@ class FakeKube(object):
 
 
 def _applies(sim):
-    return [call for call in sim.talos.calls_to("machine.MachineService/ApplyConfiguration") if not call.request.dry_run]
+    return [call for call in sim.talos.calls_to(rpc.APPLY_CONFIGURATION) if not call.request.dry_run]
 
 
 def test_an_upgrade_waits_for_each_step_before_the_next():

@@ -9,11 +9,9 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
-from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import status as etcd_status
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import VERSION
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     ActionFailed,
     TalosApiError,
@@ -37,17 +35,17 @@ def node_client(members=None, **answers):
 
     ``members`` ({name: healthy}, member i at 10.5.0.i) makes it a control plane; else it runs no etcd.
     """
-    client = FakeTalos(answers={etcd.MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
-                                VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
+    client = FakeTalos(answers={rpc.ETCD_MEMBER_LIST: fails_with("Unimplemented", "member list is only available on control plane nodes"),
+                                rpc.VERSION: [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))],
                                 MACHINE_SERVICE + "Hostname": [machine_pb2.Hostname(hostname="cp-1")],
                                 MACHINE_SERVICE + "Read": b"boot-1\n"})
     for name, answer in answers.items():
         client.answer(MACHINE_SERVICE + name, answer)
     if members is not None:
-        client.answer(etcd.MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
+        client.answer(rpc.ETCD_MEMBER_LIST, [machine_pb2.EtcdMembers(members=[
             machine_pb2.EtcdMember(id=i, hostname=n, client_urls=["https://10.5.0.%d:2379" % i]) for i, n in enumerate(members, 1)])])
         for i, healthy in enumerate(members.values(), 1):
-            client.answer(etcd_status.STATUS, healthy_status(i) if healthy else UNREACHABLE, node="10.5.0.%d" % i)
+            client.answer(rpc.ETCD_STATUS, healthy_status(i) if healthy else UNREACHABLE, node="10.5.0.%d" % i)
     return client
 
 
@@ -107,7 +105,7 @@ def test_a_refused_rollback_changed_nothing():
 def recovering_client(unhealthy_asks):
     """A control plane of three whose cp-3 is unhealthy for the first ``unhealthy_asks`` status reads."""
     client = node_client(members={"cp-1": True, "cp-2": True, "cp-3": False}, Reboot=[machine_pb2.Reboot(actor_id="a1")])
-    client.answer(etcd_status.STATUS, in_turn(*[UNREACHABLE] * unhealthy_asks + [healthy_status(3)]), node="10.5.0.3")
+    client.answer(rpc.ETCD_STATUS, in_turn(*[UNREACHABLE] * unhealthy_asks + [healthy_status(3)]), node="10.5.0.3")
     return client
 
 
@@ -165,7 +163,7 @@ def typed_nodes(**types):
     """A FakeTalos targeting nodes whose machine types are ``types`` (node address with _ for .: type)."""
     fake = FakeTalos(nodes=[name.replace("_", ".") for name in types])
     for name, machine_type in types.items():
-        fake.answer("cosi.resource.State/Get", cosi_state(fake_resource("config", MACHINE_TYPES, "machine-type", machine_type)),
+        fake.answer(rpc.COSI_GET, cosi_state(fake_resource("config", MACHINE_TYPES, "machine-type", machine_type)),
                     node=name.replace("_", "."))
     return fake
 

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.reset import (
     reset_plan,
@@ -60,7 +61,7 @@ VOLUMES_V114 = [
 
 def volume_client(volumes=None, answer=None):
     fake = FakeTalos(nodes=["10.5.0.9"])
-    fake.answer("cosi.resource.State/List", answer or cosi_state(*[
+    fake.answer(rpc.COSI_LIST, answer or cosi_state(*[
         fake_resource("runtime", "VolumeStatuses.block.talos.dev", volume_id, spec)
         for volume_id, spec in (VOLUMES_V114 if volumes is None else volumes)]))
     return fake

@@ -10,13 +10,14 @@ import re
 
 import pytest
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import resources
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosTimeoutError
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import resource_pb2, state_pb2
-from fake_talos import GET, LIST, FakeTalos, cosi_state, fails_with, in_turn
+from fake_talos import FakeTalos, cosi_state, fails_with, in_turn
 from fake_talos import resource as cosi_resource
 
 OP = resource_pb2.LabelTerm.Operation
@@ -91,7 +92,7 @@ def definitions():
         cosi_resource("meta", DEFINITIONS, "machinestatuses.runtime.talos.dev", {
             "type": "MachineStatuses.runtime.talos.dev", "defaultNamespace": "runtime",
             "aliases": ["machinestatus"], "allAliases": ["MachineStatus", "machinestatus", "machinestatuses"]}))
-    return FakeTalos(answers={GET: state, LIST: state})
+    return FakeTalos(answers={rpc.COSI_GET: state, rpc.COSI_LIST: state})
 
 
 class TestResolveKind:
@@ -99,7 +100,7 @@ class TestResolveKind:
         client = definitions()
         kind = resources.resolve_kind(client, "Members.cluster.talos.dev")
         assert (kind.type, kind.default_namespace) == ("Members.cluster.talos.dev", "cluster")
-        assert [(call.method, call.request.id) for call in client.calls] == [(GET, "members.cluster.talos.dev")]
+        assert [(call.method, call.request.id) for call in client.calls] == [(rpc.COSI_GET, "members.cluster.talos.dev")]
 
     @pytest.mark.parametrize("alias", ["MachineStatus", "machinestatus", "MACHINESTATUSES"])
     def test_aliases_any_case(self, alias):
@@ -147,7 +148,7 @@ def test_a_type_the_node_marks_sensitive_is_redacted_whole():
     definition = {"type": "Futures.example.talos.dev", "defaultNamespace": "runtime", "sensitivity": "sensitive"}
     state = cosi_state(cosi_resource("meta", DEFINITIONS, "futures.example.talos.dev", definition),
                        cosi_resource("runtime", "Futures.example.talos.dev", "one", {"plain": "value"}))
-    client = FakeTalos(answers={GET: state, LIST: state})
+    client = FakeTalos(answers={rpc.COSI_GET: state, rpc.COSI_LIST: state})
     kind = resources.resolve_kind(client, "Futures.example.talos.dev")
     assert kind.sensitive is True
     assert [found["spec"] for found in resources.read_resources(client, kind, "runtime", "one")] == [{"plain": REDACTED}]
@@ -158,9 +159,9 @@ def test_a_type_the_node_marks_sensitive_is_redacted_whole():
 def polled_node(stages):
     """A node that cannot watch (Watch is Unimplemented) and answers Get with the stages in ``stages``, in turn."""
     return FakeTalos(answers={
-        "cosi.resource.State/Watch": fails_with("Unimplemented", "unknown method"),
-        GET: in_turn(*[[state_pb2.GetResponse(resource=cosi_resource("runtime", STATUS.type, "machine", {"stage": stage}))]
-                       for stage in stages]),
+        rpc.COSI_WATCH: fails_with("Unimplemented", "unknown method"),
+        rpc.COSI_GET: in_turn(*[[state_pb2.GetResponse(resource=cosi_resource("runtime", STATUS.type, "machine", {"stage": stage}))]
+                                for stage in stages]),
     })
 
 
