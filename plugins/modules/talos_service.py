@@ -150,19 +150,12 @@ nodes:
     10.5.0.5: {changed: true, name: kubelet, state: Running, response: Service "kubelet" restarted}
 """
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import control_refusal
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.services import control_service
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.waits import wait_for_service
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
-
-try:
-    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
-except ImportError:  # reported by the doors through missing_required_lib
-    machine_pb2 = None
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -173,81 +166,22 @@ SPEC = TaskSpec(
     several_nodes=True,
 )
 
-RECENT_EVENTS = 10
-
-REQUESTS = {
-    "started": (rpc.SERVICE_START, "ServiceStartRequest"),
-    "stopped": (rpc.SERVICE_STOP, "ServiceStopRequest"),
-    "restarted": (rpc.SERVICE_RESTART, "ServiceRestartRequest"),
-}
-
-
-def _timestamp(value):
-    if not value.seconds and not value.nanos:
-        return None
-    return value.ToJsonString()
-
-
-def service_to_dict(info):
-    """A ``ServiceInfo`` message as the module returns it."""
-    return {
-        "state": info.state,
-        "health": {
-            "unknown": info.health.unknown,
-            "healthy": info.health.healthy,
-            "last_message": info.health.last_message,
-            "last_change": _timestamp(info.health.last_change),
-        },
-        "events": [{"msg": event.msg, "state": event.state, "ts": _timestamp(event.ts)}
-                   for event in info.events.events[-RECENT_EVENTS:]],
-    }
-
 
 def run(task):
-    name = task.params["name"]
-    state = task.params["state"]
-    reason = talos_node.control_refusal(name, state)
+    params = task.params
+    name = params["name"]
+    state = params["state"]
+    reason = control_refusal(name, state)
     if reason:
         task.result["name"] = name
         raise TalosConfigError(reason)
 
     def control(client, node):
-        return _control(task, client, node, name, state)
+        return control_service(client, node, name, state, wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                               check_mode=task.check_mode, progress=task.progress)
 
     # A service's start, stop or restart leaves the node up: no control plane waits for another.
-    return several_nodes.run(task.client, task.target_nodes, control, task.params["max_concurrency"])
-
-
-def _control(task, client, node, name, state):
-    """``name`` brought to ``state`` on ``node``: the node's result."""
-    services = talos_node.list_services(client, node)
-    if name not in services:
-        raise ActionFailed("Service %s is not defined on %s (its services are: %s): extension services appear only when "
-                           "their system extension is installed." % (name, label(node),
-                                                                     ", ".join(sorted(services))),
-                           {"name": name}, node=node)
-    info = services[name]
-    before = service_to_dict(info)
-
-    result = {"changed": talos_node.needs_control(info.state, state), "name": name, "node": node, "before": before}
-    if not result["changed"]:
-        after = before
-    elif task.check_mode:
-        after = dict(before, state=talos_node.STOPPED if state == "stopped" else talos_node.RUNNING)
-    else:
-        method, request_type = REQUESTS[state]
-        items = client.call(method, getattr(machine_pb2, request_type)(id=name), node=node)
-        result["response"] = items[0].resp if items else ""
-        if task.params["wait"]:
-            waiter = Waiter(task.params["wait_timeout"], progress=task.progress)
-            info = wait_for_service(client, node, name, state, waiter, restarted_after=talos_node.last_event_time(info))
-        else:
-            info = talos_node.list_services(client, node)[name]
-        after = service_to_dict(info)
-
-    result.update(after=after, state=after["state"], health=after["health"])
-    result["diff"] = {"before": {"state": before["state"]}, "after": {"state": after["state"]}}
-    return result
+    return several_nodes.run(task.client, task.target_nodes, control, params["max_concurrency"])
 
 
 def main():

@@ -81,3 +81,34 @@ def test_needs_control(state, goal, expected):
 def test_services_by_id():
     items = [machine_pb2.ServiceList(services=[_info("Running"), machine_pb2.ServiceInfo(id="apid", state="Running")])]
     assert sorted(talos_node.services_by_id(items)) == ["apid", "etcd"]
+
+
+@pytest.mark.parametrize("name, goal", [
+    ("kubelet", "started"), ("kubelet", "restarted"),
+    ("ext-tailscale", "started"), ("ext-tailscale", "stopped"), ("ext-tailscale", "restarted"),
+])
+def test_the_api_may_control_kubelet_and_extension_services(name, goal):
+    assert talos_node.control_refusal(name, goal) is None
+
+
+def _with_events(state, healthy=None, event_seconds=()):
+    info = _info(state, healthy)
+    info.events.events.extend(machine_pb2.ServiceEvent(state="Running", ts={"seconds": seconds}) for seconds in event_seconds)
+    return info
+
+
+def test_a_started_service_has_settled_when_up():
+    assert talos_node.has_settled(_with_events("Running"), "started", 0)
+    assert not talos_node.has_settled(_with_events("Running", healthy=False), "started", 0)
+    assert talos_node.has_settled(_with_events("Running", healthy=True), "started", 0)
+    assert not talos_node.has_settled(_with_events("Starting"), "started", 0)
+
+
+def test_a_restarted_service_has_settled_with_a_newer_event():
+    assert not talos_node.has_settled(_with_events("Running", event_seconds=[100]), "restarted", 100)
+    assert talos_node.has_settled(_with_events("Running", event_seconds=[100, 130]), "restarted", 100)
+
+
+def test_a_stopped_service_has_settled_once_no_longer_stopping():
+    assert not talos_node.has_settled(_with_events("Stopping"), "stopped", 0)
+    assert talos_node.has_settled(_with_events("Finished"), "stopped", 0)
