@@ -6,8 +6,6 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import time
-
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
@@ -23,15 +21,6 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter im
     Waiter,
     retry,
 )
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """A clock that only moves when the waiter sleeps."""
-    now = {"t": 1000.0}
-    monkeypatch.setattr(time, "monotonic", lambda: now["t"])
-    monkeypatch.setattr(time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
-    return now
 
 
 def scripted(*states):

@@ -109,15 +109,6 @@ def recovering_client(unhealthy_asks):
     return client
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    """A clock that only sleeps move on."""
-    now = {"t": 1000.0}
-    monkeypatch.setattr(lifecycle.waits.time, "monotonic", lambda: now["t"])
-    monkeypatch.setattr(lifecycle.waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
-    return now
-
-
 def test_the_quorum_wait_asks_again_until_etcd_spares_the_node(clock):
     client = recovering_client(unhealthy_asks=4)
     lines = []

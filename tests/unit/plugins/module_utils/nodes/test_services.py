@@ -6,8 +6,6 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import time
-
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
@@ -23,15 +21,6 @@ GOALS = {
     "stopped": (rpc.SERVICE_STOP, machine_pb2.ServiceStopRequest, machine_pb2.ServiceStop, "Finished"),
     "restarted": (rpc.SERVICE_RESTART, machine_pb2.ServiceRestartRequest, machine_pb2.ServiceRestart, "Running"),
 }
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """A clock that only moves when a wait sleeps."""
-    now = {"t": 1000.0}
-    monkeypatch.setattr(time, "monotonic", lambda: now["t"])
-    monkeypatch.setattr(time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
-    return now
 
 
 def node_with(states, settling=()):

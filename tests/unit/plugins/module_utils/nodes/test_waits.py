@@ -39,15 +39,6 @@ def version(tag="v1.14.0"):
 RUNNING = {"stage": "running", "status": {"ready": True}}
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    """A clock that only moves when the waiter sleeps."""
-    now = {"t": 1000.0}
-    monkeypatch.setattr(waits.time, "monotonic", lambda: now["t"])
-    monkeypatch.setattr(waits.time, "sleep", lambda seconds: now.update(t=now["t"] + seconds))
-    return now
-
-
 def test_read_boot_id_reads_the_kernel_file():
     client = FakeTalos(answers={rpc.READ: b"1b2c\n"})
     assert waits.read_boot_id(client, "10.5.0.2") == "1b2c"
