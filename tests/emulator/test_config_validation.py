@@ -37,21 +37,51 @@ def test_generated_configs_are_accepted(bundle, contract, node, machine_type):
     assert config["machine"]["type"] == machine_type
 
 
-@pytest.mark.parametrize("contract,node,kind", [("v1.14", "v1.13.0", "DiscoveryServiceConfig"), ("v1.12", "v1.11.0", "HostnameConfig")])
-def test_kinds_newer_than_the_node_are_not_registered(bundle, contract, node, kind):
-    error = refusal(generated(bundle, "worker", contract), node)
+def test_kinds_newer_than_the_node_are_not_registered(bundle):
+    # From v1.12.3 a refusal names the document and the line it starts on; decoding stops at the first failure.
+    error = refusal(generated(bundle, "worker", "v1.14"), "v1.13.4")
     assert (error.code, error.kind) == ("InvalidArgument", "parse")
-    assert '"%s" "v1alpha1": not registered' % kind in error.message
+    assert error.message == ('error decoding document v1alpha1/DiscoveryServiceConfig/default (line 16): '
+                             '"DiscoveryServiceConfig" "v1alpha1": not registered')
+    documents = generated(bundle, "worker", "v1.13")
+    # The HostnameConfig first: a v1.11 node refuses the v1alpha1 document's grubUseUKICmdline too.
+    assert refusal(documents[1:] + documents[:1], "v1.11.6").message == '"HostnameConfig" "v1alpha1": not registered'
+    oom = {"apiVersion": "v1alpha1", "kind": "OOMConfig"}
+    assert refusal(documents + [oom], "v1.11.6").message.startswith("unknown keys found during decoding:\nmachine:\n")
+    configgen.parse_machine_config(go_yaml.dump_documents(documents + [oom]).encode(), "v1.12.0")
 
 
 def test_unknown_keys_are_refused(bundle):
     documents = generated(bundle, "worker", "v1.13")
     documents[0]["machine"]["kubeletx"] = {}
     error = refusal(documents)
-    assert error.kind == "parse" and "unknown keys found during decoding: machine.kubeletx" in error.message
+    assert error.kind == "parse"
+    assert error.message == "error decoding document /v1alpha1/ (line 1): unknown keys found during decoding:\nmachine:\n    kubeletx: {}\n"
+    assert refusal(documents, "v1.12.2").message == "unknown keys found during decoding:\nmachine:\n    kubeletx: {}\n"
     documents = generated(bundle, "worker", "v1.14")
     documents[-1]["portt"] = 1
-    assert "KubePrismConfig portt" in refusal(documents).message
+    assert refusal(documents).message.endswith("(line 98): unknown keys found during decoding:\nportt: 1\n")
+
+
+@pytest.mark.parametrize("node,known", [("v1.12.8", False), ("v1.12.9", True), ("v1.13.0", False), ("v1.13.3", False),
+                                        ("v1.13.4", True), ("v1.14.0", True)])
+def test_fields_newer_than_the_node_are_unknown_keys(bundle, node, known):
+    documents = generated(bundle, "worker", "v1.12")
+    documents.append({"apiVersion": "v1alpha1", "kind": "OOMConfig", "strictCgroupClassOrdering": True})
+    text = go_yaml.dump_documents(documents).encode()
+    if known:
+        configgen.parse_machine_config(text, node)
+    else:
+        assert refusal(documents, node).message.endswith("unknown keys found during decoding:\nstrictCgroupClassOrdering: true\n")
+
+
+def test_list_valued_extra_args_need_v1_13(bundle):
+    documents = generated(bundle, "worker", "v1.12")
+    documents[0]["machine"]["kubelet"]["extraArgs"] = {"feature-gates": ["A=true", "B=true"]}
+    assert "cannot unmarshal !!seq into string" in refusal(documents, "v1.12.11").message
+    configgen.parse_machine_config(go_yaml.dump_documents(documents).encode(), "v1.13.0")
+    documents[0]["machine"]["kubelet"]["extraArgs"] = {"feature-gates": "A=true,B=true"}
+    configgen.parse_machine_config(go_yaml.dump_documents(documents).encode(), "v1.12.0")
 
 
 def test_ca_keys_by_machine_type(bundle):
@@ -98,7 +128,8 @@ def test_either_installer_home_but_not_both(bundle):
     assert "UnattendedInstallConfig: provisioning.volumeSelector.match is required" in refusal(documents).message
     unattended["provisioning"]["diskSelectorr"] = {"match": "true"}
     error = refusal(documents)
-    assert error.kind == "parse" and "UnattendedInstallConfig provisioning.diskSelectorr" in error.message
+    assert error.kind == "parse" and "v1alpha1/UnattendedInstallConfig/ (line" in error.message
+    assert error.message.endswith("unknown keys found during decoding:\nprovisioning:\n    diskSelectorr:\n        match: 'true'\n")
 
 
 def test_hostname_config_rules(bundle):

@@ -16,10 +16,11 @@ import base64
 import binascii
 import re
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from .versions import older_than
+from .versions import older_than, parse_version
 
 V1ALPHA1_KEYS = {
     None: ("version", "debug", "persist", "machine", "cluster"),
@@ -79,27 +80,53 @@ NESTED_KEYS = {
     },
 }
 
-# The release that first registers a kind; kinds not listed are older than v1.9.
+# The release that first registers each kind (upstream's registry.Register calls, release by release; patch releases
+# never added a kind). The legacy v1alpha1 document and these kinds are registered by every release from v1.9.
 _KINDS_SINCE = {
-    "v1.12.0": ("HostnameConfig", "RegistryMirrorConfig", "RegistryTLSConfig", "RegistryAuthConfig"),
-    "v1.13.0": ("KubeSpanConfig",),
-    "v1.14.0": tuple(kind for kind in DOCUMENT_KEYS if kind.startswith("Kube") and kind != "KubeSpanConfig") + (
-        "KubeCredentialProviderConfig", "KubeExternalManifestConfig", "KubeInlineManifestConfig", "KubeStaticPodConfig",
-        "KubeTalosAPIAccessConfig", "DiscoveryServiceConfig", "DiscoveryIdentityConfig", "UnattendedInstallConfig",
-        "SysctlConfig", "KernelModuleConfig", "FilesystemTrimConfig", "SecurityProfileConfig"),
+    "v1.9.0": ("EventSinkConfig", "ExtensionServiceConfig", "KmsgLogConfig", "KubeSpanEndpointsConfig",
+               "NetworkDefaultActionConfig", "NetworkRuleConfig", "SideroLinkConfig", "TrustedRootsConfig", "VolumeConfig",
+               "WatchdogTimerConfig"),
+    "v1.10.0": ("UserVolumeConfig", "PCIDriverRebindConfig", "EthernetConfig"),
+    "v1.11.0": ("ExistingVolumeConfig", "RawVolumeConfig", "SwapVolumeConfig", "ZswapConfig"),
+    "v1.12.0": ("RegistryAuthConfig", "RegistryMirrorConfig", "RegistryTLSConfig", "BondConfig", "BridgeConfig",
+                "DHCPv4Config", "DHCPv6Config", "DummyLinkConfig", "HCloudVIPConfig", "HostnameConfig", "Layer2VIPConfig",
+                "LinkConfig", "LinkAliasConfig", "ResolverConfig", "StaticHostConfig", "TimeSyncConfig", "VLANConfig",
+                "WireguardConfig", "OOMConfig"),
+    "v1.13.0": ("ExternalVolumeConfig", "BlackholeRouteConfig", "KubeSpanConfig", "RoutingRuleConfig", "TCPProbeConfig",
+                "VRFConfig", "EnvironmentConfig", "ImageVerificationConfig"),
+    "v1.14.0": ("FilesystemTrimConfig", "FilesystemScrubConfig", "DiscoveryIdentityConfig", "DiscoveryServiceConfig",
+                "ContainerConfig", "CRIBaseRuntimeSpecConfig", "CRICustomizationConfig", "ImageCacheConfig",
+                "KubeAdmissionControlConfig", "KubeAggregatorCAConfig", "KubeAPIServerConfig", "KubeAPIServerCAConfig",
+                "KubeAuditPolicyConfig", "KubeAuthenticationConfig", "KubeAuthorizerConfig", "KubeClusterConfig",
+                "KubeControllerManagerConfig", "KubeCoreDNSConfig", "KubeCredentialProviderConfig",
+                "KubeEtcdEncryptionConfig", "KubeExternalManifestConfig", "KubeFlannelCNIConfig",
+                "KubeInlineManifestConfig", "KubeletConfig", "KubePrismConfig", "KubeNetworkConfig", "KubeNodeConfig",
+                "KubeProxyConfig", "KubeSchedulerConfig", "KubeServiceAccountConfig", "KubeStaticPodConfig",
+                "KubeTalosAPIAccessConfig", "BGPInstanceConfig", "HTTPProbeConfig", "VethConfig", "EtcFileConfig",
+                "KernelModuleConfig", "SecurityProfileConfig", "SysctlConfig", "SysfsConfig", "UdevRulesConfig",
+                "UnattendedInstallConfig", "LVMLogicalVolumeConfig", "LVMVolumeGroupConfig", "RAIDArrayConfig"),
 }
-_OLDER_KINDS = (
-    "BGPInstanceConfig", "BlackholeRouteConfig", "BondConfig", "BridgeConfig", "CRIBaseRuntimeSpecConfig",
-    "CRICustomizationConfig", "DHCPv4Config", "DHCPv6Config", "DummyLinkConfig", "EnvironmentConfig", "EtcFileConfig",
-    "EthernetConfig", "EventSinkConfig", "ExistingVolumeConfig", "ExtensionServiceConfig", "ExternalVolumeConfig",
-    "FilesystemScrubConfig", "HCloudVIPConfig", "HTTPProbeConfig", "ImageCacheConfig", "ImageVerificationConfig",
-    "KmsgLogConfig", "KubeSpanEndpointsConfig", "LVMLogicalVolumeConfig", "LVMVolumeGroupConfig", "Layer2VIPConfig",
-    "LinkAliasConfig", "LinkConfig", "NetworkDefaultActionConfig", "NetworkRuleConfig", "OOMConfig",
-    "PCIDriverRebindConfig", "RAIDArrayConfig", "RawVolumeConfig", "ResolverConfig", "RoutingRuleConfig",
-    "SideroLinkConfig", "StaticHostConfig", "SwapVolumeConfig", "SysfsConfig", "TCPProbeConfig", "TimeSyncConfig",
-    "TrustedRootsConfig", "UdevRulesConfig", "UserVolumeConfig", "VLANConfig", "VRFConfig", "VethConfig",
-    "VolumeConfig", "WatchdogTimerConfig", "WireguardConfig", "ZswapConfig",
-)
+
+# Fields a release added to a kind it already registered, as dotted paths (None: the v1alpha1 document), with the
+# first release of each minor release that knows them (later minor releases from their .0): an older node finds an
+# unknown key. The fields the emulated configs and tests use; upstream's Go types and schema per release.
+_FIELDS_SINCE = {
+    None: (("machine.install.grubUseUKICmdline", ("v1.12.0",)),
+           ("machine.network.kubespan.filters.excludeAdvertisedNetworks", ("v1.12.4", "v1.13.0")),
+           ("cluster.network.cni.flannel.kubeNetworkPoliciesEnabled", ("v1.13.0",))),
+    "OOMConfig": (("strictCgroupClassOrdering", ("v1.12.9", "v1.13.4")),),
+    "ResolverConfig": (("hostDNS", ("v1.14.0",)),),
+    "VolumeConfig": (("encryption", ("v1.11.0",)), ("mount", ("v1.13.0",)), ("mount.disableAccessTime", ("v1.14.0",)),
+                     ("filesystem", ("v1.14.0",)), ("trim", ("v1.14.0",)), ("scrub", ("v1.14.0",))),
+}
+
+# The v1alpha1 extraArgs that take a list of strings per key from v1.13 (type Args); older releases decode them into a
+# map of strings.
+_EXTRA_ARGS = (("machine", "kubelet"), ("cluster", "apiServer"), ("cluster", "controllerManager"), ("cluster", "proxy"),
+               ("cluster", "scheduler"), ("cluster", "etcd"))
+_EXTRA_ARGS_LISTS_SINCE = "v1.13.0"
+# From this release on, a document that fails to decode is named with its line (error decoding document ...).
+_DOCUMENT_PREFIX_SINCE = "v1.12.3"
 
 # Each new document and the v1alpha1 fields it refuses to coexist with.
 _CONFLICTS = {
@@ -116,7 +143,16 @@ def registered(kind, talos_version):
     for since, kinds in _KINDS_SINCE.items():
         if kind in kinds:
             return not older_than(talos_version, since)
-    return kind in _OLDER_KINDS
+    return False
+
+
+def _knows(firsts, talos_version):
+    """Whether ``talos_version`` knows what came with ``firsts`` (the first release of each minor release)."""
+    release = parse_version(talos_version)[:3]
+    for first in (parse_version(tag)[:3] for tag in firsts):
+        if first[:2] == release[:2]:
+            return release >= first
+    return release[:2] > parse_version(firsts[-1])[:2]
 
 
 def _lookup(document, path):
@@ -126,33 +162,84 @@ def _lookup(document, path):
     return value
 
 
-def _unknown_keys(mapping, allowed, prefix):
-    return ["%s%s" % (prefix, key) for key in mapping if key not in allowed]
+def _nest(unknown, path, value):
+    for key in path[:-1]:
+        unknown = unknown.setdefault(key, {})
+    unknown[path[-1]] = value
 
 
-def decode_problems(documents, talos_version):
-    """Strict decoding: unregistered kinds and unknown keys, as messages."""
-    problems = []
-    for document in documents:
+def _unknown_keys(document, kind, talos_version):
+    """The unknown part of a document as a nested mapping (empty when every key is known)."""
+    unknown = {}
+    if kind is None:
+        for key in document:
+            if key not in V1ALPHA1_KEYS[None]:
+                _nest(unknown, (key,), document[key])
+        for section in ("machine", "cluster"):
+            if isinstance(document.get(section), dict):
+                for key, value in document[section].items():
+                    if key not in V1ALPHA1_KEYS[section]:
+                        _nest(unknown, (section, key), value)
+    else:
+        allowed = DOCUMENT_KEYS.get(kind)
+        if allowed:
+            for key in document:
+                if key not in allowed + ("apiVersion", "kind"):
+                    _nest(unknown, (key,), document[key])
+        for path, keys in NESTED_KEYS.get(kind, {}).items():
+            nested = _lookup(document, path)
+            if isinstance(nested, dict):
+                for key, value in nested.items():
+                    if key not in keys:
+                        _nest(unknown, path + (key,), value)
+    for dotted, firsts in _FIELDS_SINCE.get(kind, ()):
+        path = tuple(dotted.split("."))
+        parent = _lookup(document, path[:-1])
+        if isinstance(parent, dict) and path[-1] in parent and not _knows(firsts, talos_version):
+            _nest(unknown, path, parent[path[-1]])
+    return unknown
+
+
+def _decode_problem(document, talos_version):
+    """Why a node running ``talos_version`` cannot decode ``document``, as its decoder words it; None when it can."""
+    kind = document.get("kind")
+    if kind is not None and (document.get("apiVersion") != "v1alpha1" or not registered(kind, talos_version)):
+        return '"%s" "%s": not registered' % (kind, document.get("apiVersion", ""))
+    if kind is None and older_than(talos_version, _EXTRA_ARGS_LISTS_SINCE):
+        for path in _EXTRA_ARGS:
+            args = _lookup(document, path + ("extraArgs",))
+            if isinstance(args, dict) and any(isinstance(value, list) for value in args.values()):
+                return "yaml: unmarshal errors:\n  cannot unmarshal !!seq into string"
+    unknown = _unknown_keys(document, kind, talos_version)
+    if unknown:
+        return "unknown keys found during decoding:\n%s" % yaml.dump(unknown, Dumper=_GoDumper, sort_keys=False, indent=4)
+    return None
+
+
+class _GoDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    """YAML as Go's encoder writes the unknown part of a document (4-space indentation)."""
+
+
+def document_lines(data):
+    """The line (1-based) where each non-empty document of ``data`` starts, as Talos's decoder counts them."""
+    return [node.start_mark.line + 1 for node in yaml.compose_all(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            if node is not None and not (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null")]
+
+
+def decode_problem(documents, talos_version, data):
+    """Strict decoding as a node running ``talos_version`` does it: the message of the first document that fails
+    (unregistered kind, unknown key, a value of the wrong type), or None. ``data`` is the config's text."""
+    for index, document in enumerate(documents):
+        problem = _decode_problem(document, talos_version)
+        if problem is None:
+            continue
+        if older_than(talos_version, _DOCUMENT_PREFIX_SINCE):
+            return problem
         kind = document.get("kind")
-        if kind is None:
-            unknown = _unknown_keys(document, V1ALPHA1_KEYS[None], "")
-            for section in ("machine", "cluster"):
-                if isinstance(document.get(section), dict):
-                    unknown += _unknown_keys(document[section], V1ALPHA1_KEYS[section], section + ".")
-        else:
-            if document.get("apiVersion") != "v1alpha1" or not registered(kind, talos_version):
-                problems.append('"%s" "%s": not registered' % (kind, document.get("apiVersion", "")))
-                continue
-            allowed = DOCUMENT_KEYS.get(kind)
-            unknown = _unknown_keys(document, allowed + ("apiVersion", "kind"), "") if allowed else []
-            for path, keys in NESTED_KEYS.get(kind, {}).items():
-                nested = _lookup(document, path)
-                if isinstance(nested, dict):
-                    unknown += _unknown_keys(nested, keys, ".".join(path) + ".")
-        if unknown:
-            problems.append("unknown keys found during decoding: %s%s" % ("%s " % kind if kind else "", ", ".join(unknown)))
-    return problems
+        return "error decoding document %s/%s/%s (line %d): %s" % (
+            document.get("apiVersion", "") if kind else "", kind or "v1alpha1", document.get("name", "") if kind else "",
+            document_lines(data)[index], problem)
+    return None
 
 
 def endpoint_problem(endpoint):

@@ -314,9 +314,9 @@ def parse_machine_config(data, talos_version=DEFAULT_TALOS_VERSION):
     document's own checks and its conflicts with v1alpha1 fields.
     """
     documents = parse_documents(data)
-    decoding = config_validation.decode_problems(documents, talos_version)
+    decoding = config_validation.decode_problem(documents, talos_version, data)
     if decoding:
-        raise ConfigError("InvalidArgument", "; ".join(decoding), "parse")
+        raise ConfigError("InvalidArgument", decoding, "parse")
     v1alpha1 = [document for document in documents if document.get("version") == "v1alpha1" and "kind" not in document]
     if not v1alpha1:
         raise ConfigError("InvalidArgument", NO_V1ALPHA1_MESSAGE, "no_v1alpha1")
