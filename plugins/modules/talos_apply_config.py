@@ -21,6 +21,10 @@ description:
   - With C(--diff), the before and after texts come from the dry run's configuration diff. Secret values (keys,
     tokens, secrets, passwords, the private parts of certificates) are replaced by C(<redacted>) unless
     O(show_secrets=true). The configuration itself is never returned and never logged.
+  - Before anything is sent, the configuration is checked against the Talos version each node runs - when it holds a
+    document kind or field that not every supported Talos release knows. A node whose release does not know one is
+    refused with one sentence naming the document, the release that introduced it and the node's version, and nothing
+    is sent to it; RV(valid_for) says which releases the configuration is valid for.
   - The module never reboots a node unless O(mode=reboot) asks for it (or a Talos release before v1.14 chooses to
     reboot for the change). Before a control plane reboots, the module runs the etcd quorum guard, as
     M(talos_linux.talos.talos_reboot) does, and refuses when etcd would lose its quorum while the node is down - when
@@ -246,6 +250,26 @@ warnings:
   type: list
   elements: str
   sample: []
+valid_for:
+  description:
+    - The Talos releases the configuration (with O(config_patches) applied) is valid for, as far as its document kinds
+      and fields go - what a node decodes before it validates the values; the same as
+      RV(talos_linux.talos.talos_machine_config#module:valid_for).
+    - A configuration that holds a document or field that the node's Talos does not know is refused before anything is
+      sent to the node, with one sentence naming the document, the release that introduced it and the node's version.
+  returned: when the configuration could be read
+  type: dict
+  contains:
+    min:
+      description: The oldest supported Talos release that takes the configuration.
+      type: str
+      sample: v1.14.0
+    releases:
+      description: Per supported minor release, the first patch release that takes the configuration; a minor release
+        none of whose patches takes it is left out.
+      type: dict
+      sample: {v1.14: v1.14.0}
+  sample: {min: v1.14.0, releases: {v1.14: v1.14.0}}
 nodes:
   description:
     - The result of each node, keyed by node, with the keys above (C(changed), C(node), C(mode), C(mode_details),
@@ -313,6 +337,7 @@ def run(task):
         return dict(result, diff=diff) if diff is not None and task.diff else result
 
     task.result["rebooted"] = False
+    task.result["valid_for"] = config.valid_for()
     output = lifecycle.on_nodes(task.client, task.target_nodes, apply_node, params["max_concurrency"],
                                 waited=params["wait"] or task.check_mode, progress=task.progress)
     output.pop("warnings", None)  # one node's keys at the top: its warnings are the task's

@@ -53,6 +53,10 @@ options:
       - The version contract, the oldest Talos version the nodes run, such as V(v1.13) or V(v1.14.1). It chooses the
         document layout and must not be newer than the nodes, which refuse fields they do not know.
       - A version with a patch level (V(v1.14.1)) is also the default tag of O(install_image); V(v1.13) means V(v1.13.0).
+      - O(config_patches) that add a document kind or field this Talos version does not know (a C(KubeletConfig)
+        document on V(v1.13), C(OOMConfig) C(strictCgroupClassOrdering) before V(v1.13.4)) fail the task before
+        anything is written, naming the document and the release that introduced it; RV(valid_for) says which
+        releases the configuration is valid for.
     type: str
     default: v1.14.1
   kubernetes_version:
@@ -235,11 +239,36 @@ sha256:
   description: SHA-256 of the configuration text, to compare renderings without reading them.
   returned: always
   type: str
+valid_for:
+  description:
+    - The Talos releases the configuration is valid for, as far as its document kinds and fields go - what a node
+      decodes before it validates the values. Upstream's document registry and the fields each release added are the
+      facts.
+    - A configuration that holds a document or field that Talos O(talos_version) does not know is refused before
+      anything is written, with one sentence naming the document, the release that introduced it and
+      O(talos_version).
+  returned: always
+  type: dict
+  contains:
+    min:
+      description: The oldest supported Talos release that takes the configuration.
+      type: str
+      sample: v1.12.0
+    releases:
+      description:
+        - Per supported minor release, the first patch release that takes the configuration. A minor release none of
+          whose patches takes it is left out; a patch gate can leave out early patches of one minor release and not of
+          the next (C(OOMConfig) C(strictCgroupClassOrdering) came with v1.12.9 and v1.13.4).
+      type: dict
+      sample: {v1.12: v1.12.0, v1.13: v1.13.0, v1.14: v1.14.0}
+  sample: {min: v1.12.0, releases: {v1.12: v1.12.0, v1.13: v1.13.0, v1.14: v1.14.0}}
 """
 
 import hashlib
 import os
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract import INSTALL_HOMES, contract_name
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import check_destination, read_text, update_private
@@ -293,6 +322,7 @@ def run(task):
         "kubernetes_version": gen.kubernetes_version,
         "documents": config_summary(text)["documents"],
         "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "valid_for": config_documents.valid_for(go_yaml.load_all(text)),
     }
     if not dest:
         result["config"] = text

@@ -5,8 +5,10 @@
 import pytest
 import yaml
 
-from talos_emulator import configgen
+from talos_emulator import config_validation, configgen
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
@@ -156,3 +158,32 @@ def test_discovery_identity_and_service_account(bundle):
     legacy = generated(bundle, "worker", "v1.13")
     del legacy[0]["cluster"]["secret"]
     assert "requires .cluster.id and .cluster.secret" in refusal(legacy).message
+
+
+RELEASES = ["v1.9.0", "v1.9.6", "v1.10.0", "v1.10.9", "v1.11.0", "v1.11.6", "v1.12.0", "v1.12.3", "v1.12.4", "v1.12.8",
+            "v1.12.9", "v1.12.11", "v1.13.0", "v1.13.3", "v1.13.4", "v1.13.9", "v1.14.0", "v1.14.1"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_collection_refuses_before_sending_exactly_what_the_node_cannot_decode(bundle, release):
+    """talos_apply_config's check (config/documents.py) and the emulated node agree, kind by kind and on every field
+    gate the emulator models."""
+    cases = [[{"apiVersion": "v1alpha1", "kind": kind}] for kind in config_documents.KIND_SINCE if kind != "v1alpha1"]
+    for kind, fields in config_validation._FIELDS_SINCE.items():
+        for path, _firsts in fields:
+            document = {"version": "v1alpha1"} if kind is None else {"apiVersion": "v1alpha1", "kind": kind}
+            target = document
+            for key in path.split(".")[:-1]:
+                target = target.setdefault(key, {})
+            target[path.split(".")[-1]] = True
+            cases.append([document])
+    cases.append(generated(bundle, "worker", "v1.12")[:1])
+    cases[-1][0]["machine"]["kubelet"]["extraArgs"] = {"feature-gates": ["A=true"]}
+    for config in cases:
+        node_refuses = config_validation.decode_problem(config, release, go_yaml.dump_documents(config)) is not None
+        try:
+            config_documents.check_fits(config, release, "the node")
+            refused = False
+        except TalosError:
+            refused = True
+        assert refused == node_refuses, (release, config)

@@ -26,8 +26,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config import in
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.contract import (
     default_installer_image, install_home as resolve_install_home, kubernetes_version as resolve_kubernetes_version,
-    parse_contract, validate_cluster_endpoint,
+    parse_contract, release_tag, validate_cluster_endpoint,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import apply_patches
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
@@ -76,6 +77,9 @@ class GenerationInput:
         self.cluster_name = str(cluster_name)
         self.endpoint, self.endpoint_host = validate_cluster_endpoint(cluster_endpoint)
         self.contract = parse_contract(talos_version)
+        # The oldest Talos the config is for: the documents and fields it may hold (documents.check_fits).
+        self.talos_version = str(talos_version).strip() if talos_version else None
+        self.oldest_release = release_tag(talos_version)
         self.kubernetes_version = resolve_kubernetes_version(kubernetes_version, self.contract)
         self.install_disk = install_disk or None
         self.install_image = install_image or default_installer_image(talos_version)
@@ -279,8 +283,18 @@ def generate_machine_config(bundle, machine_type, cluster_name, cluster_endpoint
     return render(gen, config_patches, with_docs=with_docs, with_examples=with_examples)
 
 
+def _version_target(gen):
+    """How a refusal names the release the config is for: ``talos_version v1.13 (v1.13.0) is the oldest ...``."""
+    given = gen.talos_version or gen.oldest_release
+    spelled = "" if given == gen.oldest_release else " (%s)" % gen.oldest_release
+    return "talos_version %s%s is the oldest Talos the config is for" % (given, spelled)
+
+
 def render(gen, config_patches=None, with_docs=False, with_examples=False):
     """The YAML text of the documents for ``gen`` with ``config_patches`` applied in order.
+
+    A config holding a document or field that Talos ``gen.oldest_release`` does not know is refused
+    (documents.check_fits): nothing is rendered.
 
     ``with_docs`` adds a comment describing each generated document and field, ``with_examples``
     commented snippets of settings users often add; neither changes what the text parses to.
@@ -293,6 +307,7 @@ def render(gen, config_patches=None, with_docs=False, with_examples=False):
                 "config_patches give the machine config both a .machine.install section and an UnattendedInstallConfig "
                 "document, which Talos refuses together: patch only the home install_home chooses (%s here), or set "
                 "install_home to the other one." % gen.install_home)
+    config_documents.check_fits(documents, gen.oldest_release, _version_target(gen))
     return go_yaml.dump_documents(documents, config_comments.comments_for(gen.contract, with_docs, with_examples))
 
 

@@ -42,7 +42,8 @@ except ImportError:  # only JSON patches need it: applying one says so
     HAS_JSONPATCH = False
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, label
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosUnimplementedError, label
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits
@@ -60,6 +61,9 @@ APPLY_RETRY_CODES = ("FailedPrecondition",)
 
 # Talos v1.14 refuses the REBOOT apply mode outside maintenance mode.
 REBOOT_MODE_REFUSED_SINCE = (1, 14)
+
+# Up to this minor release a node in maintenance mode answers Version with Unimplemented: it tells no version.
+MAINTENANCE_WITHOUT_VERSION_UNTIL = (1, 12)
 
 
 def _yaml_problem(exc):
@@ -119,6 +123,10 @@ class MachineConfig:
 
     def hash(self):
         return config_hash(self.v1alpha1) if self.v1alpha1 is not None else None
+
+    def valid_for(self):
+        """The supported Talos releases that know every document and field of the config (documents.valid_for)."""
+        return config_documents.valid_for(self.documents)
 
     def secret_values(self):
         if self._secret_values is None:  # read once: the config is ready to send and does not change
@@ -492,6 +500,26 @@ class ConfigApplier:
         request = apply_request(config.data, mode, self.try_timeout, dry_run)
         return self.client.call(rpc.APPLY_CONFIGURATION, request, node=node, retry_codes=APPLY_RETRY_CODES)[0]
 
+    def _checked_version(self, node):
+        """The Talos version ``node`` runs (None when it was not needed or the node does not tell), once the config
+        is known to fit it: a config that holds a document or field the node's release does not know is refused
+        (documents.check_fits) before anything is sent."""
+        gated = bool(config_documents.requirements(self.config.documents))
+        if not gated and (self.mode != "reboot" or self.maintenance):
+            return None
+        try:
+            tag = talos_node.read_version_tag(self.client, node)
+        except TalosUnimplementedError:
+            if not self.maintenance:
+                raise
+            config_documents.check_fits(
+                self.config.documents, MAINTENANCE_WITHOUT_VERSION_UNTIL,
+                "%s runs Talos v%d.%d or older (in maintenance mode it does not tell which)"
+                % ((label(node),) + MAINTENANCE_WITHOUT_VERSION_UNTIL), node=node)
+            return None
+        config_documents.check_fits(self.config.documents, tag, "%s runs %s" % (label(node), tag), node=node)
+        return tag
+
     def _config_for(self, node):
         """The config to apply to ``node`` and, when its installer was kept at the node's release, what was kept."""
         if not self.keep_newer_installer or self.maintenance:
@@ -507,7 +535,7 @@ class ConfigApplier:
         rebooted, with every secret of the config redacted.
         """
         reboot_mode = _machine_pb2().ApplyConfigurationRequest.REBOOT
-        tag = talos_node.read_version_tag(self.client, node) if self.mode == "reboot" and not self.maintenance else None
+        tag = self._checked_version(node)
         mode = request_mode(self.mode, self.maintenance, tag)
         config, kept = self._config_for(node)
 

@@ -340,6 +340,70 @@ class TestKeepNewerInstaller:
         assert "installer_kept" not in result and applies(client)[0].data == (INSTALLING % "v1.14.0").encode()
 
 
+V114_CONFIG = CONFIG + """---
+apiVersion: v1alpha1
+kind: KubeletConfig
+image: ghcr.io/siderolabs/kubelet:v1.37.0
+"""
+
+
+class TestVersionGates:
+    def test_a_document_the_node_s_release_does_not_know_is_refused_before_anything_is_sent(self, waits):
+        client = talos_node(version="v1.13.4")
+        with pytest.raises(TalosError) as raised:
+            run(client, config=V114_CONFIG, mode="reboot")
+        assert raised.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; node 10.5.0.3 "
+                                        "runs v1.13.4.")
+        assert raised.value.node == "10.5.0.3" and client.names() == ["Version"]
+
+    def test_check_mode_is_refused_alike(self, waits):
+        client = talos_node(version="v1.13.4")
+        with pytest.raises(TalosError, match="needs Talos v1.14.0 or newer"):
+            run(client, config=V114_CONFIG, check_mode=True, diff=True)
+        assert client.names() == ["Version"]
+
+    def test_a_node_that_knows_the_documents_gets_the_config_and_the_result_says_where_it_fits(self, waits):
+        client = talos_node(version="v1.14.0-rc.1")
+        ok, result, _task = run(client, config=V114_CONFIG)
+        assert ok and result["changed"] is True and result["valid_for"] == {"min": "v1.14.0", "releases": {"v1.14": "v1.14.0"}}
+        assert client.names() == ["Version", "ApplyConfiguration", "ApplyConfiguration"]
+
+    def test_a_config_every_supported_release_knows_costs_no_version_read(self, waits):
+        client = talos_node(version="v1.9.0")
+        ok, result, _task = run(client)
+        assert ok and result["valid_for"]["min"] == "v1.9.0" and "Version" not in client.names()
+
+    def test_a_patch_is_checked_with_the_config(self, waits):
+        client = talos_node(version="v1.11.6")
+        with pytest.raises(TalosError) as raised:
+            run(client, config_patches=[{"machine": {"install": {"grubUseUKICmdline": True}}}])
+        assert raised.value.message == ("The config's v1alpha1 document sets machine.install.grubUseUKICmdline, which needs "
+                                        "Talos v1.12.0 or newer; node 10.5.0.3 runs v1.11.6.")
+        assert applies(client) == []
+
+    def test_maintenance_mode_before_v1_13_tells_no_version_but_refuses_what_v1_12_lacks(self, waits):
+        client = talos_node(maintenance=True)
+        client.answer(VERSION, fails_with("Unimplemented", "API is not implemented in maintenance mode"))
+        with pytest.raises(TalosError) as raised:
+            run(client, config=V114_CONFIG, insecure=True)
+        assert raised.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; node 10.5.0.3 "
+                                        "runs Talos v1.12 or older (in maintenance mode it does not tell which).")
+        assert applies(client) == []
+        ok, result, _task = run(client, insecure=True, config=CONFIG + "---\napiVersion: v1alpha1\nkind: HostnameConfig\n"
+                                                                   "hostname: w-1\n")
+        assert ok and result["changed"] is True and len(applies(client)) == 2
+
+    def test_several_nodes_each_refuse_what_their_release_does_not_know(self, waits):
+        client = talos_node(version="v1.14.1")
+        client.answer(VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.13.9"))], node="10.5.0.4")
+        with pytest.raises(ActionFailed) as failed:
+            run(client, config=V114_CONFIG, nodes=["10.5.0.3", "10.5.0.4"])
+        assert failed.value.message == ("1 of 2 nodes failed (10.5.0.4): The config's KubeletConfig document needs Talos "
+                                        "v1.14.0 or newer; node 10.5.0.4 runs v1.13.9.")
+        assert sorted(call.node for call in client.calls_to(APPLY)) == ["10.5.0.3"] * 2
+        assert failed.value.to_result()["valid_for"]["min"] == "v1.14.0"
+
+
 class TestMaintenance:
     def test_always_changed_and_waits_for_the_secure_api(self, waits):
         client = talos_node(maintenance=True, diff="No changes.")
@@ -417,7 +481,7 @@ class TestSeveralNodes:
 
     def test_a_list_of_one_node_keeps_its_keys_under_nodes_only(self, waits):
         ok, result, task = run(talos_node(warnings=["a warning"]), diff=True, nodes_listed=True)
-        assert ok and set(result) == {"changed", "nodes", "diff", "rebooted", "warnings"}
+        assert ok and set(result) == {"changed", "nodes", "diff", "rebooted", "warnings", "valid_for"}
         assert result["nodes"]["10.5.0.3"]["mode"] == "no_reboot" and "diff" not in result["nodes"]["10.5.0.3"]
         assert result["warnings"] == ["Node 10.5.0.3: a warning"]
 

@@ -126,3 +126,32 @@ def test_unattended_home_is_refused_before_v114(bundle_path, tmp_path):
     assert raised.value.message.startswith("install_home unattended needs talos_version v1.14 or later: Talos v1.13 has no "
                                            "UnattendedInstallConfig document")
     assert not dest.exists()
+
+
+def test_a_patch_the_contract_s_release_does_not_know_is_refused_before_writing(bundle_path, tmp_path):
+    dest = tmp_path / "worker.yaml"
+    kubelet = {"apiVersion": "v1alpha1", "kind": "KubeletConfig", "image": "ghcr.io/siderolabs/kubelet:v1.36.3"}
+    with pytest.raises(TalosError) as raised:
+        run(secrets=bundle_path, machine_type="worker", talos_version="v1.13", dest=str(dest), config_patches=[kubelet])
+    assert raised.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; talos_version v1.13 "
+                                    "(v1.13.0) is the oldest Talos the config is for.")
+    assert not dest.exists()
+    oom = {"apiVersion": "v1alpha1", "kind": "OOMConfig", "strictCgroupClassOrdering": True}
+    with pytest.raises(TalosError, match=r"OOMConfig document sets strictCgroupClassOrdering, which needs Talos v1\.12\.9 or a "
+                                         r"later v1\.12 release, or v1\.13\.4 or newer; talos_version v1\.13\.3 is the oldest"):
+        run(secrets=bundle_path, machine_type="worker", talos_version="v1.13.3", dest=str(dest), config_patches=[oom])
+    ok, result, _task = run(secrets=bundle_path, machine_type="worker", talos_version="v1.13.4", dest=str(dest),
+                            config_patches=[oom])
+    assert ok and result["valid_for"] == {"min": "v1.12.9", "releases": {"v1.12": "v1.12.9", "v1.13": "v1.13.4",
+                                                                         "v1.14": "v1.14.0"}}
+
+
+@pytest.mark.parametrize("talos_version,valid_for", [
+    ("v1.11", {"min": "v1.9.0", "releases": {"v1.9": "v1.9.0", "v1.10": "v1.10.0", "v1.11": "v1.11.0", "v1.12": "v1.12.0",
+                                             "v1.13": "v1.13.0", "v1.14": "v1.14.0"}}),
+    ("v1.13", {"min": "v1.12.0", "releases": {"v1.12": "v1.12.0", "v1.13": "v1.13.0", "v1.14": "v1.14.0"}}),
+    ("v1.14.1", {"min": "v1.14.0", "releases": {"v1.14": "v1.14.0"}}),
+])
+def test_the_result_says_which_releases_the_config_is_valid_for(bundle_path, talos_version, valid_for):
+    ok, result, _task = run(secrets=bundle_path, talos_version=talos_version)
+    assert ok and result["valid_for"] == valid_for
