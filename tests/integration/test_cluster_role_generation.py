@@ -89,6 +89,20 @@ def test_an_unreachable_node_in_maintenance_mode_fails_once_naming_the_variable_
     assert worker.maintenance and worker.config is None
 
 
+@pytest.mark.once
+def test_configs_newer_than_the_nodes_are_refused_before_any_node_is_touched(emulator, run_playbook, tmp_path):
+    cluster = emulator(controlplanes=1, workers=1, maintenance=True, talos_version="v1.13.4")
+    run = run_playbook(role_play(cluster, tmp_path), inventory="%s/inventory.yml" % cluster.state_dir, expect_rc=2)
+
+    for node in cluster.nodes:
+        failure = run.task("talos_linux.talos.cluster : Stop at a node that could not be configured", node.name)
+        assert failure["result"]["msg"] == (
+            "The config's DiscoveryServiceConfig/default document needs Talos v1.14.0 or newer (as do %d more of its "
+            "documents and fields); node %s runs v1.13.4." % (24 if node.role == "controlplane" else 10, node.address))
+        assert node.maintenance and node.config is None
+    assert cluster.audit("ApplyConfiguration") == []
+
+
 def _recap_changes(run):
     lines = [line for line in run.stdout.split("PLAY RECAP", 1)[1].splitlines() if " : ok=" in line]
     return dict((line.split()[0], int(line.split("changed=")[1].split()[0])) for line in lines)
