@@ -172,10 +172,11 @@ def test_the_collection_refuses_before_sending_exactly_what_the_node_cannot_deco
     for kind, fields in config_validation._FIELDS_SINCE.items():
         for path, _firsts in fields:
             document = {"version": "v1alpha1"} if kind is None else {"apiVersion": "v1alpha1", "kind": kind}
+            *parents, leaf = path.split(".")
             target = document
-            for key in path.split(".")[:-1]:
+            for key in parents:
                 target = target.setdefault(key, {})
-            target[path.split(".")[-1]] = True
+            target[leaf] = True
             cases.append([document])
     cases.append(generated(bundle, "worker", "v1.12")[:1])
     cases[-1][0]["machine"]["kubelet"]["extraArgs"] = {"feature-gates": ["A=true"]}

@@ -389,8 +389,8 @@ class TestVersionGates:
         assert raised.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; node 10.5.0.3 "
                                         "runs Talos v1.12 or older (in maintenance mode it does not tell which).")
         assert applies(client) == []
-        ok, result, _task = run(client, insecure=True, config=CONFIG + "---\napiVersion: v1alpha1\nkind: HostnameConfig\n"
-                                                                   "hostname: w-1\n")
+        hostname = "---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: w-1\n"
+        ok, result, _task = run(client, insecure=True, config=CONFIG + hostname)
         assert ok and result["changed"] is True and len(applies(client)) == 2
 
     def test_several_nodes_each_refuse_what_their_release_does_not_know(self, waits):

@@ -66,7 +66,7 @@ class TestRegistry:
             assert len([kind for kind, since in documents.KIND_SINCE.items()
                         if documents.knows((since,), documents._release(release))]) == count
 
-    @pytest.mark.parametrize("since", sorted(BEFORE, key=lambda tag: documents._release(tag)))
+    @pytest.mark.parametrize("since", sorted(BEFORE, key=documents._release))
     def test_each_release_s_kinds_are_refused_before_it_and_known_from_it(self, since):
         for kind in ADDED[since]:
             config = [root(), doc(kind)]
