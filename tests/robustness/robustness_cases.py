@@ -396,6 +396,12 @@ MODULE_CASES = [
           "cluster_endpoint": "https://{cp}:6443", "config_patches": [REGISTRY_PATCH, [{"op": "remove", "path": "/cluster/nothing"}]]},
          r"^config_patches\[1\] is a JSON patch \(RFC 6902\), which cannot be applied to a multi-document machine config "
          r"\(v1alpha1, .*\): use a strategic merge patch instead"),
+    case("machine-config-patch-newer-than-talos-version", "talos_machine_config",
+         {"secrets": "{secrets_bundle}", "machine_type": "controlplane", "cluster_name": "demo", "talos_version": "v1.13",
+          "cluster_endpoint": "https://{cp}:6443", "dest": "{tmp}/controlplane.yaml",
+          "config_patches": [REGISTRY_PATCH, {"apiVersion": "v1alpha1", "kind": "KubeletConfig"}]},
+         r"^The config's KubeletConfig document needs Talos v1\.14\.0 or newer; talos_version v1\.13 \(v1\.13\.0\) is "
+         r"the oldest Talos the config is for\.$"),
     case("machine-config-secrets-is-a-directory", "talos_machine_config",
          {"secrets": "{tmp}", "machine_type": "worker", "cluster_name": "demo", "cluster_endpoint": "https://{cp}:6443"},
          r"(?i)director"),
@@ -433,6 +439,10 @@ MODULE_CASES = [
     # Talos v1.12: a worker answers Bootstrap with FailedPrecondition there, and is still refused at once.
     case("bootstrap-worker-on-talos-v1.12", "talos_bootstrap", {"node": "{worker}"},
          r"^Cannot bootstrap node .*: it is a worker node", group="old"),
+    case("apply-v1.14-document-to-talos-v1.12", "talos_apply_config",
+         {"config_file": "{cp_config}", "config_patches": [REGISTRY_PATCH, {"apiVersion": "v1alpha1", "kind": "KubeletConfig"}]},
+         r"^The config's KubeletConfig document needs Talos v1\.14\.0 or newer; node .* runs v1\.12\.0\.$", group="old",
+         check_mode=True, diff=True),
     case("facts-insecure-against-a-configured-v1.12-node", "talos_facts",
          {"insecure": True, "endpoints": ["{cp_endpoint}"]},
          r"requires a client certificate, so the node is configured", group="old"),
