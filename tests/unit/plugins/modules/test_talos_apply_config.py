@@ -383,7 +383,7 @@ class TestVersionGates:
 
     def test_maintenance_mode_before_v1_13_tells_no_version_but_refuses_what_v1_12_lacks(self, waits):
         client = talos_node(maintenance=True)
-        client.answer(VERSION, fails_with("Unimplemented", "API is not implemented in maintenance mode"))
+        client.answer(rpc.VERSION, fails_with("Unimplemented", "API is not implemented in maintenance mode"))
         with pytest.raises(TalosError) as raised:
             run(client, config=V114_CONFIG, insecure=True)
         assert raised.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; node 10.5.0.3 "
@@ -395,12 +395,12 @@ class TestVersionGates:
 
     def test_several_nodes_each_refuse_what_their_release_does_not_know(self, waits):
         client = talos_node(version="v1.14.1")
-        client.answer(VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.13.9"))], node="10.5.0.4")
+        client.answer(rpc.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.13.9"))], node="10.5.0.4")
         with pytest.raises(ActionFailed) as failed:
             run(client, config=V114_CONFIG, nodes=["10.5.0.3", "10.5.0.4"])
         assert failed.value.message == ("1 of 2 nodes failed (10.5.0.4): The config's KubeletConfig document needs Talos "
                                         "v1.14.0 or newer; node 10.5.0.4 runs v1.13.9.")
-        assert sorted(call.node for call in client.calls_to(APPLY)) == ["10.5.0.3"] * 2
+        assert sorted(call.node for call in client.calls_to(rpc.APPLY_CONFIGURATION)) == ["10.5.0.3"] * 2
         assert failed.value.to_result()["valid_for"]["min"] == "v1.14.0"
 
 
