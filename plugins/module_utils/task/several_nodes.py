@@ -34,23 +34,21 @@ def node_key(node, settings):
     return node if node else split_endpoint(settings.endpoints[0])[0]
 
 
-def run(client, nodes, act, max_concurrency, in_turn=None):
+def run(client, nodes, act, max_concurrency, in_turn=None, task_keys=None):
     """Run ``act(client, node)`` - one node's read or action, returning its result dict - on ``nodes``.
 
     A lone node runs on ``client``. Several run concurrently, at most
     ``max_concurrency`` at once, each in a thread with a client of its own (a
     TalosClient runs one asyncio loop: it cannot serve two threads); with
     ``in_turn``, each node runs as ``in_turn(client, node, act)``. Returns
-    ``result`` of their outcomes.
+    ``result`` of their outcomes, with ``task_keys``.
     """
     if len(nodes) == 1:
         try:
             outcomes = {nodes[0]: act(client, nodes[0])}
         except TalosError as error:
-            if not client.settings.nodes_listed:
-                raise
             outcomes = {nodes[0]: error}
-        return result(outcomes, nodes, client.settings)
+        return result(outcomes, nodes, client.settings, task_keys)
 
     def one(node):
         node_client = client.with_settings()
@@ -63,7 +61,7 @@ def run(client, nodes, act, max_concurrency, in_turn=None):
 
     with ThreadPoolExecutor(max_workers=min(max_concurrency, len(nodes))) as pool:
         outcomes = dict(zip(nodes, pool.map(one, nodes)))
-    return result(outcomes, nodes, client.settings)
+    return result(outcomes, nodes, client.settings, task_keys)
 
 
 def result(outcomes, nodes, settings, task_keys=None):
@@ -79,14 +77,19 @@ def result(outcomes, nodes, settings, task_keys=None):
     of the entries so that nothing is returned twice. When some failed,
     ActionFailed names them with the first failure and carries the whole result.
     ``task_keys`` (the task's own keys, beside the nodes': a file written
-    whatever a node did) are in the result and in a failure's.
+    whatever a node did) are in the result and in a failure's, the failed
+    node's own keys with them; a callable makes them from the results of the
+    nodes that answered, keyed by ``node_key`` (what they found), once every
+    node is done.
     """
-    task_keys = task_keys or {}
+    answered = dict((node_key(node, settings), outcomes[node]) for node in nodes
+                    if not isinstance(outcomes[node], TalosError))
+    task_keys = (task_keys(answered) if callable(task_keys) else task_keys) or {}
     if not settings.nodes_listed:
         outcome = outcomes[nodes[0]]
         if isinstance(outcome, TalosError):
             if task_keys:
-                raise ActionFailed(outcome.message, task_keys, cause=outcome)
+                raise ActionFailed(outcome.message, dict(outcome.to_result(), **task_keys), cause=outcome)
             raise outcome
         return dict(outcome, **task_keys)
     results, failed, diffs = {}, [], []

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosApiError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosApiError, TalosUnreachableError
 from fake_talos import ActionRecorder, FakeTalos
 
 WORKERS = ["10.5.0.5", "10.5.0.6", "10.5.0.7"]
@@ -115,6 +115,33 @@ def test_the_tasks_own_keys_are_beside_the_nodes_on_success_and_on_failure():
         several_nodes.result({"10.5.0.2": {"reached": True}, "10.5.0.3": refused}, ["10.5.0.2", "10.5.0.3"], listed,
                              written)
     assert failed.value.to_result()["dest"] == "/tmp/bundle.zip" and failed.value.to_result()["changed"] is True
+
+
+def test_the_tasks_own_keys_may_be_made_from_what_the_nodes_that_answered_found():
+    seen = []
+
+    def task_keys(answered):
+        seen.append(answered)
+        return {"found": sorted(answered)}
+
+    client = FakeTalos(nodes=WORKERS)
+    with pytest.raises(ActionFailed) as failed:
+        several_nodes.run(client, client.nodes, ActionRecorder(fail=["10.5.0.6"]), max_concurrency=3, task_keys=task_keys)
+    assert failed.value.to_result()["found"] == ["10.5.0.5", "10.5.0.7"]
+    assert seen == [{"10.5.0.5": {"changed": False, "node_was": "10.5.0.5"}, "10.5.0.7": {"changed": False, "node_was": "10.5.0.7"}}]
+    # One node: made once it answered, or from nothing when it failed; its failure keeps its own keys beside them.
+    one = FakeTalos(nodes=["10.5.0.5"])
+    assert several_nodes.run(one, ["10.5.0.5"], ActionRecorder(), max_concurrency=1, task_keys=task_keys) == {
+        "changed": False, "node_was": "10.5.0.5", "found": ["10.5.0.5"]}
+    with pytest.raises(ActionFailed) as failed:
+        several_nodes.run(one, ["10.5.0.5"], ActionRecorder(fail=["10.5.0.5"]), max_concurrency=1, task_keys=task_keys)
+    assert failed.value.message == "The reboot of node 10.5.0.5 failed."
+    assert failed.value.to_result() == {"changed": True, "code": "Unknown", "found": []}
+    unreachable = TalosUnreachableError("Node 10.5.0.5 is unreachable.", code="Unavailable", node="10.5.0.5")
+    with pytest.raises(ActionFailed) as failed:
+        several_nodes.result({"10.5.0.5": unreachable}, ["10.5.0.5"], one.settings, {"dest": "/tmp/bundle.zip"})
+    assert failed.value.to_result() == {"dest": "/tmp/bundle.zip", "code": "Unavailable", "node": "10.5.0.5",
+                                        "api_unreachable": True}
 
 
 def test_several_nodes_text_diffs_stay_a_list_and_data_diffs_are_keyed_by_node():
