@@ -194,18 +194,8 @@ expiring:
        days_left: 12}
 """
 
-import os
-
 from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import expiry as certificates
-from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_duration
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosError, TalosPermissionError
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import read_kubeconfig
-from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import read_active_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.x509 import now_utc
-from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
 SPEC = TaskSpec(
@@ -220,65 +210,11 @@ SPEC = TaskSpec(
 )
 
 
-def _node_entry(task, client, node, port, now):
-    """The certificates of one node; a node that cannot be reached at all raises its TalosError."""
-    settings = task.settings
-    where = several_nodes.node_key(node, settings)
-    entry = {}
-    try:
-        authorities = certificates.ConfigAuthorities.from_config(read_active_config(client, node), where)
-        entry.update(authorities.report(now, where))
-    except TalosPermissionError as error:
-        entry["config_error"] = error.message
-    try:
-        entry["apid"] = certificates.apid_report(settings, node, port, now)
-    except TalosError as error:
-        # The node answered through the API: only the direct handshake failed (a port the option did not give).
-        entry["apid"] = None
-        entry["apid_error"] = error.message
-        task.warn("apid's serving certificate of node %s could not be read: %s" % (where, error.message))
-    return entry
-
-
 def run(task):
     params = task.params
-    settings = task.settings
-    now = now_utc()
-    warn_before = parse_duration(params["warn_before"], "warn_before")
-    port = params["api_port"] or split_endpoint(settings.endpoints[0])[1]
-    files = {"talosconfig": None, "secrets": None, "kubeconfig": None}
-    if not settings.insecure:
-        files["talosconfig"] = certificates.talosconfig_report(settings, now)
-    if params["secrets"]:
-        path = os.path.abspath(params["secrets"])
-        files["secrets"] = certificates.bundle_report(SecretsBundle.load(path), path, now)
-    if params["kubeconfig"]:
-        path = os.path.abspath(params["kubeconfig"])
-        config = read_kubeconfig(path)
-        if config is None:
-            raise TalosConfigError("kubeconfig %s does not exist or is not a kubeconfig (a YAML mapping)." % path)
-        files["kubeconfig"] = certificates.kubeconfig_report(config, path, now, settings.timeout)
-
-    def controller_part(nodes_result):
-        # The files and what expires are the task's, whichever node failed.
-        per_node = nodes_result.get("nodes")
-        if per_node is None:
-            per_node = {several_nodes.node_key(task.target_nodes[0], settings): nodes_result}
-        expiring = certificates.expiring({"nodes": per_node, "files": files}, warn_before, now)
-        for item in expiring:
-            task.warn(certificates.expiry_warning(item))
-        return dict(files=files, expiring=expiring)
-
-    def read(client, node):
-        return _node_entry(task, client, node, port, now)
-
-    try:
-        result = several_nodes.run(task.client, task.target_nodes, read, params["max_concurrency"])
-    except ActionFailed as failure:
-        failure.result.update(controller_part(failure.result))
-        raise
-    result.update(controller_part(result), changed=False)
-    return result
+    return certificates.read_certificates(task.client, task.target_nodes, secrets=params["secrets"], kubeconfig=params["kubeconfig"],
+                                          warn_before=params["warn_before"], api_port=params["api_port"],
+                                          max_concurrency=params["max_concurrency"], warn=task.warn)
 
 
 def main():

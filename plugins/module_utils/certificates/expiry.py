@@ -11,18 +11,28 @@ both forms: v1alpha1 fields (``machine.ca``, ``machine.acceptedCAs``,
 the v1.14 contract (``KubeAPIServerCAConfig``: raw PEM). The Talos API keeps
 its CAs in the v1alpha1 document in both forms. apid's serving certificate is
 the one a TLS handshake with the node shows.
+
+``read_certificates`` is talos_certificate_info's read: the controller's files,
+every node through the several-nodes home (several_nodes.run), and what
+expires within ``warn_before`` among them all.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import os
 import socket
 import ssl
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import DEFAULT_MAX_CONCURRENCY
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_time
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosConnectionError
-from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import is_v1alpha1, parse_yaml_stream
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.durations import parse_duration, parse_time
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    TalosConfigError, TalosConnectionError, TalosError, TalosPermissionError)
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import is_v1alpha1, parse_yaml_stream, read_active_config
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 
 DEFAULT_WARN_BEFORE = "720h"
 KUBE_APISERVER_CA_KIND = "KubeAPIServerCAConfig"
@@ -157,7 +167,6 @@ def signed_by_any(certificate, authorities):
 
 def apid_report(settings, node, port, now):
     """apid's serving certificate on ``node`` (None: the first endpoint), with ``trusted`` when the talosconfig's CA signed it."""
-    from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
     host = node if node is not None else split_endpoint(settings.endpoints[0])[0]
     context = settings.ssl_context()
     certificate = serving_certificate(host, port, settings.timeout, context)
@@ -263,3 +272,74 @@ def expiry_warning(item):
         return "The %s of %s (%s) expired on %s." % (item["name"], item["where"], item["subject"], item["not_after"])
     return "The %s of %s (%s) expires in %d days, on %s." % (
         item["name"], item["where"], item["subject"], item["days_left"], item["not_after"])
+
+
+# talos_certificate_info.
+
+def read_certificates(client, nodes, secrets=None, kubeconfig=None, warn_before=DEFAULT_WARN_BEFORE, api_port=None,
+                      max_concurrency=DEFAULT_MAX_CONCURRENCY, warn=None):
+    """The certificates of ``nodes`` and of the controller's files (the talosconfig in use, the secrets bundle at
+    ``secrets``, the admin kubeconfig at ``kubeconfig``) and those that expire within ``warn_before`` (a duration),
+    each given to ``warn`` as a sentence: talos_certificate_info's result, in the shape of several_nodes.result.
+
+    ``api_port`` is the port of the TLS handshake with apid (default: the
+    first endpoint's). A node that cannot be read fails the task once every
+    node is read, with the files and what expires among the others.
+    """
+    warn = warn or (lambda message: None)
+    settings = client.settings
+    now = talos_pki.now_utc()
+    warn_before = parse_duration(warn_before, "warn_before")
+    port = api_port or split_endpoint(settings.endpoints[0])[1]
+    files = controller_files(settings, secrets, kubeconfig, now)
+
+    def task_keys(answered):
+        # The files and what expires are the task's, whichever node failed.
+        found = expiring({"nodes": answered, "files": files}, warn_before, now)
+        for item in found:
+            warn(expiry_warning(item))
+        return dict(files=files, expiring=found)
+
+    return several_nodes.run(client, nodes, lambda node_client, node: node_certificates(node_client, node, port, now, warn),
+                             max_concurrency, task_keys=task_keys)
+
+
+def controller_files(settings, secrets, kubeconfig, now):
+    """The certificates of the talosconfig in use (none when ``settings`` are insecure), of the secrets bundle at path
+    ``secrets`` and of the kubeconfig at path ``kubeconfig`` (each None when not given)."""
+    files = {"talosconfig": None, "secrets": None, "kubeconfig": None}
+    if not settings.insecure:
+        files["talosconfig"] = talosconfig_report(settings, now)
+    if secrets:
+        path = os.path.abspath(secrets)
+        files["secrets"] = bundle_report(SecretsBundle.load(path), path, now)
+    if kubeconfig:
+        from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import read_kubeconfig
+        path = os.path.abspath(kubeconfig)
+        config = read_kubeconfig(path)
+        if config is None:
+            raise TalosConfigError("kubeconfig %s does not exist or is not a kubeconfig (a YAML mapping)." % path)
+        files["kubeconfig"] = kubeconfig_report(config, path, now, settings.timeout)
+    return files
+
+
+def node_certificates(client, node, port, now, warn):
+    """The certificates of ``node`` (None: the endpoint itself): its CAs, or ``config_error`` when its role may not read
+    them, and apid's serving certificate, or ``apid_error`` (also given to ``warn``) when no handshake completed on
+    ``port``. A node that cannot be reached at all raises its TalosError."""
+    settings = client.settings
+    where = several_nodes.node_key(node, settings)
+    entry = {}
+    try:
+        authorities = ConfigAuthorities.from_config(read_active_config(client, node), where)
+        entry.update(authorities.report(now, where))
+    except TalosPermissionError as error:
+        entry["config_error"] = error.message
+    try:
+        entry["apid"] = apid_report(settings, node, port, now)
+    except TalosError as error:
+        # The node answered through the API: only the direct handshake failed (a port the option did not give).
+        entry["apid"] = None
+        entry["apid_error"] = error.message
+        warn("apid's serving certificate of node %s could not be read: %s" % (where, error.message))
+    return entry

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What expires when: certificate reports, the CAs of both config forms, the kubeconfig's certificates, expiry."""
+"""What expires when: certificate reports, the CAs of both config forms, the kubeconfig's certificates, expiry, and
+talos_certificate_info's read of nodes and files (against the emulator)."""
 
 import base64
 import datetime
@@ -12,7 +13,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.certificates imp
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation as config_generation
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import CertificateAuthority, SecretsBundle
 
 ENDPOINT = "https://cp.example:6443"
@@ -116,3 +119,77 @@ def test_load_certificates_reads_every_certificate_of_a_bundle(bundle):
     assert [c.subject.rfc4514_string() for c in certificates.load_certificates(pem, "ca")] == ["O=talos", "O=kubernetes"]
     with pytest.raises(talos_pki.PKIError, match="^ca is not a PEM certificate$"):
         certificates.load_certificates(base64.b64encode(b"nothing").decode(), "ca")
+
+
+# talos_certificate_info's read, against the emulator.
+
+def _read(cluster, warnings, role="admin", **options):
+    params = {"talosconfig": cluster.talosconfig_path(role), "timeout": 10}
+    params.update((name, options.pop(name)) for name in ("node", "nodes") if name in options)
+    client = TalosClient(ConnectionSettings.from_params(params))
+    try:
+        return certificates.read_certificates(client, client.nodes, warn=warnings.append, **options)
+    finally:
+        client.close()
+
+
+def test_every_node_and_file_is_read_and_what_expires_is_a_warning(emulator):
+    cluster = emulator(controlplanes=1, workers=1)
+    nodes = [node.address for node in cluster.nodes]
+    os_ca = talos_pki.fingerprint(SecretsBundle.load(cluster.state_dir + "/secrets.yaml").os_ca.certificate)
+    warnings = []
+    result = _read(cluster, warnings, nodes=nodes, secrets=cluster.state_dir + "/secrets.yaml", warn_before="400d")
+    assert sorted(result) == ["changed", "expiring", "files", "nodes"] and result["changed"] is False
+    for node in nodes:
+        assert result["nodes"][node]["talos_ca"]["fingerprint_sha256"] == os_ca
+        assert result["nodes"][node]["apid"]["trusted"] is True and "config_error" not in result["nodes"][node]
+    assert result["files"]["secrets"]["talos_ca"]["fingerprint_sha256"] == os_ca and result["files"]["kubeconfig"] is None
+    assert result["files"]["talosconfig"]["path"] == cluster.talosconfig_path()
+    # warn_before above a year: each node's apid certificate and the talosconfig's client certificate expire within it.
+    found = [(item["where"], item["name"]) for item in result["expiring"]]
+    assert ("node %s" % nodes[0], "apid") in found and ("node %s" % nodes[1], "apid") in found
+    assert ("talosconfig %s" % cluster.talosconfig_path(), "client") in found
+    assert warnings == [certificates.expiry_warning(item) for item in result["expiring"]]
+    assert _read(cluster, [], nodes=nodes)["expiring"] == []
+
+
+def test_a_node_off_fails_the_read_after_the_others_with_the_files_and_what_expires(emulator):
+    cluster = emulator(controlplanes=1, workers=1)
+    cp, worker = cluster.controlplanes[0], cluster.workers[0]
+    cluster.power_off(worker)
+    warnings = []
+    with pytest.raises(ActionFailed) as failed:
+        _read(cluster, warnings, nodes=[cp.address, worker.address], warn_before="400d")
+    assert failed.value.message.startswith("1 of 2 nodes failed (%s): " % worker.address)
+    result = failed.value.to_result()
+    assert result["nodes"][worker.address]["failed"] is True and result["nodes"][cp.address]["apid"]["trusted"] is True
+    assert ("node %s" % cp.address, "apid") in [(item["where"], item["name"]) for item in result["expiring"]]
+    assert result["files"]["talosconfig"]["client"]["roles"] == ["os:admin"] and len(warnings) == len(result["expiring"])
+
+    # One node (not a list): its failure is the task's, with its own keys, the files and what expires.
+    with pytest.raises(ActionFailed) as failed:
+        _read(cluster, [], node=worker.address, warn_before="400d")
+    result = failed.value.to_result()
+    assert "nodes" not in result and result["node"] == worker.address and result["api_unreachable"] is True
+    assert result["files"]["talosconfig"]["path"] == cluster.talosconfig_path()
+    assert [item["where"] for item in result["expiring"]] == ["talosconfig %s" % cluster.talosconfig_path()]
+
+
+def test_a_reader_gets_apid_alone_and_a_failed_handshake_is_a_warning(emulator):
+    cluster = emulator(controlplanes=1)
+    cp = cluster.controlplanes[0]
+    warnings = []
+    # One node: its certificates at the top. A reader may not read the machine config; port 1 answers no handshake.
+    result = _read(cluster, warnings, role="reader", node=cp.address, api_port=1)
+    assert "Permission denied" in result["config_error"] and "talos_ca" not in result
+    assert result["apid"] is None and result["apid_error"].startswith("No TLS handshake with %s:1 completed" % cp.address)
+    assert warnings == ["apid's serving certificate of node %s could not be read: %s" % (cp.address, result["apid_error"])]
+    assert sorted(result["files"]) == ["kubeconfig", "secrets", "talosconfig"]
+
+
+def test_a_missing_kubeconfig_and_a_bad_duration_are_refused(emulator, tmp_path):
+    cluster = emulator(controlplanes=1)
+    with pytest.raises(TalosConfigError, match="^kubeconfig %s does not exist or is not a kubeconfig" % (tmp_path / "none")):
+        _read(cluster, [], nodes=[cluster.controlplanes[0].address], kubeconfig=str(tmp_path / "none"))
+    with pytest.raises(TalosConfigError, match="warn_before"):
+        _read(cluster, [], nodes=[cluster.controlplanes[0].address], warn_before="30 days")
