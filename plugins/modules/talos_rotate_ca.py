@@ -270,25 +270,18 @@ files:
   type: dict
 """
 
-import os
-
-from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import rotation as ca_rotation
+from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import rotate_ca
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import client_config
-from ansible_collections.talos_linux.talos.plugins.module_utils.common import durations
-from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import api as kube_api
-from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import TalosClient
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter
 
 SPEC = TaskSpec(
     argument_spec=dict(
         secrets=dict(type="path", required=True),
         rotate=dict(type="list", elements="str", default=["talos"], choices=["talos", "kubernetes"]),
         issued_after=dict(type="str"),
-        renew_before=dict(type="str", default="8760h"),
+        renew_before=dict(type="str", default=rotate_ca.DEFAULT_RENEW_BEFORE),
         new_cas=dict(type="list", elements="dict", default=[], options=dict(
             ca=dict(type="str", required=True, choices=["talos", "kubernetes"]),
             crt=dict(type="str", required=True),
@@ -297,236 +290,20 @@ SPEC = TaskSpec(
         abandon=dict(type="bool", default=False),
     ),
     wait="timeout",
-    wait_defaults={"wait_timeout": 300},
+    wait_defaults={"wait_timeout": rotate_ca.DEFAULT_WAIT_TIMEOUT},
     host_node=False,
 )
-_RESULT_KEYS = {"talos": "talos_ca", "kubernetes": "kubernetes_ca"}
-_PHASE_KEYS = {"talos": "phase", "kubernetes": "kubernetes_phase"}
-_IN_PROGRESS = {"talos": "a rotation in progress is continued",
-                "kubernetes": "a Kubernetes CA rotation in progress is continued"}
-_ABANDONED = {"talos": "a rotation in progress is rolled back",
-              "kubernetes": "a Kubernetes CA rotation in progress is rolled back"}
-
-
-def _diff(files, rotation, fields, new):
-    """The CAs of the controller's files and of each node's rotated fields (``fields``, read before the run), before
-    and after, as fingerprints; ``new`` is the new CA (None in check mode before it exists). Never a key."""
-    kind = files.kind
-    old = talos_pki.fingerprint(files.old.certificate)
-    new = talos_pki.fingerprint(new.certificate) if new is not None else "<new CA>"
-    before = ["secrets %s: certs.%s %s" % (files.bundle_path, kind.bundle_name, old)]
-    after = ["secrets %s: certs.%s %s" % (files.bundle_path, kind.bundle_name, new)]
-    if kind is ca_rotation.TALOS:
-        before.append("talosconfig %s context %s: ca and client certificate of %s" % (files.talosconfig_path, files.context, old))
-        after.append("talosconfig %s context %s: ca and client certificate of %s" % (files.talosconfig_path, files.context, new))
-    for node in rotation.ordered():
-        (issuing, issuing_fingerprint), (accepted, accepted_fingerprints) = fields[node].items()
-        before.append("node %s: %s %s, %s [%s]" % (node, issuing, issuing_fingerprint, accepted, ", ".join(accepted_fingerprints)))
-        others = [fingerprint for fingerprint in accepted_fingerprints if fingerprint not in (old, new)]
-        after.append("node %s: %s %s, %s [%s]" % (node, issuing, new, accepted, ", ".join(others)))
-    return {"before": "\n".join(before) + "\n", "after": "\n".join(after) + "\n"}
-
-
-def _merge_diff(diffs):
-    return {"before": "".join(diff["before"] for diff in diffs), "after": "".join(diff["after"] for diff in diffs)}
-
-
-def _options(task):
-    params = task.params
-    now = talos_pki.now_utc()
-    issued_after = None
-    if params["issued_after"]:
-        issued_after = durations.parse_time(params["issued_after"], "issued_after")
-        if issued_after > now:
-            raise TalosConfigError("issued_after %s is in the future: every run until then would rotate the CA again."
-                                   % params["issued_after"])
-    return (now, issued_after, durations.parse_duration(params["renew_before"], "renew_before"),
-            durations.parse_duration(params["ttl"], "ttl"))
 
 
 def run(task):
     params = task.params
-    settings = task.settings
-    nodes = [node for node in task.target_nodes if node]
-    if not nodes:
-        raise TalosConfigError("talos_rotate_ca changes every node of the cluster: list all of them (control planes and workers) "
-                               "in nodes.")
-    # Talos first, as talosctl rotate-ca does: the Kubernetes part then reaches the nodes with the new talosconfig.
-    kinds = [kind for kind in ("talos", "kubernetes") if kind in params["rotate"]]
-    abandon = params["abandon"]
-    if abandon and (params["issued_after"] or params["new_cas"]):
-        raise TalosConfigError("abandon: true rolls the rotation in progress back to the CA it replaces: leave issued_after and "
-                               "new_cas out.")
-    if "talos" in kinds and not settings.config_path:
-        raise TalosConfigError("talos_rotate_ca updates the talosconfig it connects with: set talosconfig (or TALOSCONFIG) to "
-                               "the file instead of giving ca, crt and key.")
-    if "kubernetes" in kinds:
+    if "kubernetes" in params["rotate"]:
         # Only the Kubernetes part reads the Kubernetes API: a Talos API CA rotation runs without the library.
         task.require([kube_api.LIBRARY], "to rotate the Kubernetes CA")
-    entries = {}
-    for entry in params["new_cas"]:
-        if entry["ca"] not in kinds:
-            raise TalosConfigError("new_cas has a %s CA but rotate does not hold %s: add %s to rotate, or drop that entry."
-                                   % (entry["ca"], entry["ca"], entry["ca"]))
-        if entry["ca"] in entries:
-            raise TalosConfigError("new_cas has two %s CAs: give one." % entry["ca"])
-        entries[entry["ca"]] = entry
-    now, issued_after, renew_before, ttl = _options(task)
-    bundle_path = os.path.abspath(params["secrets"])
-
-    def files_of(name):
-        return ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, ca_rotation.KINDS[name])
-
-    # A rotation in progress keeps the old CA only in <secrets>.previous, which starting a rotation of the other CA
-    # rewrites: one of a CA not in rotate is refused, one of a CA in rotate goes first (otherwise the Talos API CA does).
-    in_progress = dict((name, files_of(name).in_progress) for name in ca_rotation.KINDS)
-    for name, kind in ca_rotation.KINDS.items():
-        if name not in kinds and in_progress[name]:
-            raise TalosConfigError("A rotation of the %s is in progress (%s.previous holds the old one): finish it first with "
-                                   "rotate: [%s], or roll it back with rotate: [%s] and abandon: true." % (
-                                       kind.title, bundle_path, name, name))
-    kinds.sort(key=lambda name: not in_progress[name])
-
-    # Every given CA is checked before the first node changes.
-    givens = dict((name, _given(task, name, entries.get(name), files_of(name), now)) for name in kinds)
-
-    def prepared(name):
-        return _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, givens[name])
-
-    result = {"rotation": None, "node_phases": dict((node, {}) for node in nodes), "plan": [], "done": [],
-              "changed": False}
-    diffs = []
-    # Every check of every CA's run comes before the first change of either.
-    runs = []
-    try:
-        for name in kinds:
-            runs.append((name,) + prepared(name))
-        reports = [_report(task, result, name, rotation, files, givens[name], now) for name, rotation, files in runs]
-        if task.check_mode or not any(rotation.pending for _name, rotation, _files in runs):
-            for (_name, rotation, files), (fields, upcoming) in zip(runs, reports):
-                result["changed"] = result["changed"] or rotation.pending
-                if rotation.pending and task.diff:
-                    diffs.append(_diff(files, rotation, fields, upcoming))
-        else:
-            rewritten = False
-            for index, (name, rotation, files) in enumerate(runs):
-                if rewritten:
-                    # The run before this one rewrote the bundle (and the talosconfig): read them and the nodes again.
-                    rotation.close()
-                    rotation, files = prepared(name)
-                    runs[index] = (name, rotation, files)
-                _execute(task, result, diffs, name, rotation, files, givens[name], reports[index][0], now)
-                rewritten = rewritten or rotation.pending
-    finally:
-        for _name, rotation, _files in runs:
-            rotation.close()
-    if diffs:
-        result["diff"] = _merge_diff(diffs)
-    return result
-
-
-def _prepare(task, name, nodes, bundle_path, now, issued_after, renew_before, ttl, given):
-    """The run of CA ``name`` (a rotation to ``given`` or a CA it generates, or a rollback) and its ControllerFiles,
-    read from the files as they are now, with every check done before its first change (Rotation.prepare)."""
-    params = task.params
-    settings = task.settings
-    kind = ca_rotation.KINDS[name]
-    files = ca_rotation.ControllerFiles(bundle_path, settings.config_path, settings.context, kind, abandon=params["abandon"])
-    task.hide(files.bundle.secret_values() | (files.previous.secret_values() if files.previous else set()))
-    due = None
-    if not files.in_progress and not params["abandon"]:
-        due = ca_rotation.rotation_due(files.old.certificate, issued_after, renew_before, now, kind, given)
-
-    def waiter():
-        return Waiter(params["wait_timeout"], interval=1.0, progress=task.progress)
-
-    if kind is ca_rotation.TALOS:
-        rotation = ca_rotation.TalosCARotation(settings, nodes, files, due, TalosClient, waiter, ttl,
-                                               progress=task.progress)
-    else:
-        # The talosconfig as the task's options resolve it now: the Talos part may just have rewritten it.
-        rotation = ca_rotation.KubernetesCARotation(TalosClient(settings.replace() if settings.config_path else settings),
-                                                    nodes, files, due, waiter, progress=task.progress)
-    try:
-        rotation.prepare()
-    except BaseException:
-        rotation.close()
-        raise
-    return rotation, files
-
-
-def _given(task, name, entry, files, now):
-    """The CA of ``entry`` (the new_cas entry for CA ``name``; None: the task generates one), checked; refused while a
-    rotation to another CA is in progress."""
-    if entry is None:
-        return None
-    task.hide([entry["key"], talos_pki.b64_pem(entry["key"])])
-    label = "new_cas[ca=%s]" % name
-    given = ca_rotation.given_authority(entry["crt"], entry["key"], files.old, label, now)
-    if files.in_progress and talos_pki.fingerprint(files.new.certificate) != talos_pki.fingerprint(given.certificate):
-        raise TalosConfigError("A rotation of the %s to another CA than %s is in progress (%s.previous holds the old one): "
-                               "finish it first by running the task without that entry." % (
-                                   files.kind.title, label, files.bundle_path))
-    return given
-
-
-def _report(task, result, name, rotation, files, given, now):
-    """What the run of CA ``name`` will do, added to ``result``; returns ``(fields, upcoming)``: each node's rotated
-    fields as they are, and the CA the nodes move to (in check mode a given CA before the bundle holds it)."""
-    key = _RESULT_KEYS[name]
-    if files.in_progress:
-        reason = (_ABANDONED if task.params["abandon"] else _IN_PROGRESS)[name]
-    else:
-        reason = rotation.due
-    if reason:
-        result["rotation"] = "; ".join(filter(None, [result["rotation"], reason]))
-    upcoming = files.new if files.new is not None or rotation.due is None else given
-    result[key] = {"old": ca_rotation.facts_of(files.old, now), "new": ca_rotation.facts_of(upcoming, now)}
-    for node, phase in rotation.reported_phases().items():
-        result["node_phases"][node].update(
-            machine_type="controlplane" if rotation.configs[node].control_plane else "worker", **{_PHASE_KEYS[name]: phase})
-    result["plan"].extend(rotation.plan)
-    result["files"] = _files(files)
-    return dict((node, rotation.configs[node].fields()) for node in rotation.nodes), upcoming
-
-
-def _execute(task, result, diffs, name, rotation, files, given, fields, now):
-    """Run the steps of CA ``name`` that are due, adding to ``result`` and ``diffs``."""
-    if not rotation.pending:
-        return
-    key = _RESULT_KEYS[name]
-
-    def new_authority():
-        if given is not None:
-            return given
-        authority = ca_rotation.new_authority_like(files.old, talos_pki.now_utc())
-        task.hide([authority.key_pem, talos_pki.b64_pem(authority.key_pem)])
-        return authority
-
-    try:
-        if files.kind is ca_rotation.TALOS:
-            roles = talos_pki.organizations(talos_pki.load_certificate(task.settings.crt, "the talosconfig's crt"))
-            files_changed = rotation.run(new_authority, roles)
-        else:
-            files_changed = rotation.run(new_authority)
-    except ActionFailed as failure:
-        result[key]["new"] = ca_rotation.facts_of(files.new, now)
-        details = dict(result)
-        details.update(done=result["done"] + [dict(entry, ca=name) for entry in failure.result["done"]], changed=True,
-                       files=_files(files))
-        raise ActionFailed(failure.message, details, cause=failure)
-    result[key]["new"] = ca_rotation.facts_of(files.new, now)
-    result["done"].extend(dict(entry, ca=name) for entry in rotation.done)
-    result["changed"] = result["changed"] or bool(rotation.done) or files_changed
-    result["files"] = _files(files)
-    if task.diff:
-        diffs.append(_diff(files, rotation, fields, files.new))
-
-
-def _files(files):
-    kept = files.kept()
-    return {"secrets": files.bundle_path, "talosconfig": files.talosconfig_path,
-            "previous_secrets": kept["secrets"], "previous_talosconfig": kept["talosconfig"]}
+    return rotate_ca.rotate(task.client, task.target_nodes, params["secrets"], rotate=params["rotate"], new_cas=params["new_cas"],
+                            issued_after=params["issued_after"], renew_before=params["renew_before"], ttl=params["ttl"],
+                            abandon=params["abandon"], wait_timeout=params["wait_timeout"], check_mode=task.check_mode,
+                            diff=task.diff, hide=task.hide, progress=task.progress)
 
 
 def main():

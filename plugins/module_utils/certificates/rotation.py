@@ -554,21 +554,21 @@ class _Rotation(object):
 class TalosCARotation(_Rotation):
     """One run of the rotation: reads every node, plans the steps its phase still needs, runs them.
 
-    ``settings`` are the task's connection settings (endpoints, timeout; the
-    credentials are replaced by admin certificates of the CAs); ``nodes`` every
-    node of the cluster; ``waiter_factory()`` gives the Waiter of one
-    connectivity check; ``due`` why a rotation must start (None: only one in
-    progress is continued).
+    ``client`` is the task's client: its connection settings (endpoints,
+    timeout, the talosconfig) make every client of the run, whose credentials
+    are admin certificates of the CAs (``client.with_settings``); it is never
+    called itself. ``nodes`` every node of the cluster; ``waiter_factory()``
+    gives the Waiter of one connectivity check; ``due`` why a rotation must
+    start (None: only one in progress is continued).
     """
 
     kind = TALOS
 
-    def __init__(self, settings, nodes, files, due, client_factory, waiter_factory, ttl, progress=None):
-        self.settings = settings
+    def __init__(self, client, nodes, files, due, waiter_factory, ttl, progress=None):
+        self.client = client
         self.nodes = list(nodes)
         self.files = files
         self.due = due
-        self.client_factory = client_factory
         self.waiter_factory = waiter_factory
         self.ttl = ttl
         self.progress = progress or (lambda line: None)
@@ -586,8 +586,8 @@ class TalosCARotation(_Rotation):
             now = talos_pki.now_utc()
             certificate, private_key = talos_pki.issue_client_certificate(
                 issuer.certificate, issuer.key, ["os:admin"], now - datetime.timedelta(minutes=5), SESSION_VALIDITY)
-            self._clients[key] = self.client_factory(self.settings.replace(
-                ca="".join(key[0]), crt=talos_pki.certificate_pem(certificate), key=talos_pki.private_key_pem(private_key)))
+            self._clients[key] = self.client.with_settings(
+                ca="".join(key[0]), crt=talos_pki.certificate_pem(certificate), key=talos_pki.private_key_pem(private_key))
         return self._clients[key]
 
     def close(self):
@@ -634,7 +634,8 @@ class TalosCARotation(_Rotation):
         """Wait until ``node`` answers ``client`` (its apid issues its new certificate within moments)."""
 
         def poll():
-            fresh = self.client_factory(client.settings)
+            # A client of its own each time: a new TLS handshake sees the certificate the node serves now.
+            fresh = client.with_settings()
             try:
                 return Seen("answering", done=True, value=talos_node.read_version_tag(fresh, node))
             finally:
@@ -677,7 +678,7 @@ class TalosCARotation(_Rotation):
         return ActionFailed(message, {"done": list(self.done)}, error)
 
     def _talosconfig_is_final(self):
-        current = self.settings.replace()  # the talosconfig read again, as the task's options resolve it
+        current = self.client.settings.replace()  # the talosconfig read again, as the task's options resolve it
         return self.files.is_final(current.ca, current.crt)
 
     def run(self, new_authority, roles):
@@ -689,7 +690,7 @@ class TalosCARotation(_Rotation):
         files = self.files
         if not files.in_progress:
             files.start(new_authority())
-        files_changed = files.trust_both(self.settings.ca)
+        files_changed = files.trust_both(self.client.settings.ca)
         nodes = dict((step, self._nodes_of(step)) for step in STEPS)
         both = self.files.authorities()
         intermediate = self._client(both, files.new)
