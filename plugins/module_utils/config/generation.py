@@ -58,7 +58,7 @@ def _pod_security_configuration():
     }
 
 
-def _audit_policy():
+def audit_policy():
     return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "rules": [{"level": "Metadata"}]}
 
 
@@ -97,7 +97,7 @@ def _b64_pair(ca, with_key):
     return {"crt": talos_pki.b64_pem(ca.crt_pem), "key": talos_pki.b64_pem(ca.key_pem) if with_key else ""}
 
 
-def _document(kind, **fields):
+def new_document(kind, **fields):
     document = {"apiVersion": "v1alpha1", "kind": kind}
     document.update(fields)
     return document
@@ -165,7 +165,7 @@ def legacy_documents(gen):
                 ("certSANs", api_server_sans or None),
                 ("disablePodSecurityPolicy", True if not gen.at_least(12) else None),
                 ("admissionControl", [{"name": "PodSecurity", "configuration": _pod_security_configuration()}]),
-                ("auditPolicy", _audit_policy()),
+                ("auditPolicy", audit_policy()),
             )),
             ("controllerManager", {"image": gen.image("registry.k8s.io/kube-controller-manager")}),
             ("proxy", {"image": gen.image("registry.k8s.io/kube-proxy")}),
@@ -176,7 +176,7 @@ def legacy_documents(gen):
         cluster["etcd"] = {"ca": _b64_pair(bundle.cas["etcd"], True)}
     documents = [{"version": "v1alpha1", "debug": False, "persist": True, "machine": machine, "cluster": cluster}]
     if gen.at_least(12):
-        documents.append(_document("HostnameConfig", auto="stable"))
+        documents.append(new_document("HostnameConfig", auto="stable"))
     return documents
 
 
@@ -199,61 +199,61 @@ def multi_documents(gen):
         ),
         "cluster": cluster,
     }]
-    documents.append(_document("DiscoveryServiceConfig", name="default", endpoint=DISCOVERY_ENDPOINT))
-    documents.append(_document("DiscoveryIdentityConfig", clusterID=bundle.cluster_id, clusterSecret=bundle.cluster_secret))
+    documents.append(new_document("DiscoveryServiceConfig", name="default", endpoint=DISCOVERY_ENDPOINT))
+    documents.append(new_document("DiscoveryIdentityConfig", clusterID=bundle.cluster_id, clusterSecret=bundle.cluster_secret))
     # The document needs a disk selector: without an install disk talosctl writes none.
     if gen.install_home == "unattended" and gen.install_disk:
-        documents.append(_document(
+        documents.append(new_document(
             installer_reference.UNATTENDED_INSTALL_KIND,
             installer={"image": gen.install_image} if gen.install_image else {},
             provisioning={"diskSelector": {"match": "disk.dev_path == %s" % json.dumps(gen.install_disk)}, "wipe": False},
         ))
     documents += [
-        _document("ResolverConfig", hostDNS={"enabled": True, "forwardKubeDNSToHost": True}),
-        _document("VolumeConfig", name="EPHEMERAL", mount={"secure": True}),
-        _document("FilesystemTrimConfig", interval="168h0m0s"),
-        _document("SecurityProfileConfig", workloadIsolation=True),
-        _document("HostnameConfig", auto="stable"),
-        _document("KubeClusterConfig", clusterName=gen.cluster_name, endpoint=gen.endpoint),
+        new_document("ResolverConfig", hostDNS={"enabled": True, "forwardKubeDNSToHost": True}),
+        new_document("VolumeConfig", name="EPHEMERAL", mount={"secure": True}),
+        new_document("FilesystemTrimConfig", interval="168h0m0s"),
+        new_document("SecurityProfileConfig", workloadIsolation=True),
+        new_document("HostnameConfig", auto="stable"),
+        new_document("KubeClusterConfig", clusterName=gen.cluster_name, endpoint=gen.endpoint),
     ]
-    node = _document("KubeNodeConfig", nodeIP={})
+    node = new_document("KubeNodeConfig", nodeIP={})
     if cp:
         node["labels"] = {CONTROL_PLANE_ROLE_LABEL: "", EXCLUDE_FROM_LB_LABEL: ""}
         node["taints"] = {CONTROL_PLANE_ROLE_LABEL: "NoSchedule"}
     documents += [
         node,
-        _document("KubeletConfig", image=gen.image("ghcr.io/siderolabs/kubelet"), config={}, defaultRuntimeSeccompProfileEnabled=True),
-        _document("KubeNetworkConfig", dnsDomain=DNS_DOMAIN, podSubnets=list(POD_SUBNETS), serviceSubnets=list(SERVICE_SUBNETS)),
-        (_document("KubeAPIServerCAConfig", issuingCA={"cert": k8s_ca.crt_pem, "key": k8s_ca.key_pem}) if cp
-         else _document("KubeAPIServerCAConfig", acceptedCAs=[k8s_ca.crt_pem])),
-        _document("KubePrismConfig", port=KUBEPRISM_PORT),
+        new_document("KubeletConfig", image=gen.image("ghcr.io/siderolabs/kubelet"), config={}, defaultRuntimeSeccompProfileEnabled=True),
+        new_document("KubeNetworkConfig", dnsDomain=DNS_DOMAIN, podSubnets=list(POD_SUBNETS), serviceSubnets=list(SERVICE_SUBNETS)),
+        (new_document("KubeAPIServerCAConfig", issuingCA={"cert": k8s_ca.crt_pem, "key": k8s_ca.key_pem}) if cp
+         else new_document("KubeAPIServerCAConfig", acceptedCAs=[k8s_ca.crt_pem])),
+        new_document("KubePrismConfig", port=KUBEPRISM_PORT),
     ]
     if not cp:
         return documents
     aggregator = bundle.cas["k8saggregator"]
-    api_server = _document("KubeAPIServerConfig", image=gen.image("registry.k8s.io/kube-apiserver"))
+    api_server = new_document("KubeAPIServerConfig", image=gen.image("registry.k8s.io/kube-apiserver"))
     if gen.additional_sans:
         api_server["certExtraSANs"] = list(gen.additional_sans)
     documents += [
-        _document("KubeAggregatorCAConfig", issuingCA={"cert": aggregator.crt_pem, "key": aggregator.key_pem}),
-        _document("KubeAdmissionControlConfig", name="PodSecurity", configuration=_pod_security_configuration()),
-        _document("KubeAuditPolicyConfig", configuration=_audit_policy()),
-        _document("KubeAuthenticationConfig", configuration={
+        new_document("KubeAggregatorCAConfig", issuingCA={"cert": aggregator.crt_pem, "key": aggregator.key_pem}),
+        new_document("KubeAdmissionControlConfig", name="PodSecurity", configuration=_pod_security_configuration()),
+        new_document("KubeAuditPolicyConfig", configuration=audit_policy()),
+        new_document("KubeAuthenticationConfig", configuration={
             "anonymous": {"conditions": [{"path": "/livez"}, {"path": "/readyz"}, {"path": "/healthz"}], "enabled": True},
             "jwt": [],
         }),
-        _document("KubeAuthorizerConfig", name="node", type="Node"),
-        _document("KubeAuthorizerConfig", name="rbac", type="RBAC"),
-        _document("KubeEtcdEncryptionConfig", config={"resources": [{
+        new_document("KubeAuthorizerConfig", name="node", type="Node"),
+        new_document("KubeAuthorizerConfig", name="rbac", type="RBAC"),
+        new_document("KubeEtcdEncryptionConfig", config={"resources": [{
             "providers": _encryption_providers(bundle), "resources": ["secrets"],
         }]}),
-        _document("KubeServiceAccountConfig", issuer={"privateKey": bundle.service_account_key_pem, "issuerURL": gen.endpoint}),
+        new_document("KubeServiceAccountConfig", issuer={"privateKey": bundle.service_account_key_pem, "issuerURL": gen.endpoint}),
         api_server,
-        _document("KubeControllerManagerConfig", image=gen.image("registry.k8s.io/kube-controller-manager")),
-        _document("KubeSchedulerConfig", image=gen.image("registry.k8s.io/kube-scheduler"), config={}),
-        _document("KubeProxyConfig", image=gen.image("registry.k8s.io/kube-proxy"), config={}),
-        _document("KubeFlannelCNIConfig", backendType="vxlan", backendPort=4789),
-        _document("KubeCoreDNSConfig", enabled=True),
+        new_document("KubeControllerManagerConfig", image=gen.image("registry.k8s.io/kube-controller-manager")),
+        new_document("KubeSchedulerConfig", image=gen.image("registry.k8s.io/kube-scheduler"), config={}),
+        new_document("KubeProxyConfig", image=gen.image("registry.k8s.io/kube-proxy"), config={}),
+        new_document("KubeFlannelCNIConfig", backendType="vxlan", backendPort=4789),
+        new_document("KubeCoreDNSConfig", enabled=True),
     ]
     return documents
 

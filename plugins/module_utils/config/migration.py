@@ -1,0 +1,750 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The move of a config's deprecated v1alpha1 fields to the documents Talos v1.14 reads them from.
+
+Talos v1.14 still reads the deprecated v1alpha1 fields, but refuses a config
+that sets one of them next to the document that replaces it - on presence, so
+equal values are refused too - and the legacy path adds things the documents
+leave to the config: the control plane's role label and taint, the Node and
+RBAC authorizers, the secretbox key named ``key2``, an installer that does not
+wipe the disk, the cluster endpoint as service account issuer. ``plan`` reads a
+parsed config and returns a ``Plan``: each step (the v1alpha1 field, the
+document, its field and the value as mapped), the conflicts upstream's
+validation would refuse, the fields that have no v1.14 home (refused unless
+named in ``accept_dropped``) and the migrated documents, which hold every
+mapped field in the document shapes generation.py writes for contract v1.14.
+
+What stays in the v1alpha1 document: what v1.14 keeps there (type, token, CAs
+of the machine and etcd, certSANs, the bootstrap token, etcd, features such as
+diskQuotaSupport) and the deprecated sections that have no mechanical
+translation and no conflict, which Talos v1.14 still honours (``KEPT``).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import base64
+import binascii
+import copy
+import json
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation
+
+# Control-plane-only kinds (container/validate.go): Talos refuses them on a worker.
+CONTROLPLANE_ONLY = frozenset([
+    "KubeAdmissionControlConfig", "KubeAggregatorCAConfig", "KubeAPIServerConfig", "KubeAuditPolicyConfig",
+    "KubeAuthenticationConfig", "KubeAuthorizerConfig", "KubeControllerManagerConfig", "KubeCoreDNSConfig",
+    "KubeEtcdEncryptionConfig", "KubeFlannelCNIConfig", "KubeProxyConfig", "KubeSchedulerConfig",
+    "KubeServiceAccountConfig", "KubeTalosAPIAccessConfig",
+])
+
+# Deprecated sections Talos v1.14 still honours, with no conflict and no mechanical translation: left as they are.
+KEPT = (
+    "machine.network.interfaces", "machine.disks", "machine.files", "machine.systemDiskEncryption",
+    "machine.registries", "machine.udev",
+)
+
+# kube-apiserver arguments a KubeAPIServerConfig document refuses (KubeAuthenticationConfig / KubeAuthorizerConfig own them).
+_REFUSED_APISERVER_ARGS = ("anonymous-auth", "oidc-", "authentication-config", "authorization-config",
+                           "authorization-mode", "authorization-webhook-")
+
+_INSTALL_KIND = "UnattendedInstallConfig"
+
+
+class Step:
+    """One move: the v1alpha1 field ``source`` (dotted, from the document's root) to ``field`` of document ``kind``
+    (``name`` for a named kind), ``value`` as the document takes it. ``field`` None: the whole document."""
+
+    def __init__(self, source, kind, name, field, value, note=None):
+        self.source = source
+        self.kind = kind
+        self.name = name
+        self.field = field
+        self.value = value
+        self.note = note
+
+    @property
+    def document(self):
+        return "%s/%s" % (self.kind, self.name) if self.name else self.kind
+
+    def as_dict(self):
+        """The step for a result: every secret redacted, by the field's name on either side and by the value's shape."""
+        shown = _unnest(redact(_nest(self.field, self.value)), self.field) if self.field else redact(self.value)
+        shown = _unnest(redact(_nest(self.source, shown)), self.source)
+        field = ".".join(_keys(self.field)) if self.field else None
+        step = {"from": "." + self.source, "to": self.document, "field": field, "value": shown}
+        if self.note:
+            step["note"] = self.note
+        return step
+
+
+class Plan:
+    """What ``plan`` found: ``steps``, ``conflicts`` and ``homeless`` (sentences), ``dropped`` (accepted fields
+    without a home, and fields Talos ignores), ``kept`` (deprecated sections left in v1alpha1) and ``documents``
+    (the migrated config; None when there is nothing to migrate)."""
+
+    def __init__(self):
+        self.steps = []
+        self.conflicts = []
+        self.homeless = []
+        self.dropped = []
+        self.kept = []
+        self.documents = None
+
+    @property
+    def changes(self):
+        return bool(self.steps or self.dropped)
+
+    def refusal(self):
+        """The one sentence refusing the plan, or None: conflicts first, then fields with no home."""
+        problems = self.conflicts + self.homeless
+        if not problems:
+            return None
+        more = len(problems) - 1
+        also = "" if not more else " (and %d more problem%s, listed in conflicts and homeless)" % (more, "s" if more > 1 else "")
+        return "%s%s" % (problems[0].rstrip("."), also + ".")
+
+    def check(self):
+        refusal = self.refusal()
+        if refusal:
+            raise TalosConfigError(refusal)
+
+    def as_dict(self):
+        return {
+            "steps": [step.as_dict() for step in self.steps],
+            "conflicts": list(self.conflicts),
+            "homeless": list(self.homeless),
+            "dropped": list(self.dropped),
+            "kept": list(self.kept),
+        }
+
+
+def _keys(path):
+    """A field's keys: a dotted path, or a tuple where a key holds dots (a sysctl's name)."""
+    return list(path) if isinstance(path, tuple) else path.split(".")
+
+
+def _nest(path, value):
+    for key in reversed(_keys(path)):
+        value = {key: value}
+    return value
+
+
+def _unnest(value, path):
+    for key in _keys(path):
+        value = value[key]
+    return value
+
+
+def _pem(text, source):
+    """v1alpha1 keeps certificates and keys as base64 of PEM; the documents take the PEM text."""
+    try:
+        return base64.b64decode("".join(str(text).split()), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise TalosConfigError(".%s is not base64 of PEM text, so it cannot be moved into its v1.14 document." % source)
+
+
+def _disk_match(disk):
+    return "disk.dev_path == %s" % json.dumps(disk)
+
+
+class _Migration:
+    """The working state of one plan: the v1alpha1 document being emptied and the documents being filled."""
+
+    def __init__(self, documents, accept_dropped):
+        self.plan = Plan()
+        roots = [document for document in documents if config_documents.kind_of(document) == config_documents.ROOT]
+        if len(roots) != 1:
+            raise TalosConfigError("The config to migrate must hold exactly one v1alpha1 document, it holds %d." % len(roots))
+        self.original_root = roots[0]
+        self.root = copy.deepcopy(roots[0])
+        self.documents = [copy.deepcopy(document) for document in documents]
+        self.root_position = documents.index(roots[0])
+        self.existing = set(self._key(document) for document in documents if document is not roots[0])
+        self.created = []
+        self.accept_dropped = set("." + path.lstrip(".") for path in accept_dropped or ())
+        self.accepted = set()
+        machine = self.root.get("machine") or {}
+        self.controlplane = machine.get("type") in ("controlplane", "init")
+        self.endpoint = ((self.root.get("cluster") or {}).get("controlPlane") or {}).get("endpoint")
+        # A config whose Kubernetes still comes from v1alpha1: what it leaves out gets the legacy defaults.
+        self.legacy_kubernetes = self.has("cluster.apiServer")
+
+    @staticmethod
+    def _key(document):
+        return (config_documents.kind_of(document), document.get("name"))
+
+    # -- reading the v1alpha1 document
+
+    def has(self, path):
+        value = self.root
+        for key in path.split("."):
+            if not isinstance(value, dict) or key not in value:
+                return False
+            value = value[key]
+        return True
+
+    def get(self, path, default=None):
+        value = self.root
+        for key in path.split("."):
+            if not isinstance(value, dict) or key not in value:
+                return default
+            value = value[key]
+        return value
+
+    def take(self, path):
+        """Remove ``path`` from the v1alpha1 document and return its value (None when absent); parents left empty go."""
+        keys = path.split(".")
+        parents = [self.root]
+        for key in keys[:-1]:
+            child = parents[-1].get(key) if isinstance(parents[-1], dict) else None
+            if not isinstance(child, dict):
+                return None
+            parents.append(child)
+        value = parents[-1].pop(keys[-1], None)
+        for depth in range(len(keys) - 1, 1, -1):  # machine and cluster themselves stay
+            if parents[depth] == {}:
+                parents[depth - 1].pop(keys[depth - 1], None)
+        return value
+
+    # -- writing documents
+
+    def document(self, kind, name=None):
+        """The document of ``kind`` (and ``name``), created in the generator's shape when the config has none."""
+        for document in self.documents:
+            if self._key(document) == (kind, name):
+                return document
+        document = generation.new_document(kind)
+        if name is not None:
+            document["name"] = name
+        self.documents.append(document)
+        self.created.append((kind, name))
+        return document
+
+    def conflict(self, source, kind, name, message):
+        label = "%s/%s" % (kind, name) if name else kind
+        self.plan.conflicts.append(
+            "The config sets .%s in the v1alpha1 document and has a %s document, which Talos v1.14 refuses together "
+            "even with equal values (%r): remove one of them before migrating." % (source, label, message))
+
+    def move(self, source, kind, field, value, name=None, refused_with=None, note=None):
+        """Record the move of ``source`` (already taken) to ``field`` of ``kind``/``name``.
+
+        ``refused_with``: upstream's message when the config already has that document (presence-based conflict).
+        Without it the document is one Talos merges with the legacy field: a value it already holds is kept when
+        equal and is a conflict when it differs.
+        """
+        if not self.controlplane and kind in CONTROLPLANE_ONLY:
+            self.plan.dropped.append(".%s: a worker does not run what %s configures, Talos refuses the document on a "
+                                     "worker" % (source, kind))
+            return
+        preexisting = (kind, name) in self.existing
+        if preexisting and refused_with:
+            self.conflict(source, kind, name, refused_with)
+            return
+        document = self.document(kind, name)
+        fields = [(field, value)] if field is not None else sorted(value.items())
+        for path, item in fields:
+            keys = _keys(path)
+            target = document
+            for key in keys[:-1]:
+                target = target.setdefault(key, {})
+            if preexisting and keys[-1] in target and target[keys[-1]] != item:
+                label = "%s/%s" % (kind, name) if name else kind
+                self.plan.conflicts.append(
+                    "The config sets .%s in the v1alpha1 document and %s in its %s document to another value, and "
+                    "Talos v1.14 uses the document's: make them equal or remove one before migrating."
+                    % (source, ".".join(_keys(path)), label))
+                return
+        for path, item in fields:
+            keys = _keys(path)
+            target = document
+            for key in keys[:-1]:
+                target = target.setdefault(key, {})
+            target[keys[-1]] = item
+        self.plan.steps.append(Step(source, kind, name, field, value, note))
+
+    def preexisting(self, kind, name=None):
+        """Whether the config to migrate already has the document (then Talos uses it, not the legacy defaults)."""
+        return (kind, name) in self.existing
+
+    def homeless(self, source, why):
+        """A field set in the config with no v1.14 home: refused unless accepted as dropped."""
+        if "." + source in self.accept_dropped:
+            self.accepted.add("." + source)
+            self.plan.dropped.append(".%s: %s; dropped as accept_dropped allows" % (source, why))
+        else:
+            self.plan.homeless.append(
+                ".%s has no home in the Talos v1.14 documents (%s): remove it from the config, or name it in "
+                "accept_dropped to migrate without it." % (source, why))
+
+    def ignored(self, source, why):
+        self.take(source)
+        self.plan.dropped.append(".%s: %s" % (source, why))
+
+
+def _hostname(m):
+    if m.has("machine.network.hostname"):
+        m.move("machine.network.hostname", "HostnameConfig", "hostname", m.take("machine.network.hostname"),
+               refused_with="static hostname is already set in v1alpha1 config")
+    if m.has("machine.features.stableHostname"):
+        stable = m.take("machine.features.stableHostname")
+        if stable:
+            m.move("machine.features.stableHostname", "HostnameConfig", "auto", "stable",
+                   refused_with="stable hostname is already set in v1alpha1 config")
+        else:
+            m.plan.dropped.append(".machine.features.stableHostname: false is Talos's default without it")
+
+
+def _resolver(m):
+    if m.has("machine.network.nameservers"):
+        servers = m.take("machine.network.nameservers") or []
+        m.move("machine.network.nameservers", "ResolverConfig", "nameservers", [{"address": str(server)} for server in servers],
+               refused_with=".machine.network.nameservers is already set in v1alpha1 config")
+    if m.has("machine.network.searchDomains"):
+        m.move("machine.network.searchDomains", "ResolverConfig", "searchDomains.domains", m.take("machine.network.searchDomains"),
+               refused_with=".machine.network.searchDomains is already set in v1alpha1 config")
+    if m.has("machine.network.disableSearchDomain"):
+        m.move("machine.network.disableSearchDomain", "ResolverConfig", "searchDomains.disableDefault",
+               m.take("machine.network.disableSearchDomain"),
+               refused_with=".machine.network.disableSearchDomain is already set in v1alpha1 config")
+    if m.has("machine.features.hostDNS"):
+        host_dns = m.take("machine.features.hostDNS") or {}
+        existing = next((d for d in m.documents if m._key(d) == ("ResolverConfig", None)), None)
+        if existing is not None and ("ResolverConfig", None) in m.existing and existing.get("hostDNS"):
+            m.conflict("machine.features.hostDNS", "ResolverConfig", None,
+                       ".machine.features.hostDNS is already set in v1alpha1 config")
+        else:
+            m.move("machine.features.hostDNS", "ResolverConfig", "hostDNS", host_dns)
+
+
+def _static_hosts(m):
+    for entry in m.take("machine.network.extraHostEntries") or []:
+        m.move("machine.network.extraHostEntries", "StaticHostConfig", "hostnames", list(entry.get("aliases") or []),
+               name=str(entry.get("ip")))
+
+
+def _time(m):
+    if not m.has("machine.time"):
+        return
+    time = m.take("machine.time") or {}
+    if m.preexisting("TimeSyncConfig"):
+        for field, message in (("disabled", "time sync cannot be disabled in both v1alpha1 and new-style configuration"),
+                               ("servers", "time servers cannot be specified in both v1alpha1 and new-style configuration"),
+                               ("bootTimeout", "boot timeout cannot be specified in both v1alpha1 and new-style configuration")):
+            if field in time:
+                m.conflict("machine.time.%s" % field, "TimeSyncConfig", None, message)
+        return
+    # Both sides say whether time sync runs: the document's enabled is written even where v1alpha1 left it out.
+    m.move("machine.time.disabled", "TimeSyncConfig", "enabled", not time.get("disabled", False),
+           refused_with="time sync cannot be disabled in both v1alpha1 and new-style configuration")
+    if "servers" in time:
+        m.move("machine.time.servers", "TimeSyncConfig", "ntp.servers", list(time["servers"] or []),
+               refused_with="time servers cannot be specified in both v1alpha1 and new-style configuration")
+    if "bootTimeout" in time:
+        m.move("machine.time.bootTimeout", "TimeSyncConfig", "bootTimeout", time["bootTimeout"],
+               refused_with="boot timeout cannot be specified in both v1alpha1 and new-style configuration")
+
+
+def _kubespan(m):
+    if m.has("machine.network.kubespan"):
+        m.move("machine.network.kubespan", "KubeSpanConfig", None, m.take("machine.network.kubespan") or {},
+               refused_with="kubespan is already configured in v1alpha1 machine.network.kubespan")
+
+
+def _install(m):
+    if not m.has("machine.install"):
+        return
+    install = m.take("machine.install") or {}
+    refused = "UnattendedInstallConfig config is incompatible with v1alpha1 config (.machine.install)"
+    if (_INSTALL_KIND, None) in m.existing:
+        m.conflict("machine.install", _INSTALL_KIND, None, refused)
+        return
+    for field, why in (("extraKernelArgs", "kernel arguments belong to the boot assets or the Image Factory schematic"),
+                       ("legacyBIOSSupport", "UnattendedInstallConfig has no BIOS option"),
+                       ("extensions", "system extensions come from the installer image (Image Factory)"),
+                       ("diskSelector", "its selector must be rewritten as a CEL expression by hand")):
+        if install.get(field):
+            m.homeless("machine.install.%s" % field, why)
+    if install.get("grubUseUKICmdline") is False:
+        m.homeless("machine.install.grubUseUKICmdline", "Talos v1.14 always boots with the UKI's kernel command line")
+    elif "grubUseUKICmdline" in install:
+        m.plan.dropped.append(".machine.install.grubUseUKICmdline: true is what Talos v1.14 does without it")
+    if not install.get("disk"):
+        if not install.get("diskSelector"):
+            m.homeless("machine.install", "UnattendedInstallConfig needs the install disk, and the section names none")
+        return
+    if install.get("image"):
+        m.move("machine.install.image", _INSTALL_KIND, "installer.image", install["image"])
+    else:
+        m.move("machine.install", _INSTALL_KIND, "installer", {})
+    m.move("machine.install.disk", _INSTALL_KIND, "provisioning.diskSelector.match", _disk_match(install["disk"]))
+    # The document wipes the disk by default; the v1alpha1 section did not.
+    m.move("machine.install.wipe", _INSTALL_KIND, "provisioning.wipe", bool(install.get("wipe", False)),
+           note="v1alpha1 does not wipe unless told; UnattendedInstallConfig wipes by default" if "wipe" not in install else None)
+
+
+def _simple(m):
+    if m.has("machine.env"):
+        m.move("machine.env", "EnvironmentConfig", "variables", m.take("machine.env"))
+    for source, kind in (("machine.sysctls", "SysctlConfig"), ("machine.sysfs", "SysfsConfig")):
+        if m.has(source):
+            values = m.take(source) or {}
+            for key in sorted(values):
+                m.move("%s.%s" % (source, key), kind, ("params", key), str(values[key]))
+    for module in m.take("machine.kernel.modules") or []:
+        m.move("machine.kernel.modules", "KernelModuleConfig", "parameters", list(module.get("parameters") or []),
+               name=module.get("name"))
+    if m.has("machine.baseRuntimeSpecOverrides"):
+        m.move("machine.baseRuntimeSpecOverrides", "CRIBaseRuntimeSpecConfig", "overrides", m.take("machine.baseRuntimeSpecOverrides"),
+               refused_with="base runtime spec overrides are already set in v1alpha1 config")
+    if m.has("machine.features.imageCache"):
+        cache = m.take("machine.features.imageCache") or {}
+        if "localEnabled" in cache:
+            m.move("machine.features.imageCache.localEnabled", "ImageCacheConfig", "local.enabled", cache["localEnabled"],
+                   refused_with="image cache config is already set in v1alpha1 config")
+
+
+def _discovery(m):
+    cluster_id, secret = m.take("cluster.id"), m.take("cluster.secret")
+    refused = "cluster identity is already configured in .cluster.id/.cluster.secret of the v1alpha1 config"
+    if cluster_id is not None:
+        m.move("cluster.id", "DiscoveryIdentityConfig", "clusterID", cluster_id, refused_with=refused)
+    if secret is not None:
+        m.move("cluster.secret", "DiscoveryIdentityConfig", "clusterSecret", secret, refused_with=refused)
+    if not m.has("cluster.discovery"):
+        return
+    discovery = m.take("cluster.discovery") or {}
+    refused = "discovery service is already configured in .cluster.discovery of the v1alpha1 config"
+    registries = discovery.get("registries") or {}
+    if discovery.get("enabled") and not (registries.get("kubernetes") or {}).get("disabled"):
+        m.homeless("cluster.discovery.registries.kubernetes", "the Kubernetes registry has no document; Talos v1.14 "
+                   "reads it only from v1alpha1, and a DiscoveryServiceConfig refuses any .cluster.discovery")
+    service = registries.get("service") or {}
+    if discovery.get("enabled") and not service.get("disabled"):
+        m.move("cluster.discovery", "DiscoveryServiceConfig", "endpoint", service.get("endpoint") or generation.DISCOVERY_ENDPOINT,
+               name="default", refused_with=refused)
+    else:
+        m.plan.dropped.append(".cluster.discovery: the discovery service is disabled, which is Talos v1.14's default "
+                              "without a DiscoveryServiceConfig")
+
+
+def _cluster(m):
+    name_refused = ("cluster name is already set in the v1alpha1 config (.cluster.clusterName). Please remove it and use "
+                    "only the new KubeClusterConfig document to avoid conflicts")
+    if m.has("cluster.clusterName"):
+        m.move("cluster.clusterName", "KubeClusterConfig", "clusterName", m.take("cluster.clusterName"), refused_with=name_refused)
+    if m.has("cluster.controlPlane.endpoint"):
+        m.move("cluster.controlPlane.endpoint", "KubeClusterConfig", "endpoint", m.take("cluster.controlPlane.endpoint"),
+               refused_with="cluster endpoint is already set in the v1alpha1 config (.cluster.controlPlane.endpoint). Please "
+                            "remove it and use only the new KubeClusterConfig document to avoid conflicts")
+    if m.has("cluster.controlPlane.localAPIServerPort"):
+        m.move("cluster.controlPlane.localAPIServerPort", "KubeAPIServerConfig", "apiPort",
+               m.take("cluster.controlPlane.localAPIServerPort"),
+               refused_with="kube-apiserver API port is already set in v1alpha1 config (.cluster.controlPlane.localAPIServerPort)")
+    if m.has("cluster.network"):
+        network = m.take("cluster.network") or {}
+        cni = network.pop("cni", None)
+        refused = ("cluster network config is already set in the v1alpha1 config (.machine.cluster.network). Please remove "
+                   "it and use only the new KubeNetworkConfig document to avoid conflicts")
+        moved = dict((key, network[key]) for key in ("dnsDomain", "podSubnets", "serviceSubnets") if key in network)
+        if moved:
+            m.move("cluster.network", "KubeNetworkConfig", None, moved, refused_with=refused)
+        if cni is not None or m.controlplane:
+            _cni(m, cni)
+
+
+def _cni(m, cni):
+    refused = ("cluster network config in v1alpha1 config (.machine.cluster.network) can't be used with "
+               "KubeFlannelCNIConfig document, please remove it to avoid conflicts")
+    if cni is None and (m.preexisting("KubeFlannelCNIConfig") or m.preexisting("KubeExternalManifestConfig", "custom-cni")):
+        return
+    cni = cni or {}
+    name = cni.get("name") or "flannel"
+    if name == "flannel":
+        flannel = cni.get("flannel") or {}
+        value = {"backendType": "vxlan", "backendPort": 4789}
+        value.update((key, flannel[key]) for key in ("extraArgs", "kubeNetworkPoliciesEnabled") if key in flannel)
+        m.move("cluster.network.cni", "KubeFlannelCNIConfig", None, value, refused_with=refused,
+               note=None if cni else "Flannel is the CNI a v1alpha1 config without .cluster.network.cni runs")
+    elif name == "custom":
+        urls = cni.get("urls") or []
+        if len(urls) != 1:
+            m.homeless("cluster.network.cni.urls", "KubeExternalManifestConfig custom-cni takes one URL, the config names %d" % len(urls))
+            return
+        m.move("cluster.network.cni.urls", "KubeExternalManifestConfig", "url", urls[0], name="custom-cni")
+    else:
+        m.plan.dropped.append(".cluster.network.cni: name none is a cluster without the CNI documents")
+
+
+def _ca_pair(m, source):
+    pair = m.take(source) or {}
+    return _pem(pair.get("crt"), source + ".crt") if pair.get("crt") else None, (
+        _pem(pair.get("key"), source + ".key") if pair.get("key") else None)
+
+
+def _pki(m):
+    refused_ca = "kube-apiserver CA is already set in v1alpha1 config (.cluster.ca)"
+    accepted = [_pem(ca, "cluster.acceptedCAs") for ca in (m.take("cluster.acceptedCAs") or [])]
+    if m.has("cluster.ca"):
+        crt, key = _ca_pair(m, "cluster.ca")
+        if crt and key:
+            m.move("cluster.ca", "KubeAPIServerCAConfig", "issuingCA", {"cert": crt, "key": key}, refused_with=refused_ca)
+        elif crt:
+            accepted.insert(0, crt)
+    if accepted:
+        m.move("cluster.acceptedCAs", "KubeAPIServerCAConfig", "acceptedCAs", accepted)
+    if m.has("cluster.aggregatorCA"):
+        crt, key = _ca_pair(m, "cluster.aggregatorCA")
+        m.move("cluster.aggregatorCA", "KubeAggregatorCAConfig", "issuingCA", {"cert": crt, "key": key},
+               refused_with="kube-apiserver aggregator CA is already set in v1alpha1 config (.cluster.aggregatorCA), please "
+                            "remove it and use the new KubeAggregatorCAConfig document instead")
+    if m.has("cluster.serviceAccount"):
+        account = m.take("cluster.serviceAccount") or {}
+        issuer = {"privateKey": _pem(account.get("key"), "cluster.serviceAccount.key")}
+        if m.endpoint:
+            # The legacy path issues tokens for the cluster endpoint; the document's issuer must say so.
+            issuer["issuerURL"] = m.endpoint
+        m.move("cluster.serviceAccount", "KubeServiceAccountConfig", "issuer", issuer,
+               refused_with="service account is already set in v1alpha1 config (.cluster.serviceAccount)")
+    _encryption(m)
+
+
+def _encryption(m):
+    secretbox, aescbc = m.take("cluster.secretboxEncryptionSecret"), m.take("cluster.aescbcEncryptionSecret")
+    if not secretbox and not aescbc:
+        return
+    # What the legacy path renders for kube-apiserver: secretbox key2, aescbc key1, then identity.
+    providers = []
+    if secretbox:
+        providers.append({"secretbox": {"keys": [{"name": "key2", "secret": secretbox}]}})
+    if aescbc:
+        providers.append({"aescbc": {"keys": [{"name": "key1", "secret": aescbc}]}})
+    providers.append({"identity": {}})
+    source = "cluster.secretboxEncryptionSecret" if secretbox else "cluster.aescbcEncryptionSecret"
+    m.move(source, "KubeEtcdEncryptionConfig", "config", {"resources": [{"providers": providers, "resources": ["secrets"]}]},
+           refused_with="etcd encryption config is already set in v1alpha1 config",
+           note="key names as the legacy path renders them, so that kube-apiserver still decrypts what it stored")
+
+
+def _component(m, source, kind, refused, fields, extra=None):
+    """A Kubernetes component's v1alpha1 section to its document: ``fields`` moved as named, ``extraVolumes`` homeless."""
+    section = m.take(source) or {}
+    if section.get("extraVolumes"):
+        m.homeless(source + ".extraVolumes", "the %s document mounts no user volumes" % kind)
+    value = dict((target, section[field]) for field, target in fields if field in section)
+    value.update(extra or {})
+    if value or section:
+        m.move(source, kind, None, value, refused_with=refused)
+    return section
+
+
+def _api_server(m):
+    if not m.has("cluster.apiServer"):
+        return
+    section = m.get("cluster.apiServer") or {}
+    for arg in sorted(section.get("extraArgs") or {}):
+        if arg.startswith(_REFUSED_APISERVER_ARGS):
+            m.homeless("cluster.apiServer.extraArgs.%s" % arg,
+                       "KubeAPIServerConfig refuses it: KubeAuthenticationConfig or KubeAuthorizerConfig configure it")
+            section["extraArgs"].pop(arg)
+    admission = section.pop("admissionControl", None)
+    audit = section.pop("auditPolicy", None)
+    authorizers = section.pop("authorizationConfig", None)
+    if section.pop("disablePodSecurityPolicy", None) is not None:
+        m.plan.dropped.append(".cluster.apiServer.disablePodSecurityPolicy: Talos ignores it since v1.12")
+    _component(m, "cluster.apiServer", "KubeAPIServerConfig",
+               "kube-apiserver config is already set in v1alpha1 config (.cluster.apiServer)",
+               (("image", "image"), ("extraArgs", "extraArgs"), ("env", "env"), ("resources", "resources"),
+                ("certSANs", "certExtraSANs")))
+    for plugin in admission or []:
+        m.move("cluster.apiServer.admissionControl", "KubeAdmissionControlConfig", "configuration", plugin.get("configuration") or {},
+               name=plugin.get("name"), refused_with="admission control plugin config is already set in v1alpha1 config")
+    if audit is not None or not m.preexisting("KubeAuditPolicyConfig"):
+        m.move("cluster.apiServer.auditPolicy", "KubeAuditPolicyConfig", "configuration", audit or generation.audit_policy(),
+               refused_with="audit policy config is already set in v1alpha1 config",
+               note=None if audit else "the default policy the legacy path uses without one")
+    if not m.preexisting("KubeAuthenticationConfig"):
+        m.move("cluster.apiServer", "KubeAuthenticationConfig", "configuration", {
+            "anonymous": {"conditions": [{"path": "/livez"}, {"path": "/readyz"}, {"path": "/healthz"}], "enabled": True},
+            "jwt": [],
+        }, note="what talosctl writes for Talos v1.14 beside a KubeAPIServerConfig")
+    # The legacy path puts Node and RBAC first when the config leaves them out; the documents are the whole list.
+    users = list(authorizers or [])
+    for builtin, kind in (("node", "Node"), ("rbac", "RBAC")):
+        if not any((authorizer.get("type") == kind) for authorizer in users):
+            m.move("cluster.apiServer.authorizationConfig", "KubeAuthorizerConfig", "type", kind, name=builtin,
+                   note="the legacy path adds it")
+    for authorizer in users:
+        value = dict((key, authorizer[key]) for key in ("type", "webhook") if key in authorizer)
+        m.move("cluster.apiServer.authorizationConfig", "KubeAuthorizerConfig", None, value, name=authorizer.get("name"))
+
+
+def _components(m):
+    cm_disabled = m.take("machine.controlPlane.controllerManager.disabled")
+    scheduler_disabled = m.take("machine.controlPlane.scheduler.disabled")
+    if m.get("machine.controlPlane") == {}:
+        m.take("machine.controlPlane")
+    standard = (("image", "image"), ("extraArgs", "extraArgs"), ("env", "env"), ("resources", "resources"))
+    if m.has("cluster.controllerManager") or cm_disabled is not None:
+        _component(m, "cluster.controllerManager", "KubeControllerManagerConfig",
+                   "kube-controller-manager config is already set in v1alpha1 config (.cluster.controllerManager)", standard,
+                   {"enabled": not cm_disabled} if cm_disabled is not None else None)
+    if m.has("cluster.scheduler") or scheduler_disabled is not None:
+        config = (m.get("cluster.scheduler") or {}).get("config") or {}
+        extra = {"config": config}
+        if scheduler_disabled is not None:
+            extra["enabled"] = not scheduler_disabled
+        _component(m, "cluster.scheduler", "KubeSchedulerConfig",
+                   "kube-scheduler config is already set in v1alpha1 config (.cluster.scheduler)", standard, extra)
+    if m.has("cluster.proxy"):
+        proxy = m.get("cluster.proxy") or {}
+        extra = {"config": {}}
+        if "disabled" in proxy:
+            extra["enabled"] = not proxy["disabled"]
+        _component(m, "cluster.proxy", "KubeProxyConfig",
+                   "cluster proxy config in v1alpha1 config (.machine.cluster.proxy) can't be used with KubeProxyConfig "
+                   "document, please remove it to avoid conflicts",
+                   (("image", "image"), ("mode", "mode"), ("extraArgs", "extraArgs")), extra)
+    # A control plane of a v1alpha1 config runs CoreDNS unless told not to; an already migrated one says so itself.
+    if m.has("cluster.coreDNS") or (m.controlplane and m.legacy_kubernetes and not m.preexisting("KubeCoreDNSConfig")):
+        coredns = m.take("cluster.coreDNS") or {}
+        value = {"enabled": not coredns.get("disabled", False)}
+        if coredns.get("image"):
+            value["image"] = coredns["image"]
+        m.move("cluster.coreDNS", "KubeCoreDNSConfig", None, value,
+               refused_with="CoreDNS config is already set in v1alpha1 config (.cluster.coreDNS)",
+               note=None if coredns else "CoreDNS runs when a v1alpha1 config does not disable it")
+
+
+def _manifests(m):
+    headers = m.take("cluster.extraManifestHeaders")
+    for url in m.take("cluster.extraManifests") or []:
+        value = {"url": url}
+        if headers:
+            value["headers"] = headers
+        m.move("cluster.extraManifests", "KubeExternalManifestConfig", None, value, name=url)
+    for manifest in m.take("cluster.inlineManifests") or []:
+        m.move("cluster.inlineManifests", "KubeInlineManifestConfig", "manifest", manifest.get("contents") or "",
+               name=manifest.get("name"))
+
+
+def _kubelet(m):
+    if m.has("machine.kubelet"):
+        kubelet = m.take("machine.kubelet") or {}
+        if kubelet.get("extraMounts"):
+            m.homeless("machine.kubelet.extraMounts", "KubeletConfig mounts nothing for the kubelet")
+        if kubelet.get("disableManifestsDirectory") is not None:
+            m.plan.dropped.append(".machine.kubelet.disableManifestsDirectory: Talos v1.14 always disables it")
+        node_ip = kubelet.get("nodeIP") or {}
+        for field in ("registerWithFQDN", "skipNodeRegistration"):
+            if field in kubelet:
+                m.move("machine.kubelet.%s" % field, "KubeNodeConfig", field, kubelet[field],
+                       refused_with=".machine.kubelet.%s is already set in v1alpha1 config" % field)
+        if "validSubnets" in node_ip:
+            m.move("machine.kubelet.nodeIP.validSubnets", "KubeNodeConfig", "nodeIP.validSubnets", node_ip["validSubnets"],
+                   refused_with=".machine.kubelet.nodeIP is already set in v1alpha1 config")
+        if kubelet.get("credentialProviderConfig"):
+            m.move("machine.kubelet.credentialProviderConfig", "KubeCredentialProviderConfig", "configuration",
+                   kubelet["credentialProviderConfig"],
+                   refused_with="cannot use KubeCredentialProviderConfig with legacy kubelet configuration (.machine.kubelet)")
+        value = dict((target, kubelet[field]) for field, target in (
+            ("image", "image"), ("clusterDNS", "clusterDNS"), ("extraArgs", "extraArgs"),
+            ("defaultRuntimeSeccompProfileEnabled", "defaultRuntimeSeccompProfileEnabled")) if field in kubelet)
+        value["config"] = kubelet.get("extraConfig") or {}
+        m.move("machine.kubelet", "KubeletConfig", None, value,
+               refused_with="kubelet config is already set in v1alpha1 config (.machine.kubelet)")
+    _node(m)
+
+
+def _node(m):
+    labels = m.take("machine.nodeLabels")
+    annotations = m.take("machine.nodeAnnotations")
+    taints = m.take("machine.nodeTaints")
+    allow = m.take("cluster.allowSchedulingOnControlPlanes")
+    allow_masters = m.take("cluster.allowSchedulingOnMasters")
+    allowed = bool(allow or allow_masters)
+    if m.controlplane and not m.preexisting("KubeNodeConfig"):
+        # The legacy path labels and taints a control plane itself; the document is the whole set.
+        labels = dict(labels or {})
+        labels.setdefault(generation.CONTROL_PLANE_ROLE_LABEL, "")
+        if not allowed:
+            taints = dict(taints or {})
+            taints.setdefault(generation.CONTROL_PLANE_ROLE_LABEL, "NoSchedule")
+    for source, field, value, note in (
+            ("machine.nodeLabels", "labels", labels, "the legacy path labels a control plane itself"),
+            ("machine.nodeAnnotations", "annotations", annotations, None),
+            ("machine.nodeTaints", "taints", taints, "the legacy path taints a control plane unless scheduling is allowed")):
+        if value:
+            m.move(source, "KubeNodeConfig", field, value,
+                   refused_with="%s is already set in v1alpha1 config" % ("." + source),
+                   note=note if m.controlplane else None)
+    for source, value in (("cluster.allowSchedulingOnControlPlanes", allow), ("cluster.allowSchedulingOnMasters", allow_masters)):
+        if value is not None:
+            m.plan.dropped.append(".%s: said by leaving the control-plane taint out of KubeNodeConfig" % source)
+    node = m.document("KubeNodeConfig")
+    node.setdefault("nodeIP", {})
+
+
+def _features(m):
+    if m.has("machine.features.kubePrism"):
+        prism = m.take("machine.features.kubePrism") or {}
+        if prism.get("enabled"):
+            m.move("machine.features.kubePrism", "KubePrismConfig", "port", prism.get("port") or generation.KUBEPRISM_PORT,
+                   refused_with="KubePrism config in v1alpha1 config (.machine.features.kubePrism) can't be used with "
+                                "KubePrismConfig document, please remove it to avoid conflicts")
+        else:
+            m.plan.dropped.append(".machine.features.kubePrism: disabled, which is no KubePrismConfig document")
+    if m.has("machine.features.kubernetesTalosAPIAccess"):
+        access = m.take("machine.features.kubernetesTalosAPIAccess") or {}
+        if access.get("enabled"):
+            value = dict((key, access[key]) for key in ("allowedRoles", "allowedKubernetesNamespaces") if key in access)
+            m.move("machine.features.kubernetesTalosAPIAccess", "KubeTalosAPIAccessConfig", None, value,
+                   refused_with=".machine.features.kubernetesTalosAPIAccess is already set in v1alpha1 config")
+        else:
+            m.plan.dropped.append(".machine.features.kubernetesTalosAPIAccess: disabled, which is no document")
+    for feature in ("rbac", "apidCheckExtKeyUsage"):
+        if m.has("machine.features.%s" % feature):
+            m.ignored("machine.features.%s" % feature, "Talos ignores it since v1.12 (always on)")
+
+
+_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _discovery, _cluster, _pki, _api_server,
+          _components, _manifests, _kubelet, _features)
+
+
+def _tidy(root):
+    """Sections left empty by the moves go, as Talos v1.14's own configs leave them out."""
+    for section in ("machine", "cluster"):
+        for key in [key for key, value in (root.get(section) or {}).items() if value in ({}, None)
+                    and key in ("network", "features", "kernel", "time", "controlPlane")]:
+            root[section].pop(key)
+
+
+def plan(documents, accept_dropped=()):
+    """The migration plan of a parsed config (``documents``: the v1alpha1 document and any others).
+
+    Nothing to migrate (no deprecated field set): a plan without steps whose ``documents`` is None. Fields named in
+    ``accept_dropped`` (dotted paths such as ``cluster.apiServer.extraVolumes``) are dropped when they have no home;
+    a name that matches no such field is refused, so that a typo drops nothing it did not mean.
+    """
+    m = _Migration(documents, accept_dropped)
+    for kept in KEPT:
+        if m.has(kept):
+            m.plan.kept.append("." + kept)
+    for area in _AREAS:
+        area(m)
+    unmatched = sorted(m.accept_dropped - m.accepted)
+    if unmatched:
+        raise TalosConfigError("accept_dropped names %s, which the config does not set or which has a v1.14 home: name "
+                               "only fields the plan lists as having none." % ", ".join(unmatched))
+    if not m.plan.changes and not m.plan.homeless and not m.plan.conflicts:
+        return m.plan
+    _tidy(m.root)
+    migrated = list(m.documents)
+    migrated[m.root_position] = m.root
+    m.plan.documents = migrated
+    return m.plan

@@ -1,0 +1,337 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The move of deprecated v1alpha1 fields to the Talos v1.14 documents (config/migration.py)."""
+
+import base64
+
+import pytest
+import yaml
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import REDACTED
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation, migration
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
+
+ENDPOINT = "https://cp.example:6443"
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+KEY_PEM = "-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n"
+# What Talos v1.14 writes that is no migration of a v1alpha1 field: new defaults a migration must not switch on.
+NEW_IN_V114 = {("VolumeConfig", "EPHEMERAL"), ("FilesystemTrimConfig", None), ("SecurityProfileConfig", None)}
+
+
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return SecretsBundle.generate("v1.13")
+
+
+def generated(bundle, machine_type, version, **options):
+    text = generation.generate_machine_config(bundle, machine_type, "prod", ENDPOINT, talos_version=version,
+                                              install_image="registry.example/installer:v1.13.4",
+                                              kubernetes_version="1.36.3", **options)
+    return list(yaml.safe_load_all(text))
+
+
+def by_key(documents):
+    return dict(((document.get("kind") or "v1alpha1", document.get("name")), document) for document in documents)
+
+
+def config(machine=None, cluster=None, machine_type="worker", *documents):
+    root = {"version": "v1alpha1", "debug": False, "persist": True,
+            "machine": dict({"type": machine_type, "token": "t"}, **(machine or {})), "cluster": dict(cluster or {})}
+    return [root] + list(documents)
+
+
+def doc(kind, **fields):
+    return dict({"apiVersion": "v1alpha1", "kind": kind}, **fields)
+
+
+def migrated(documents, **options):
+    plan = migration.plan(documents, **options)
+    plan.check()
+    return plan, by_key(plan.documents)
+
+
+@pytest.mark.parametrize("machine_type", ["controlplane", "worker"])
+@pytest.mark.parametrize("contract", ["v1.11", "v1.13"])
+def test_a_generated_config_migrates_to_what_talosctl_writes_for_v114(bundle, machine_type, contract):
+    plan, documents = migrated(generated(bundle, machine_type, contract))
+    expected = by_key(generated(bundle, machine_type, "v1.14"))
+    for key in NEW_IN_V114:
+        expected.pop(key)
+    if machine_type == "controlplane":
+        # The legacy path decrypts with secretbox key2 and then reads plain text: the identity provider stays.
+        providers = expected[("KubeEtcdEncryptionConfig", None)]["config"]["resources"][0]["providers"]
+        providers.append({"identity": {}})
+        if contract == "v1.11":  # up to the v1.11 contract the endpoint's host is an apiserver SAN in the config
+            expected[("KubeAPIServerConfig", None)]["certExtraSANs"] = ["cp.example"]
+    assert documents == expected
+    assert not plan.conflicts and not plan.homeless
+    assert migration.plan(plan.documents).documents is None  # migrated: nothing left to move
+
+
+def test_an_already_migrated_config_plans_nothing(bundle):
+    plan = migration.plan(generated(bundle, "controlplane", "v1.14"))
+    assert plan.steps == [] and plan.documents is None and not plan.changes
+
+
+def step(plan, source):
+    found = [s for s in plan.steps if s.source == source]
+    assert found, "no step from %s in %s" % (source, [s.source for s in plan.steps])
+    return found[0]
+
+
+@pytest.mark.parametrize("machine,cluster,kind,field,value", [
+    ({"network": {"hostname": "node-1"}}, {}, ("HostnameConfig", None), "hostname", "node-1"),
+    ({"features": {"stableHostname": True}}, {}, ("HostnameConfig", None), "auto", "stable"),
+    ({"network": {"nameservers": ["1.1.1.1", "8.8.8.8"]}}, {}, ("ResolverConfig", None), "nameservers",
+     [{"address": "1.1.1.1"}, {"address": "8.8.8.8"}]),
+    ({"network": {"searchDomains": ["example.org"]}}, {}, ("ResolverConfig", None), "searchDomains",
+     {"domains": ["example.org"]}),
+    ({"network": {"disableSearchDomain": True}}, {}, ("ResolverConfig", None), "searchDomains", {"disableDefault": True}),
+    ({"features": {"hostDNS": {"enabled": True, "resolveMemberNames": True}}}, {}, ("ResolverConfig", None), "hostDNS",
+     {"enabled": True, "resolveMemberNames": True}),
+    ({"network": {"extraHostEntries": [{"ip": "10.0.0.9", "aliases": ["gw"]}]}}, {}, ("StaticHostConfig", "10.0.0.9"),
+     "hostnames", ["gw"]),
+    ({"time": {"servers": ["time.example"], "bootTimeout": "2m0s"}}, {}, ("TimeSyncConfig", None), "ntp",
+     {"servers": ["time.example"]}),
+    ({"time": {"disabled": True}}, {}, ("TimeSyncConfig", None), "enabled", False),
+    ({"network": {"kubespan": {"enabled": True, "mtu": 1400}}}, {}, ("KubeSpanConfig", None), "mtu", 1400),
+    ({"env": {"HTTPS_PROXY": "http://proxy:3128"}}, {}, ("EnvironmentConfig", None), "variables", {"HTTPS_PROXY": "http://proxy:3128"}),
+    ({"sysctls": {"vm.max_map_count": 262144}}, {}, ("SysctlConfig", None), "params", {"vm.max_map_count": "262144"}),
+    ({"sysfs": {"a.b": "1"}}, {}, ("SysfsConfig", None), "params", {"a.b": "1"}),
+    ({"kernel": {"modules": [{"name": "br_netfilter", "parameters": ["x=1"]}]}}, {}, ("KernelModuleConfig", "br_netfilter"),
+     "parameters", ["x=1"]),
+    ({"baseRuntimeSpecOverrides": {"process": {}}}, {}, ("CRIBaseRuntimeSpecConfig", None), "overrides", {"process": {}}),
+    ({"features": {"imageCache": {"localEnabled": True}}}, {}, ("ImageCacheConfig", None), "local", {"enabled": True}),
+    ({"features": {"kubePrism": {"enabled": True, "port": 7445}}}, {}, ("KubePrismConfig", None), "port", 7445),
+    ({"kubelet": {"image": "kubelet:v1.36.3", "extraArgs": {"max-pods": "200"}, "extraConfig": {"serializeImagePulls": False},
+                  "clusterDNS": ["10.96.0.10"]}}, {},
+     ("KubeletConfig", None), "config", {"serializeImagePulls": False}),
+    ({"kubelet": {"nodeIP": {"validSubnets": ["10.0.0.0/8"]}, "registerWithFQDN": True}}, {}, ("KubeNodeConfig", None),
+     "nodeIP", {"validSubnets": ["10.0.0.0/8"]}),
+    ({"nodeLabels": {"rack": "r1"}, "nodeAnnotations": {"a": "b"}}, {}, ("KubeNodeConfig", None), "annotations", {"a": "b"}),
+    ({}, {"clusterName": "prod", "controlPlane": {"endpoint": ENDPOINT}}, ("KubeClusterConfig", None), "endpoint", ENDPOINT),
+    ({}, {"network": {"dnsDomain": "cluster.local", "podSubnets": ["10.244.0.0/16"]}}, ("KubeNetworkConfig", None),
+     "podSubnets", ["10.244.0.0/16"]),
+    ({}, {"id": "aWQ=", "secret": "c2VjcmV0"}, ("DiscoveryIdentityConfig", None), "clusterID", "aWQ="),
+    ({}, {"discovery": {"enabled": True, "registries": {"kubernetes": {"disabled": True}, "service": {"endpoint": "https://d.example/"}}}},
+     ("DiscoveryServiceConfig", "default"), "endpoint", "https://d.example/"),
+    ({}, {"ca": {"crt": b64(PEM), "key": ""}, "acceptedCAs": [b64(PEM)]}, ("KubeAPIServerCAConfig", None), "acceptedCAs", [PEM, PEM]),
+    ({"install": {"disk": "/dev/vda", "image": "installer:v1"}}, {}, ("UnattendedInstallConfig", None), "provisioning",
+     {"diskSelector": {"match": 'disk.dev_path == "/dev/vda"'}, "wipe": False}),
+])
+def test_each_field_moves_to_its_document(machine, cluster, kind, field, value):
+    plan, documents = migrated(config(machine, cluster))
+    assert documents[kind][field] == value
+    root = documents[("v1alpha1", None)]
+    for section, moved in (("machine", machine), ("cluster", cluster)):
+        for key in moved:
+            assert key not in root[section], "%s.%s stayed in v1alpha1" % (section, key)
+
+
+@pytest.mark.parametrize("cluster,kind,field,value", [
+    ({"apiServer": {"image": "apiserver:v1", "certSANs": ["api.example"], "extraArgs": {"v": "2"}}}, ("KubeAPIServerConfig", None),
+     "certExtraSANs", ["api.example"]),
+    ({"controlPlane": {"endpoint": ENDPOINT, "localAPIServerPort": 7443}}, ("KubeAPIServerConfig", None), "apiPort", 7443),
+    ({"apiServer": {"admissionControl": [{"name": "PodSecurity", "configuration": {"kind": "x"}}]}},
+     ("KubeAdmissionControlConfig", "PodSecurity"), "configuration", {"kind": "x"}),
+    ({"apiServer": {"auditPolicy": {"kind": "Policy", "rules": [{"level": "None"}]}}}, ("KubeAuditPolicyConfig", None),
+     "configuration", {"kind": "Policy", "rules": [{"level": "None"}]}),
+    ({"aggregatorCA": {"crt": b64(PEM), "key": b64(KEY_PEM)}}, ("KubeAggregatorCAConfig", None), "issuingCA",
+     {"cert": PEM, "key": KEY_PEM}),
+    ({"ca": {"crt": b64(PEM), "key": b64(KEY_PEM)}}, ("KubeAPIServerCAConfig", None), "issuingCA", {"cert": PEM, "key": KEY_PEM}),
+    ({"controllerManager": {"image": "cm:v1", "extraArgs": {"a": "b"}}}, ("KubeControllerManagerConfig", None), "extraArgs", {"a": "b"}),
+    ({"scheduler": {"image": "s:v1"}}, ("KubeSchedulerConfig", None), "config", {}),
+    ({"proxy": {"disabled": True, "mode": "ipvs"}}, ("KubeProxyConfig", None), "enabled", False),
+    ({"coreDNS": {"disabled": True}}, ("KubeCoreDNSConfig", None), "enabled", False),
+    ({"network": {"cni": {"name": "flannel", "flannel": {"extraArgs": ["--iface=eth1"]}}}}, ("KubeFlannelCNIConfig", None),
+     "extraArgs", ["--iface=eth1"]),
+    ({"network": {"cni": {"name": "custom", "urls": ["https://cni.example/cni.yaml"]}}},
+     ("KubeExternalManifestConfig", "custom-cni"), "url", "https://cni.example/cni.yaml"),
+    ({"extraManifests": ["https://m.example/a.yaml"], "extraManifestHeaders": {"Token": "abc"}},
+     ("KubeExternalManifestConfig", "https://m.example/a.yaml"), "headers", {"Token": "abc"}),
+    ({"inlineManifests": [{"name": "ns", "contents": "kind: Namespace"}]}, ("KubeInlineManifestConfig", "ns"), "manifest",
+     "kind: Namespace"),
+])
+def test_each_controlplane_field_moves_to_its_document(cluster, kind, field, value):
+    _plan, documents = migrated(config({}, cluster, "controlplane"))
+    assert documents[kind][field] == value
+
+
+def test_controller_manager_and_scheduler_switches_join_their_documents():
+    _plan, documents = migrated(config({"controlPlane": {"controllerManager": {"disabled": True}, "scheduler": {"disabled": True}}},
+                                       {"controllerManager": {"image": "cm:v1"}}, "controlplane"))
+    assert documents[("KubeControllerManagerConfig", None)] == {
+        "apiVersion": "v1alpha1", "kind": "KubeControllerManagerConfig", "image": "cm:v1", "enabled": False}
+    assert documents[("KubeSchedulerConfig", None)]["enabled"] is False
+    assert "controlPlane" not in documents[("v1alpha1", None)]["machine"]
+
+
+def test_secretbox_keeps_its_key_name_and_aescbc_stays_aescbc():
+    _plan, documents = migrated(config({}, {"secretboxEncryptionSecret": "c2I=", "aescbcEncryptionSecret": "YWU="}, "controlplane"))
+    assert documents[("KubeEtcdEncryptionConfig", None)]["config"] == {"resources": [{"providers": [
+        {"secretbox": {"keys": [{"name": "key2", "secret": "c2I="}]}},
+        {"aescbc": {"keys": [{"name": "key1", "secret": "YWU="}]}},
+        {"identity": {}},
+    ], "resources": ["secrets"]}]}
+
+
+def test_authorizers_are_node_and_rbac_then_the_users_in_order():
+    webhook = {"name": "hook", "type": "Webhook", "webhook": {"timeout": "3s"}}
+    plan, documents = migrated(config({}, {"apiServer": {"authorizationConfig": [webhook]}}, "controlplane"))
+    authorizers = [s.name for s in plan.steps if s.kind == "KubeAuthorizerConfig"]
+    assert authorizers == ["node", "rbac", "hook"]
+    assert documents[("KubeAuthorizerConfig", "node")]["type"] == "Node"
+    assert documents[("KubeAuthorizerConfig", "rbac")]["type"] == "RBAC"
+    assert documents[("KubeAuthorizerConfig", "hook")] == dict(webhook, apiVersion="v1alpha1", kind="KubeAuthorizerConfig")
+
+
+def test_a_users_own_rbac_authorizer_is_not_doubled():
+    plan, _documents = migrated(config({}, {"apiServer": {"authorizationConfig": [{"name": "my-rbac", "type": "RBAC"}]}},
+                                       "controlplane"))
+    assert [s.name for s in plan.steps if s.kind == "KubeAuthorizerConfig"] == ["node", "my-rbac"]
+
+
+@pytest.mark.parametrize("cluster,labels,taints", [
+    ({}, {"node-role.kubernetes.io/control-plane": "", "rack": "r1"}, {"node-role.kubernetes.io/control-plane": "NoSchedule"}),
+    ({"allowSchedulingOnControlPlanes": True}, {"node-role.kubernetes.io/control-plane": "", "rack": "r1"}, None),
+    ({"allowSchedulingOnMasters": True}, {"node-role.kubernetes.io/control-plane": "", "rack": "r1"}, None),
+])
+def test_control_plane_label_and_taint_become_explicit(cluster, labels, taints):
+    _plan, documents = migrated(config({"nodeLabels": {"rack": "r1"}}, cluster, "controlplane"))
+    node = documents[("KubeNodeConfig", None)]
+    assert node["labels"] == labels
+    assert node.get("taints") == taints
+    assert "allowSchedulingOnControlPlanes" not in documents[("v1alpha1", None)]["cluster"]
+
+
+def test_a_workers_labels_stay_as_given():
+    _plan, documents = migrated(config({"nodeLabels": {"rack": "r1"}, "nodeTaints": {"gpu": "true:NoSchedule"}}))
+    assert documents[("KubeNodeConfig", None)] == {"apiVersion": "v1alpha1", "kind": "KubeNodeConfig", "nodeIP": {},
+                                                   "labels": {"rack": "r1"}, "taints": {"gpu": "true:NoSchedule"}}
+
+
+@pytest.mark.parametrize("install,wipe", [({"disk": "/dev/sda"}, False), ({"disk": "/dev/sda", "wipe": True}, True)])
+def test_install_does_not_start_wiping(install, wipe):
+    _plan, documents = migrated(config({"install": install}))
+    assert documents[("UnattendedInstallConfig", None)]["provisioning"]["wipe"] is wipe
+    assert documents[("UnattendedInstallConfig", None)]["installer"] == {}
+
+
+def test_service_account_issuer_is_the_cluster_endpoint():
+    _plan, documents = migrated(config({}, {"controlPlane": {"endpoint": ENDPOINT}, "serviceAccount": {"key": b64(KEY_PEM)}},
+                                       "controlplane"))
+    assert documents[("KubeServiceAccountConfig", None)]["issuer"] == {"privateKey": KEY_PEM, "issuerURL": ENDPOINT}
+
+
+def test_controlplane_only_documents_are_not_written_for_a_worker():
+    plan, documents = migrated(config({}, {"network": {"cni": {"name": "flannel"}}, "coreDNS": {"disabled": False}}))
+    assert ("KubeFlannelCNIConfig", None) not in documents and ("KubeCoreDNSConfig", None) not in documents
+    assert any(d.startswith(".cluster.network.cni: a worker") for d in plan.dropped)
+
+
+@pytest.mark.parametrize("machine,cluster,document,message", [
+    ({"network": {"hostname": "a"}}, {}, doc("HostnameConfig", hostname="a"), "static hostname is already set in v1alpha1 config"),
+    ({"network": {"nameservers": ["1.1.1.1"]}}, {}, doc("ResolverConfig", searchDomains={"disableDefault": True}),
+     ".machine.network.nameservers is already set in v1alpha1 config"),
+    ({"time": {"servers": ["a"]}}, {}, doc("TimeSyncConfig", ntp={"servers": ["a"]}),
+     "time servers cannot be specified in both v1alpha1 and new-style configuration"),
+    ({"kubelet": {"image": "k:v1"}}, {}, doc("KubeletConfig", image="k:v1", config={}),
+     "kubelet config is already set in v1alpha1 config (.machine.kubelet)"),
+    ({"install": {"disk": "/dev/sda"}}, {}, doc("UnattendedInstallConfig", provisioning={"diskSelector": {"match": "true"}}),
+     "UnattendedInstallConfig config is incompatible with v1alpha1 config (.machine.install)"),
+    ({"nodeTaints": {"a": "NoSchedule"}}, {}, doc("KubeNodeConfig", taints={"a": "NoSchedule"}),
+     ".machine.nodeTaints is already set in v1alpha1 config"),
+    ({}, {"clusterName": "prod"}, doc("KubeClusterConfig", clusterName="prod"), "cluster name is already set in the v1alpha1 config"),
+    ({}, {"id": "x"}, doc("DiscoveryIdentityConfig", clusterID="x"), "cluster identity is already configured"),
+    ({}, {"network": {"dnsDomain": "cluster.local"}}, doc("KubeNetworkConfig", dnsDomain="cluster.local"),
+     "cluster network config is already set in the v1alpha1 config"),
+    ({"network": {"kubespan": {"enabled": True}}}, {}, doc("KubeSpanConfig", enabled=True),
+     "kubespan is already configured in v1alpha1 machine.network.kubespan"),
+])
+def test_a_field_set_in_both_places_is_a_conflict_even_when_equal(machine, cluster, document, message):
+    plan = migration.plan(config(machine, cluster, "worker", document))
+    assert len(plan.conflicts) == 1
+    assert document["kind"] in plan.conflicts[0] and "in the v1alpha1 document" in plan.conflicts[0]
+    assert message in plan.conflicts[0]
+    with pytest.raises(TalosConfigError, match="refuses together even with equal values"):
+        plan.check()
+
+
+def test_the_controlplane_conflicts_name_both_places():
+    plan = migration.plan(config({}, {"serviceAccount": {"key": b64(KEY_PEM)}, "secretboxEncryptionSecret": "c2I="}, "controlplane",
+                                 doc("KubeServiceAccountConfig", issuer={}), doc("KubeEtcdEncryptionConfig", config={})))
+    assert [c.split(" in the v1alpha1")[0] for c in plan.conflicts] == [
+        "The config sets .cluster.serviceAccount", "The config sets .cluster.secretboxEncryptionSecret"]
+    assert "(and 1 more problem, listed in conflicts and homeless)" in plan.refusal()
+
+
+def test_a_merged_document_with_another_value_is_a_conflict_and_an_equal_one_is_not():
+    differ = migration.plan(config({"sysctls": {"vm.a": "1"}}, {}, "worker", doc("SysctlConfig", params={"vm.a": "2"})))
+    assert differ.conflicts == [
+        "The config sets .machine.sysctls.vm.a in the v1alpha1 document and params.vm.a in its SysctlConfig document to another "
+        "value, and Talos v1.14 uses the document's: make them equal or remove one before migrating."]
+    equal = migration.plan(config({"sysctls": {"vm.a": "1"}}, {}, "worker", doc("SysctlConfig", params={"vm.a": "1", "vm.b": "2"})))
+    assert equal.conflicts == [] and by_key(equal.documents)[("SysctlConfig", None)]["params"] == {"vm.a": "1", "vm.b": "2"}
+
+
+@pytest.mark.parametrize("machine,cluster,field", [
+    ({}, {"apiServer": {"extraVolumes": [{"hostPath": "/a", "mountPath": "/a"}]}}, ".cluster.apiServer.extraVolumes"),
+    ({}, {"controllerManager": {"extraVolumes": [{"hostPath": "/a", "mountPath": "/a"}]}}, ".cluster.controllerManager.extraVolumes"),
+    ({}, {"scheduler": {"extraVolumes": [{"hostPath": "/a", "mountPath": "/a"}]}}, ".cluster.scheduler.extraVolumes"),
+    ({"kubelet": {"extraMounts": [{"destination": "/var/a", "source": "/var/a"}]}}, {}, ".machine.kubelet.extraMounts"),
+    ({"install": {"disk": "/dev/sda", "extraKernelArgs": ["console=ttyS0"]}}, {}, ".machine.install.extraKernelArgs"),
+    ({"install": {"disk": "/dev/sda", "grubUseUKICmdline": False}}, {}, ".machine.install.grubUseUKICmdline"),
+    ({}, {"apiServer": {"extraArgs": {"oidc-issuer-url": "https://id.example"}}}, ".cluster.apiServer.extraArgs.oidc-issuer-url"),
+    ({}, {"discovery": {"enabled": True, "registries": {"service": {}}}}, ".cluster.discovery.registries.kubernetes"),
+])
+def test_a_field_without_a_home_is_refused_unless_accepted(machine, cluster, field):
+    documents = config(machine, cluster, "controlplane")
+    plan = migration.plan(documents)
+    assert len(plan.homeless) == 1 and plan.homeless[0].startswith(field + " has no home in the Talos v1.14 documents")
+    with pytest.raises(TalosConfigError, match="name it in accept_dropped"):
+        plan.check()
+    accepted = migration.plan(documents, accept_dropped=[field.lstrip(".")])
+    accepted.check()
+    assert any(dropped.startswith(field + ":") for dropped in accepted.dropped)
+    root = by_key(accepted.documents)[("v1alpha1", None)]
+    for key in field.lstrip(".").split(".")[:-1]:
+        root = root.get(key) or {}
+    assert field.split(".")[-1] not in root
+    if not field.endswith("kubernetes"):
+        assert field.split(".")[-1] not in yaml.safe_dump(accepted.documents)
+
+
+def test_accept_dropped_naming_no_homeless_field_is_refused():
+    with pytest.raises(TalosConfigError, match=r"accept_dropped names \.machine\.kubelet\.extraMounts, which the config does not set"):
+        migration.plan(config({"kubelet": {"image": "k:v1"}}), accept_dropped=["machine.kubelet.extraMounts"])
+
+
+def test_sections_with_no_mechanical_translation_stay_and_are_listed():
+    interfaces = [{"interface": "eth0", "dhcp": True}]
+    plan, documents = migrated(config({"network": {"interfaces": interfaces, "hostname": "a"}}))
+    assert plan.kept == [".machine.network.interfaces"]
+    assert documents[("v1alpha1", None)]["machine"]["network"] == {"interfaces": interfaces}
+
+
+def test_a_config_must_hold_one_v1alpha1_document():
+    with pytest.raises(TalosConfigError, match="exactly one v1alpha1 document, it holds 0"):
+        migration.plan([doc("KubeletConfig")])
+
+
+def test_steps_show_no_secret():
+    plan = migration.plan(config({}, {"serviceAccount": {"key": b64(KEY_PEM)}, "secretboxEncryptionSecret": "c2VjcmV0c2VjcmV0",
+                                      "id": "aWQ=", "secret": "c2VjcmV0c2VjcmV0Mg==", "aggregatorCA": {"crt": b64(PEM), "key": b64(KEY_PEM)}},
+                                  "controlplane"))
+    shown = [s.as_dict() for s in plan.steps]
+    text = repr(shown)
+    for secret in ("c2VjcmV0c2VjcmV0", "c2VjcmV0c2VjcmV0Mg==", KEY_PEM, "MHcC"):
+        assert secret not in text
+    assert step(plan, "cluster.serviceAccount").as_dict()["value"]["privateKey"] == REDACTED
+    assert step(plan, "cluster.aggregatorCA").as_dict()["value"] == {"cert": PEM, "key": REDACTED}
+    assert step(plan, "cluster.id").as_dict() == {"from": ".cluster.id", "to": "DiscoveryIdentityConfig", "field": "clusterID",
+                                                  "value": "aWQ="}
