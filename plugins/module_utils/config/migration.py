@@ -29,10 +29,12 @@ import binascii
 import copy
 import json
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import redact
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import generation
+from ansible_collections.talos_linux.talos.plugins.module_utils.config import machine_config
 
 # Control-plane-only kinds (container/validate.go): Talos refuses them on a worker.
 CONTROLPLANE_ONLY = frozenset([
@@ -748,3 +750,19 @@ def plan(documents, accept_dropped=()):
     migrated[m.root_position] = m.root
     m.plan.documents = migrated
     return m.plan
+
+
+def plan_text(text, parameter, accept_dropped=()):
+    """``plan`` of a config given as YAML text; messages about the text name ``parameter``."""
+    return plan(machine_config.parse_yaml_stream(text, parameter), accept_dropped)
+
+
+def plan_node(client, node, accept_dropped=()):
+    """``plan`` of ``node``'s active machine config (read as machine_config.read_active_config reads it)."""
+    return plan_text(machine_config.read_active_config(client, node), "the node's machine config", accept_dropped)
+
+
+def migrated_config(plan):
+    """The migrated config of a plan with changes, ready to apply (a machine_config.MachineConfig)."""
+    text = go_yaml.dump_documents(plan.documents)
+    return machine_config.MachineConfig(plan.documents, text.encode("utf-8"))
