@@ -386,6 +386,13 @@ MODULE_CASES = [
          r"^system_labels_to_wipe names EFI, which node .* does not have; its volumes are EPHEMERAL, META, STATE",
          group="node", check_mode=True),
 
+    # Config migration: a typo in accept_dropped drops nothing; a node's plan and diff show no secret.
+    case("config-migrate-accept-dropped-names-no-field", "talos_config_migrate",
+         {"config_file": "{cp_config}", "accept_dropped": ["machine.kubelet.extraMounts"]},
+         r"^accept_dropped names \.machine\.kubelet\.extraMounts, which the config does not set or which has a v1\.14 home"),
+    case("config-migrate-check-diff-redacts-the-node-keys", "talos_config_migrate", {},
+         r"", group="node", outcome="changed", check_mode=True, diff=True, result=_redacted_diff),
+
     # Config generation on the controller: unreadable inputs, and a patch failure over the cluster's own secrets.
     case("machine-config-json-patch-over-the-cluster-secrets", "talos_machine_config",
          {"secrets": "{secrets_bundle}", "machine_type": "controlplane", "cluster_name": "demo", "talos_version": "v1.11",

@@ -290,12 +290,16 @@ class _Migration:
 
 
 def _hostname(m):
-    if m.has("machine.network.hostname"):
+    static = m.has("machine.network.hostname")
+    if static:
         m.move("machine.network.hostname", "HostnameConfig", "hostname", m.take("machine.network.hostname"),
                refused_with="static hostname is already set in v1alpha1 config")
     if m.has("machine.features.stableHostname"):
         stable = m.take("machine.features.stableHostname")
-        if stable:
+        if stable and static:
+            # HostnameConfig takes a hostname or an automatic one, not both; a static hostname won in v1alpha1 too.
+            m.plan.dropped.append(".machine.features.stableHostname: the static hostname wins over it, in v1alpha1 too")
+        elif stable:
             m.move("machine.features.stableHostname", "HostnameConfig", "auto", "stable",
                    refused_with="stable hostname is already set in v1alpha1 config")
         else:

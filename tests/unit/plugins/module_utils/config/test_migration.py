@@ -171,6 +171,12 @@ def test_controller_manager_and_scheduler_switches_join_their_documents():
     assert "controlPlane" not in documents[("v1alpha1", None)]["machine"]
 
 
+def test_a_static_hostname_wins_over_the_stable_one():
+    plan, documents = migrated(config({"network": {"hostname": "node-1"}, "features": {"stableHostname": True}}))
+    assert documents[("HostnameConfig", None)] == {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "hostname": "node-1"}
+    assert ".machine.features.stableHostname: the static hostname wins over it, in v1alpha1 too" in plan.dropped
+
+
 def test_secretbox_keeps_its_key_name_and_aescbc_stays_aescbc():
     _plan, documents = migrated(config({}, {"secretboxEncryptionSecret": "c2I=", "aescbcEncryptionSecret": "YWU="}, "controlplane"))
     assert documents[("KubeEtcdEncryptionConfig", None)]["config"] == {"resources": [{"providers": [
