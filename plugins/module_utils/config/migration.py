@@ -28,6 +28,7 @@ import base64
 import binascii
 import copy
 import json
+import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
@@ -432,8 +433,9 @@ def _discovery(m):
                    "reads it only from v1alpha1, and a DiscoveryServiceConfig refuses any .cluster.discovery")
     service = registries.get("service") or {}
     if discovery.get("enabled") and not service.get("disabled"):
+        # Named as Talos names the service it reads from v1alpha1.
         m.move("cluster.discovery", "DiscoveryServiceConfig", "endpoint", service.get("endpoint") or generation.DISCOVERY_ENDPOINT,
-               name="default", refused_with=refused)
+               name="legacy", refused_with=refused)
     else:
         m.plan.dropped.append(".cluster.discovery: the discovery service is disabled, which is Talos v1.14's default "
                               "without a DiscoveryServiceConfig")
@@ -627,13 +629,20 @@ def _components(m):
                note=None if coredns else "CoreDNS runs when a v1alpha1 config does not disable it")
 
 
+def _manifest_name(url):
+    """A document name (a DNS subdomain) for a manifest URL: its host and path, other characters as dashes."""
+    name = re.sub(r"[^a-z0-9.]+", "-", url.split("://", 1)[-1].lower())
+    return re.sub(r"(^|\.)[-.]+|[-.]+($|\.)", lambda match: match.group(1) or match.group(2), name).strip("-.")[:253]
+
+
 def _manifests(m):
     headers = m.take("cluster.extraManifestHeaders")
     for url in m.take("cluster.extraManifests") or []:
         value = {"url": url}
         if headers:
             value["headers"] = headers
-        m.move("cluster.extraManifests", "KubeExternalManifestConfig", None, value, name=url)
+        m.move("cluster.extraManifests", "KubeExternalManifestConfig", None, value, name=_manifest_name(url),
+               note="Talos names a v1alpha1 manifest by its URL, which no document name may be")
     for manifest in m.take("cluster.inlineManifests") or []:
         m.move("cluster.inlineManifests", "KubeInlineManifestConfig", "manifest", manifest.get("contents") or "",
                name=manifest.get("name"))

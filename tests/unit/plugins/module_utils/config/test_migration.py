@@ -62,6 +62,8 @@ def test_a_generated_config_migrates_to_what_talosctl_writes_for_v114(bundle, ma
     expected = by_key(generated(bundle, machine_type, "v1.14"))
     for key in NEW_IN_V114:
         expected.pop(key)
+    # Named as Talos names the discovery service it reads from v1alpha1.
+    expected[("DiscoveryServiceConfig", "legacy")] = dict(expected.pop(("DiscoveryServiceConfig", "default")), name="legacy")
     if machine_type == "controlplane":
         # The legacy path decrypts with secretbox key2 and then reads plain text: the identity provider stays.
         providers = expected[("KubeEtcdEncryptionConfig", None)]["config"]["resources"][0]["providers"]
@@ -119,7 +121,7 @@ def step(plan, source):
      "podSubnets", ["10.244.0.0/16"]),
     ({}, {"id": "aWQ=", "secret": "c2VjcmV0"}, ("DiscoveryIdentityConfig", None), "clusterID", "aWQ="),
     ({}, {"discovery": {"enabled": True, "registries": {"kubernetes": {"disabled": True}, "service": {"endpoint": "https://d.example/"}}}},
-     ("DiscoveryServiceConfig", "default"), "endpoint", "https://d.example/"),
+     ("DiscoveryServiceConfig", "legacy"), "endpoint", "https://d.example/"),
     ({}, {"ca": {"crt": b64(PEM), "key": ""}, "acceptedCAs": [b64(PEM)]}, ("KubeAPIServerCAConfig", None), "acceptedCAs", [PEM, PEM]),
     ({"install": {"disk": "/dev/vda", "image": "installer:v1"}}, {}, ("UnattendedInstallConfig", None), "provisioning",
      {"diskSelector": {"match": 'disk.dev_path == "/dev/vda"'}, "wipe": False}),
@@ -153,7 +155,7 @@ def test_each_field_moves_to_its_document(machine, cluster, kind, field, value):
     ({"network": {"cni": {"name": "custom", "urls": ["https://cni.example/cni.yaml"]}}},
      ("KubeExternalManifestConfig", "custom-cni"), "url", "https://cni.example/cni.yaml"),
     ({"extraManifests": ["https://m.example/a.yaml"], "extraManifestHeaders": {"Token": "abc"}},
-     ("KubeExternalManifestConfig", "https://m.example/a.yaml"), "headers", {"Token": "abc"}),
+     ("KubeExternalManifestConfig", "m.example-a.yaml"), "headers", {"Token": "abc"}),
     ({"inlineManifests": [{"name": "ns", "contents": "kind: Namespace"}]}, ("KubeInlineManifestConfig", "ns"), "manifest",
      "kind: Namespace"),
 ])

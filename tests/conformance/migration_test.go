@@ -1,0 +1,548 @@
+// GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+)
+
+// A user's patches over a generated config: fields of most areas the migration moves.
+const (
+	userPatch = `machine:
+  network:
+    nameservers: [10.5.0.53, 1.1.1.1]
+    searchDomains: [cluster.example]
+    extraHostEntries:
+      - {ip: 10.5.0.9, aliases: [gw.cluster.example]}
+  time:
+    servers: [time.cluster.example]
+    bootTimeout: 2m0s
+  sysctls:
+    vm.max_map_count: "262144"
+  env:
+    HTTPS_PROXY: http://proxy.cluster.example:3128
+  nodeLabels:
+    rack: r1
+  nodeTaints:
+    dedicated: db:NoSchedule
+  nodeAnnotations:
+    owner: platform
+  kubelet:
+    extraArgs:
+      max-pods: "200"
+    nodeIP:
+      validSubnets: [10.5.0.0/16]
+    clusterDNS: [10.96.0.10]
+  kernel:
+    modules:
+      - name: br_netfilter
+`
+	// Before the v1.12 contract the generator writes no HostnameConfig: a static hostname is the user's to set.
+	hostnamePatch = `machine:
+  network:
+    hostname: node-1
+`
+	controlPlanePatch = `cluster:
+  allowSchedulingOnControlPlanes: true
+  apiServer:
+    certSANs: [api.cluster.example]
+    extraArgs:
+      audit-log-maxage: "30"
+  proxy:
+    mode: ipvs
+  coreDNS:
+    image: registry.k8s.io/coredns/coredns:v1.12.0
+  extraManifests: [https://manifests.cluster.example/a.yaml]
+  inlineManifests:
+    - name: ns
+      contents: |
+        apiVersion: v1
+        kind: Namespace
+        metadata:
+          name: a
+`
+)
+
+// migrationInput is one config upstream's generator made for a contract before v1.14, patched as a user would.
+type migrationInput struct {
+	name     string
+	contract *config.VersionContract
+	machine  machine.Type
+	patches  []string
+}
+
+func migrationInputs() []migrationInput {
+	var inputs []migrationInput
+
+	for _, contract := range []*config.VersionContract{config.TalosVersion1_9, config.TalosVersion1_11, config.TalosVersion1_12, config.TalosVersion1_13} {
+		for _, machineType := range []machine.Type{machine.TypeControlPlane, machine.TypeWorker} {
+			base := fmt.Sprintf("v%d.%d-%s", contract.Major, contract.Minor, machineType)
+			inputs = append(inputs, migrationInput{name: base, contract: contract, machine: machineType})
+
+			patches := []string{userPatch}
+			if !contract.Greater(config.TalosVersion1_11) {
+				patches = append(patches, hostnamePatch)
+			}
+
+			if machineType == machine.TypeControlPlane {
+				patches = append(patches, controlPlanePatch)
+			}
+
+			inputs = append(inputs, migrationInput{name: base + "-patched", contract: contract, machine: machineType, patches: patches})
+		}
+	}
+
+	return inputs
+}
+
+// migrationReport is migrate_configs.py's word on each config.
+type migrationReport map[string]struct {
+	Refusal *string `json:"refusal"`
+	Steps   []struct {
+		From  string `json:"from"`
+		To    string `json:"to"`
+		Field string `json:"field"`
+	} `json:"steps"`
+}
+
+// TestMigratedConfigsValidateAndKeepTheEffectiveConfiguration: configs upstream's generator made for the v1.9 to
+// v1.13 contracts (and patched as users do) are migrated by the collection; upstream's loader and validator take
+// each migrated config, and what Talos v1.14 reads from it (every accessor of the config container that the
+// documents feed) is what it read from the config before.
+func TestMigratedConfigsValidateAndKeepTheEffectiveConfiguration(t *testing.T) {
+	dir := t.TempDir()
+
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersion1_13)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	inputs := migrationInputs()
+	originals := map[string]config.Provider{}
+
+	for _, input := range inputs {
+		originals[input.name] = writeGeneratedConfig(t, dir, bundle, input)
+	}
+
+	output, err := run(pythonCommand(), filepath.Join(repoRoot, "tests", "conformance", "migrate_configs.py"), dir)
+	if err != nil {
+		t.Fatalf("migrate_configs.py: %v", err)
+	}
+
+	var report migrationReport
+	if err = json.Unmarshal(output, &report); err != nil {
+		t.Fatalf("migrate_configs.py's report: %v\n%s", err, output)
+	}
+
+	for _, input := range inputs {
+		t.Run(input.name, func(t *testing.T) {
+			entry, ok := report[input.name+".yaml"]
+			if !ok {
+				t.Fatal("the collection did not migrate it")
+			}
+
+			if entry.Refusal != nil {
+				t.Fatalf("the collection refuses to migrate it: %s", *entry.Refusal)
+			}
+
+			raw, err := os.ReadFile(filepath.Join(dir, input.name+".migrated.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			migrated, err := configloader.NewFromBytes(raw)
+			if err != nil {
+				t.Fatalf("the machinery loader refuses the migrated config: %v", err)
+			}
+
+			if _, err = migrated.Validate(metalMode{}); err != nil {
+				t.Fatalf("validation for metal fails: %v", err)
+			}
+
+			if kind := deprecatedLeft(t, raw); kind != "" {
+				t.Errorf("the migrated config still sets %s", kind)
+			}
+
+			compareEffective(t, originals[input.name], migrated)
+		})
+	}
+}
+
+// writeGeneratedConfig writes what machinery's generator makes for input, patched with machinery's patcher.
+func writeGeneratedConfig(t *testing.T, dir string, bundle *secrets.Bundle, input migrationInput) config.Provider {
+	t.Helper()
+
+	generation, err := generate.NewInput("migration", "https://cp.migration.example:6443", "1.33.0",
+		generate.WithSecretsBundle(bundle), generate.WithVersionContract(input.contract),
+		generate.WithInstallDisk("/dev/vda"), generate.WithInstallImage("ghcr.io/siderolabs/installer:v1.13.4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	provider, err := generation.Config(input.machine)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(input.patches) > 0 {
+		patches, err := configpatcher.LoadPatches(input.patches)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		patched, err := configpatcher.Apply(configpatcher.WithConfig(provider), patches)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if provider, err = patched.Config(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, err = provider.Validate(metalMode{}); err != nil {
+		t.Fatalf("upstream's own config for %s does not validate: %v", input.name, err)
+	}
+
+	raw, err := provider.EncodeBytes(encoder.WithComments(encoder.CommentsDocs))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err = os.WriteFile(filepath.Join(dir, input.name+".yaml"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	return provider
+}
+
+// deprecatedLeft names a v1alpha1 section the migration should have emptied, if the migrated config still has it.
+func deprecatedLeft(t *testing.T, raw []byte) string {
+	t.Helper()
+
+	root := documentsByKey(t, raw)["v1alpha1"]
+	for _, path := range []string{"machine.kubelet", "machine.network", "machine.install", "machine.time", "machine.nodeLabels",
+		"cluster.clusterName", "cluster.controlPlane", "cluster.network", "cluster.apiServer", "cluster.ca", "cluster.discovery",
+		"cluster.id", "cluster.secretboxEncryptionSecret", "cluster.serviceAccount", "machine.features.hostDNS"} {
+		current := any(root)
+
+		for _, key := range strings.Split(path, ".") {
+			mapping, ok := current.(map[string]any)
+			if !ok {
+				current = nil
+
+				break
+			}
+
+			current = mapping[key]
+		}
+
+		if current != nil {
+			return "." + path
+		}
+	}
+
+	return ""
+}
+
+// Accessors judged by hand below, or not part of what the documents feed (the v1alpha1 interface itself).
+var judgedApart = []string{"Debug", "Machine", "Cluster", "UnattendedInstallConfig", "K8sAuthenticationConfig", "K8sAuthorizerConfigs",
+	"K8sEtcdEncryptionConfig", "Environment"}
+
+// Where Talos v1.14 itself reads the documents otherwise than the legacy fields (v1alpha1_k8s_bridge.go): with a
+// KubeAPIServerConfig document kube-apiserver gets startup probes, the host's CA roots mounted and an authentication
+// config, and the authorizers are the documents, not the defaults the legacy path injects (the migration writes those
+// out: judged below); with a KubeProxyConfig document kube-proxy reads a config file. A v1alpha1 manifest is named
+// by its URL, which no document's name may be (its URL and headers are compared).
+var documentSemantics = []string{"K8sAPIServerConfig.StartupProbesEnabled", "K8sAPIServerConfig.UseAuthenticationConfig",
+	"K8sAPIServerConfig.InjectDefaultAuthorizers", "K8sAPIServerConfig.ExtraVolumes", "K8sProxyConfig.UseConfigFile",
+	"K8sExternalManifestConfigs[].Name"}
+
+// What a worker cannot carry: Talos refuses Flannel's document on a worker, which applies no CNI manifests.
+var controlPlaneOnly = []string{"K8sFlannelCNIConfig"}
+
+func compareEffective(t *testing.T, before, after config.Provider) {
+	t.Helper()
+
+	configType := reflect.TypeFor[config.Config]()
+	for index := range configType.NumMethod() {
+		method := configType.Method(index)
+		if slices.Contains(judgedApart, method.Name) || method.Type.NumIn() != 0 || method.Type.NumOut() != 1 {
+			continue
+		}
+
+		if !before.Machine().Type().IsControlPlane() && slices.Contains(controlPlaneOnly, method.Name) {
+			continue
+		}
+
+		was := accessorValue(reflect.ValueOf(before).MethodByName(method.Name).Call(nil)[0], method.Type.Out(0), 0)
+		is := accessorValue(reflect.ValueOf(after).MethodByName(method.Name).Call(nil)[0], method.Type.Out(0), 0)
+
+		if method.Name == "NetworkHostnameConfig" {
+			was, is = staticHostnameWins(was), staticHostnameWins(is)
+		}
+
+		for _, difference := range valueDifferences(method.Name, was, is) {
+			t.Errorf("%s", difference)
+		}
+	}
+
+	// The environment is .machine.env under what EnvironmentConfig documents set.
+	environment := map[string]string{}
+	maps.Copy(environment, before.Machine().Env())
+
+	if before.Environment() != nil {
+		maps.Copy(environment, before.Environment().Variables())
+	}
+
+	if after.Environment() == nil || !maps.Equal(after.Environment().Variables(), environment) || len(after.Machine().Env()) != 0 {
+		t.Errorf("environment: before %v, after %v", environment, after.Environment())
+	}
+
+	legacyInstall := before.Machine().Install()
+	install := after.UnattendedInstallConfig()
+
+	if install == nil {
+		t.Fatal("the migrated config has no UnattendedInstallConfig")
+	}
+
+	if install.InstallerImage() != legacyInstall.Image() || install.VolumeWipe() != legacyInstall.Zero() ||
+		install.VolumeSelector().String() != fmt.Sprintf("disk.dev_path == %q", legacyInstall.Disk()) {
+		t.Errorf("install: image %q wipe %v selector %q, before image %q wipe %v disk %q", install.InstallerImage(), install.VolumeWipe(),
+			install.VolumeSelector().String(), legacyInstall.Image(), legacyInstall.Zero(), legacyInstall.Disk())
+	}
+
+	if !before.Machine().Type().IsControlPlane() {
+		return
+	}
+
+	// The legacy path authorizes with Node and RBAC before the config's own authorizers.
+	var authorizers []string
+	for _, authorizer := range after.K8sAuthorizerConfigs() {
+		authorizers = append(authorizers, authorizer.Type()+"/"+authorizer.Name())
+	}
+
+	if want := []string{"Node/node", "RBAC/rbac"}; !slices.Equal(authorizers, want) || len(before.K8sAuthorizerConfigs()) != 0 {
+		t.Errorf("authorizers %v, want %v", authorizers, want)
+	}
+
+	// What the legacy path renders for kube-apiserver's encryption: secretbox key2, then identity.
+	encryption := after.K8sEtcdEncryptionConfig()
+	if encryption == nil || before.K8sEtcdEncryptionConfig() != nil {
+		t.Fatal("the migrated control plane has no KubeEtcdEncryptionConfig, or the original had one")
+	}
+
+	want := map[string]any{"resources": []any{map[string]any{"resources": []any{"secrets"}, "providers": []any{
+		map[string]any{"secretbox": map[string]any{"keys": []any{map[string]any{"name": "key2", "secret": before.Cluster().SecretboxEncryptionSecret()}}}},
+		map[string]any{"identity": map[string]any{}},
+	}}}}
+
+	if got := normalized(t, encryption.EtcdEncryptionConfig()); !reflect.DeepEqual(got, normalized(t, want)) {
+		t.Errorf("etcd encryption config %v, want %v", got, want)
+	}
+
+	if after.K8sAuthenticationConfig() == nil {
+		t.Error("the migrated control plane has no KubeAuthenticationConfig beside its KubeAPIServerConfig")
+	}
+}
+
+// staticHostnameWins leaves out the automatic hostname's kind where a static hostname is set: the static one is the
+// node's hostname either way, and a HostnameConfig cannot name both.
+func staticHostnameWins(value any) any {
+	fields, ok := value.(map[string]any)
+	if !ok || empty(fields["Hostname"]) {
+		return value
+	}
+
+	fields = maps.Clone(fields)
+	delete(fields, "AutoHostname")
+
+	return fields
+}
+
+func normalized(t *testing.T, value any) any {
+	t.Helper()
+
+	raw, err := json.Marshal(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out any
+	if err = json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+
+	return out
+}
+
+// accessorValue is what a config accessor's result says, as plain values: every method without arguments of an
+// interface it returns, read recursively; slices and maps item by item; anything else as it is (a Stringer as its
+// text).
+func accessorValue(value reflect.Value, static reflect.Type, depth int) any {
+	if depth > 8 || !value.IsValid() {
+		return nil
+	}
+
+	switch value.Kind() { //nolint:exhaustive
+	case reflect.Interface, reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		if value.IsNil() {
+			return nil
+		}
+	}
+
+	if static.Kind() == reflect.Interface && static.NumMethod() > 0 {
+		if stringer, ok := value.Interface().(fmt.Stringer); ok && static.NumMethod() == 1 {
+			return stringer.String()
+		}
+
+		fields := map[string]any{}
+
+		for index := range static.NumMethod() {
+			method := static.Method(index)
+			if method.Type.NumIn() != 0 || method.Type.NumOut() == 0 || method.Type.NumOut() > 2 || strings.HasSuffix(method.Name, "Signal") {
+				continue
+			}
+
+			results := value.MethodByName(method.Name).Call(nil)
+			fields[method.Name] = accessorValue(results[0], method.Type.Out(0), depth+1)
+		}
+
+		return fields
+	}
+
+	switch value.Kind() { //nolint:exhaustive
+	case reflect.Interface:
+		return accessorValue(value.Elem(), value.Elem().Type(), depth+1)
+	case reflect.Slice, reflect.Array:
+		if value.Type().Elem().Kind() == reflect.Uint8 {
+			return string(value.Bytes())
+		}
+
+		items := make([]any, value.Len())
+		for index := range value.Len() {
+			items[index] = accessorValue(value.Index(index), value.Type().Elem(), depth+1)
+		}
+
+		return items
+	case reflect.Map:
+		items := map[string]any{}
+		for _, key := range value.MapKeys() {
+			items[fmt.Sprint(key.Interface())] = accessorValue(value.MapIndex(key), value.Type().Elem(), depth+1)
+		}
+
+		return items
+	case reflect.Func, reflect.Chan:
+		return nil
+	}
+
+	if stringer, ok := value.Interface().(fmt.Stringer); ok {
+		return stringer.String()
+	}
+
+	return value.Interface()
+}
+
+// valueDifferences lists where two accessor values differ, by dotted path; absent and empty count alike, since a
+// document's empty list or map is the legacy field's absence.
+func valueDifferences(path string, was, is any) []string {
+	if slices.Contains(documentSemantics, listIndex.ReplaceAllString(path, "[]")) {
+		return nil
+	}
+
+	if empty(was) && empty(is) {
+		return nil
+	}
+
+	wasMap, wasIsMap := was.(map[string]any)
+	isMap, isIsMap := is.(map[string]any)
+
+	if wasIsMap && isIsMap {
+		keys := map[string]bool{}
+		for key := range wasMap {
+			keys[key] = true
+		}
+
+		for key := range isMap {
+			keys[key] = true
+		}
+
+		sorted := make([]string, 0, len(keys))
+		for key := range keys {
+			sorted = append(sorted, key)
+		}
+
+		sort.Strings(sorted)
+
+		var differences []string
+		for _, key := range sorted {
+			differences = append(differences, valueDifferences(path+"."+key, wasMap[key], isMap[key])...)
+		}
+
+		return differences
+	}
+
+	wasList, wasIsList := was.([]any)
+	isList, isIsList := is.([]any)
+
+	if wasIsList && isIsList && len(wasList) == len(isList) {
+		var differences []string
+		for index := range wasList {
+			differences = append(differences, valueDifferences(fmt.Sprintf("%s[%d]", path, index), wasList[index], isList[index])...)
+		}
+
+		return differences
+	}
+
+	if reflect.DeepEqual(was, is) {
+		return nil
+	}
+
+	return []string{fmt.Sprintf("%s: before %s, after %s", path, show(was), show(is))}
+}
+
+var listIndex = regexp.MustCompile(`\[[0-9]+\]`)
+
+// empty: nothing, or a structure of nothing (an accessor's object whose every value is empty).
+func empty(value any) bool {
+	if value == nil {
+		return true
+	}
+
+	if fields, ok := value.(map[string]any); ok {
+		for _, field := range fields {
+			if !empty(field) {
+				return false
+			}
+		}
+
+		return true
+	}
+
+	reflected := reflect.ValueOf(value)
+	switch reflected.Kind() { //nolint:exhaustive
+	case reflect.Slice, reflect.String:
+		return reflected.Len() == 0
+	}
+
+	return reflected.IsZero()
+}
