@@ -332,9 +332,9 @@ def test_a_config_must_hold_one_v1alpha1_document():
 
 
 def test_steps_show_no_secret():
-    plan = migration.plan(config({}, {"serviceAccount": {"key": b64(KEY_PEM)}, "secretboxEncryptionSecret": "c2VjcmV0c2VjcmV0",
-                                      "id": "aWQ=", "secret": "c2VjcmV0c2VjcmV0Mg==", "aggregatorCA": {"crt": b64(PEM), "key": b64(KEY_PEM)}},
-                                  "controlplane"))
+    cluster = {"serviceAccount": {"key": b64(KEY_PEM)}, "secretboxEncryptionSecret": "c2VjcmV0c2VjcmV0", "id": "aWQ=",
+               "secret": "c2VjcmV0c2VjcmV0Mg==", "aggregatorCA": {"crt": b64(PEM), "key": b64(KEY_PEM)}}
+    plan = migration.plan(config({}, cluster, "controlplane"))
     shown = [s.as_dict() for s in plan.steps]
     text = repr(shown)
     for secret in ("c2VjcmV0c2VjcmV0", "c2VjcmV0c2VjcmV0Mg==", KEY_PEM, "MHcC"):
