@@ -472,20 +472,29 @@ func documentsByKey(t *testing.T, raw []byte) map[string]any {
 // diffValues walks two parsed YAML values; an empty map or list equals an absent one,
 // as Talos decodes them alike.
 func diffValues(document, path string, upstream, ours any, differences *[]difference) {
-	if isEmpty(upstream) && isEmpty(ours) {
+	eachDifference(path, upstream, ours, func(_ string, upstream, ours any) bool { return isEmpty(upstream) && isEmpty(ours) },
+		func(path string, upstream, ours any) {
+			*differences = append(*differences, difference{Document: document, Path: path, Upstream: upstream, Ours: ours})
+		})
+}
+
+// eachDifference walks two plain values (maps by key, lists of one length item by item) and calls differ with the
+// dotted path of each place where they differ; alike(path, a, b) says where a subtree counts as equal anyway.
+func eachDifference(path string, a, b any, alike func(path string, a, b any) bool, differ func(path string, a, b any)) {
+	if alike(path, a, b) {
 		return
 	}
 
-	upstreamMap, upstreamIsMap := upstream.(map[string]any)
-	ourMap, ourIsMap := ours.(map[string]any)
+	aMap, aIsMap := a.(map[string]any)
+	bMap, bIsMap := b.(map[string]any)
 
-	if upstreamIsMap && ourIsMap {
+	if aIsMap && bIsMap {
 		keys := map[string]bool{}
-		for key := range upstreamMap {
+		for key := range aMap {
 			keys[key] = true
 		}
 
-		for key := range ourMap {
+		for key := range bMap {
 			keys[key] = true
 		}
 
@@ -497,25 +506,25 @@ func diffValues(document, path string, upstream, ours any, differences *[]differ
 		sort.Strings(sorted)
 
 		for _, key := range sorted {
-			diffValues(document, path+"."+key, upstreamMap[key], ourMap[key], differences)
+			eachDifference(path+"."+key, aMap[key], bMap[key], alike, differ)
 		}
 
 		return
 	}
 
-	upstreamList, upstreamIsList := upstream.([]any)
-	ourList, ourIsList := ours.([]any)
+	aList, aIsList := a.([]any)
+	bList, bIsList := b.([]any)
 
-	if upstreamIsList && ourIsList && len(upstreamList) == len(ourList) {
-		for i := range upstreamList {
-			diffValues(document, fmt.Sprintf("%s[%d]", path, i), upstreamList[i], ourList[i], differences)
+	if aIsList && bIsList && len(aList) == len(bList) {
+		for i := range aList {
+			eachDifference(fmt.Sprintf("%s[%d]", path, i), aList[i], bList[i], alike, differ)
 		}
 
 		return
 	}
 
-	if !reflect.DeepEqual(upstream, ours) {
-		*differences = append(*differences, difference{Document: document, Path: path, Upstream: upstream, Ours: ours})
+	if !reflect.DeepEqual(a, b) {
+		differ(path, a, b)
 	}
 }
 

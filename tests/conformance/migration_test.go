@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -465,59 +464,15 @@ func accessorValue(value reflect.Value, static reflect.Type, depth int) any {
 // valueDifferences lists where two accessor values differ, by dotted path; absent and empty count alike, since a
 // document's empty list or map is the legacy field's absence.
 func valueDifferences(path string, was, is any) []string {
-	if slices.Contains(documentSemantics, listIndex.ReplaceAllString(path, "[]")) {
-		return nil
-	}
+	var differences []string
 
-	if empty(was) && empty(is) {
-		return nil
-	}
+	eachDifference(path, was, is, func(path string, was, is any) bool {
+		return slices.Contains(documentSemantics, listIndex.ReplaceAllString(path, "[]")) || (empty(was) && empty(is))
+	}, func(path string, was, is any) {
+		differences = append(differences, fmt.Sprintf("%s: before %s, after %s", path, show(was), show(is)))
+	})
 
-	wasMap, wasIsMap := was.(map[string]any)
-	isMap, isIsMap := is.(map[string]any)
-
-	if wasIsMap && isIsMap {
-		keys := map[string]bool{}
-		for key := range wasMap {
-			keys[key] = true
-		}
-
-		for key := range isMap {
-			keys[key] = true
-		}
-
-		sorted := make([]string, 0, len(keys))
-		for key := range keys {
-			sorted = append(sorted, key)
-		}
-
-		sort.Strings(sorted)
-
-		var differences []string
-		for _, key := range sorted {
-			differences = append(differences, valueDifferences(path+"."+key, wasMap[key], isMap[key])...)
-		}
-
-		return differences
-	}
-
-	wasList, wasIsList := was.([]any)
-	isList, isIsList := is.([]any)
-
-	if wasIsList && isIsList && len(wasList) == len(isList) {
-		var differences []string
-		for index := range wasList {
-			differences = append(differences, valueDifferences(fmt.Sprintf("%s[%d]", path, index), wasList[index], isList[index])...)
-		}
-
-		return differences
-	}
-
-	if reflect.DeepEqual(was, is) {
-		return nil
-	}
-
-	return []string{fmt.Sprintf("%s: before %s, after %s", path, show(was), show(is))}
+	return differences
 }
 
 var listIndex = regexp.MustCompile(`\[[0-9]+\]`)

@@ -56,6 +56,7 @@ _REFUSED_APISERVER_ARGS = ("anonymous-auth", "oidc-", "authentication-config", "
                            "authorization-mode", "authorization-webhook-")
 
 _INSTALL_KIND = "UnattendedInstallConfig"
+_ABSENT = object()
 
 
 class Step:
@@ -184,12 +185,7 @@ class _Migration:
     # -- reading the v1alpha1 document
 
     def has(self, path):
-        value = self.root
-        for key in path.split("."):
-            if not isinstance(value, dict) or key not in value:
-                return False
-            value = value[key]
-        return True
+        return self.get(path, _ABSENT) is not _ABSENT
 
     def get(self, path, default=None):
         value = self.root
