@@ -32,6 +32,9 @@ const (
     searchDomains: [cluster.example]
     extraHostEntries:
       - {ip: 10.5.0.9, aliases: [gw.cluster.example]}
+    kubespan:
+      enabled: true
+      mtu: 1380
   time:
     servers: [time.cluster.example]
     bootTimeout: 2m0s
@@ -54,6 +57,30 @@ const (
   kernel:
     modules:
       - name: br_netfilter
+  registries:
+    mirrors:
+      docker.io:
+        endpoints: [https://mirror.cluster.example]
+        overridePath: true
+    config:
+      registry.cluster.example:
+        auth:
+          username: pull
+          password: pull-secret
+        tls:
+          insecureSkipVerify: true
+  udev:
+    rules:
+      - SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="44", MODE="0660"
+  pods:
+    - apiVersion: v1
+      kind: Pod
+      metadata:
+        name: nginx
+      spec:
+        containers:
+          - name: nginx
+            image: nginx
 `
 	// Before the v1.12 contract the generator writes no HostnameConfig: a static hostname is the user's to set.
 	hostnamePatch = `machine:
@@ -241,7 +268,8 @@ func deprecatedLeft(t *testing.T, raw []byte) string {
 	root := documentsByKey(t, raw)["v1alpha1"]
 	for _, path := range []string{"machine.kubelet", "machine.network", "machine.install", "machine.time", "machine.nodeLabels",
 		"cluster.clusterName", "cluster.controlPlane", "cluster.network", "cluster.apiServer", "cluster.ca", "cluster.discovery",
-		"cluster.id", "cluster.secretboxEncryptionSecret", "cluster.serviceAccount", "machine.features.hostDNS"} {
+		"cluster.id", "cluster.secretboxEncryptionSecret", "cluster.serviceAccount", "machine.features.hostDNS", "machine.registries",
+		"machine.udev", "machine.pods", "machine.env", "machine.sysctls", "machine.kernel"} {
 		current := any(root)
 
 		for _, key := range strings.Split(path, ".") {

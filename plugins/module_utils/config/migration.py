@@ -48,7 +48,6 @@ CONTROLPLANE_ONLY = frozenset([
 # Deprecated sections Talos v1.14 still honours, with no conflict and no mechanical translation: left as they are.
 KEPT = (
     "machine.network.interfaces", "machine.disks", "machine.files", "machine.systemDiskEncryption",
-    "machine.registries", "machine.udev",
 )
 
 # kube-apiserver arguments a KubeAPIServerConfig document refuses (KubeAuthenticationConfig / KubeAuthorizerConfig own them).
@@ -402,6 +401,13 @@ def _simple(m):
     for module in m.take("machine.kernel.modules") or []:
         m.move("machine.kernel.modules", "KernelModuleConfig", "parameters", list(module.get("parameters") or []),
                name=module.get("name"))
+    if m.has("machine.udev.rules"):
+        m.move("machine.udev.rules", "UdevRulesConfig", "rules", m.take("machine.udev.rules"))
+    for pod in m.take("machine.pods") or []:
+        metadata = pod.get("metadata") or {}
+        # The name Talos gives a v1alpha1 static pod.
+        name = "%s-%s" % (metadata.get("namespace") or "default", metadata.get("name") or "default")
+        m.move("machine.pods", "KubeStaticPodConfig", "pod", pod, name=name)
     if m.has("machine.baseRuntimeSpecOverrides"):
         m.move("machine.baseRuntimeSpecOverrides", "CRIBaseRuntimeSpecConfig", "overrides", m.take("machine.baseRuntimeSpecOverrides"),
                refused_with="base runtime spec overrides are already set in v1alpha1 config")
@@ -410,6 +416,37 @@ def _simple(m):
         if "localEnabled" in cache:
             m.move("machine.features.imageCache.localEnabled", "ImageCacheConfig", "local.enabled", cache["localEnabled"],
                    refused_with="image cache config is already set in v1alpha1 config")
+
+
+def _registries(m):
+    """Mirrors, credentials and TLS settings per registry: one document of each kind per registry, named by its host."""
+    for host, mirror in sorted((m.take("machine.registries.mirrors") or {}).items()):
+        source = "machine.registries.mirrors.%s" % host
+        endpoints = [{"url": url} for url in mirror.get("endpoints") or []]
+        if mirror.get("overridePath") is not None:
+            for endpoint in endpoints:  # the document says it per endpoint
+                endpoint["overridePath"] = mirror["overridePath"]
+        value = {"endpoints": endpoints}
+        if mirror.get("skipFallback") is not None:
+            value["skipFallback"] = mirror["skipFallback"]
+        m.move(source, "RegistryMirrorConfig", None, value, name=host)
+    for host, settings in sorted((m.take("machine.registries.config") or {}).items()):
+        source = "machine.registries.config.%s" % host
+        auth = settings.get("auth") or {}
+        if auth:
+            m.move(source + ".auth", "RegistryAuthConfig", None, dict(auth), name=host)
+        tls = settings.get("tls") or {}
+        value = {}
+        identity = tls.get("clientIdentity") or {}
+        if identity:
+            value["clientIdentity"] = dict((key, _pem(identity[field], "%s.tls.clientIdentity.%s" % (source, field)))
+                                           for field, key in (("crt", "cert"), ("key", "key")) if identity.get(field))
+        if tls.get("ca"):
+            value["ca"] = _pem(tls["ca"], source + ".tls.ca")
+        if tls.get("insecureSkipVerify") is not None:
+            value["insecureSkipVerify"] = tls["insecureSkipVerify"]
+        if value:
+            m.move(source + ".tls", "RegistryTLSConfig", None, value, name=host)
 
 
 def _discovery(m):
@@ -723,7 +760,7 @@ def _features(m):
             m.ignored("machine.features.%s" % feature, "Talos ignores it since v1.12 (always on)")
 
 
-_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _discovery, _cluster, _pki, _api_server,
+_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _registries, _discovery, _cluster, _pki, _api_server,
           _components, _manifests, _kubelet, _features)
 
 
