@@ -35,8 +35,9 @@ description:
     C(cluster.apiServer.extraVolumes), C(machine.kubelet.extraMounts), C(machine.install.extraKernelArgs)) unless
     O(accept_dropped) names it. The failure's RV(plan) lists every problem.
   - Deprecated sections without a mechanical translation that Talos v1.14 still honours (network interfaces, disks,
-    files, system disk encryption) stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig),
-    C(SecurityProfileConfig)) are not added - they would change what the node runs.
+    files, system disk encryption) stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
+    defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig), C(SecurityProfileConfig)) are not added - they
+    would change what the node runs.
 author:
   - Talos Linux Ansible collection maintainers (@talos-linux-ansible)
 options:
