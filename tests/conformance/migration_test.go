@@ -137,7 +137,11 @@ func migrationInputs() []migrationInput {
 		}
 	}
 
-	return inputs
+	// A cluster made before Talos v1.3 encrypts with an aescbc secret, no secretbox one.
+	return append(inputs, migrationInput{name: "v1.11-controlplane-aescbc", contract: config.TalosVersion1_11,
+		machine: machine.TypeControlPlane, patches: []string{
+			`[{"op": "move", "from": "/cluster/secretboxEncryptionSecret", "path": "/cluster/aescbcEncryptionSecret"}]`,
+		}})
 }
 
 // migrationReport is migrate_configs.py's word on each config.
@@ -372,16 +376,26 @@ func compareEffective(t *testing.T, before, after config.Provider) {
 		t.Errorf("authorizers %v, want %v", authorizers, want)
 	}
 
-	// What the legacy path renders for kube-apiserver's encryption: secretbox key2, then identity.
+	// What the legacy path renders for kube-apiserver's encryption: secretbox key2, aescbc key1, then identity.
 	encryption := after.K8sEtcdEncryptionConfig()
 	if encryption == nil || before.K8sEtcdEncryptionConfig() != nil {
 		t.Fatal("the migrated control plane has no KubeEtcdEncryptionConfig, or the original had one")
 	}
 
-	want := map[string]any{"resources": []any{map[string]any{"resources": []any{"secrets"}, "providers": []any{
-		map[string]any{"secretbox": map[string]any{"keys": []any{map[string]any{"name": "key2", "secret": before.Cluster().SecretboxEncryptionSecret()}}}},
-		map[string]any{"identity": map[string]any{}},
-	}}}}
+	var providers []any
+
+	for _, provider := range []struct{ kind, key, secret string }{
+		{"secretbox", "key2", before.Cluster().SecretboxEncryptionSecret()}, {"aescbc", "key1", before.Cluster().AESCBCEncryptionSecret()},
+	} {
+		if provider.secret != "" {
+			providers = append(providers, map[string]any{provider.kind: map[string]any{"keys": []any{
+				map[string]any{"name": provider.key, "secret": provider.secret},
+			}}})
+		}
+	}
+
+	want := map[string]any{"resources": []any{map[string]any{"resources": []any{"secrets"},
+		"providers": append(providers, map[string]any{"identity": map[string]any{}})}}}
 
 	if got := normalized(t, encryption.EtcdEncryptionConfig()); !reflect.DeepEqual(got, normalized(t, want)) {
 		t.Errorf("etcd encryption config %v, want %v", got, want)
