@@ -111,11 +111,6 @@ class Plan:
         also = "" if not more else " (and %d more problem%s, listed in conflicts and homeless)" % (more, "s" if more > 1 else "")
         return "%s%s" % (problems[0].rstrip("."), also + ".")
 
-    def check(self):
-        refusal = self.refusal()
-        if refusal:
-            raise TalosConfigError(refusal)
-
     def as_dict(self):
         return {
             "steps": [step.as_dict() for step in self.steps],
@@ -151,6 +146,13 @@ def _pem(text, source):
         raise TalosConfigError(".%s is not base64 of PEM text, so it cannot be moved into its v1.14 document." % source)
 
 
+def _parent(document, path):
+    """The mapping of ``document`` that holds the last key of ``path``, made where it is missing."""
+    for key in _keys(path)[:-1]:
+        document = document.setdefault(key, {})
+    return document
+
+
 def _disk_match(disk):
     return "disk.dev_path == %s" % json.dumps(disk)
 
@@ -163,12 +165,10 @@ class _Migration:
         roots = [document for document in documents if config_documents.kind_of(document) == config_documents.ROOT]
         if len(roots) != 1:
             raise TalosConfigError("The config to migrate must hold exactly one v1alpha1 document, it holds %d." % len(roots))
-        self.original_root = roots[0]
         self.root = copy.deepcopy(roots[0])
         self.documents = [copy.deepcopy(document) for document in documents]
         self.root_position = documents.index(roots[0])
         self.existing = set(self._key(document) for document in documents if document is not roots[0])
-        self.created = []
         self.accept_dropped = set("." + path.lstrip(".") for path in accept_dropped or ())
         self.accepted = set()
         machine = self.root.get("machine") or {}
@@ -220,7 +220,6 @@ class _Migration:
         if name is not None:
             document["name"] = name
         self.documents.append(document)
-        self.created.append((kind, name))
         return document
 
     def conflict(self, source, kind, name, message):
@@ -240,18 +239,15 @@ class _Migration:
             self.plan.dropped.append(".%s: a worker does not run what %s configures, Talos refuses the document on a "
                                      "worker" % (source, kind))
             return
-        preexisting = (kind, name) in self.existing
+        preexisting = self.preexisting(kind, name)
         if preexisting and refused_with:
             self.conflict(source, kind, name, refused_with)
             return
         document = self.document(kind, name)
         fields = [(field, value)] if field is not None else sorted(value.items())
         for path, item in fields:
-            keys = _keys(path)
-            target = document
-            for key in keys[:-1]:
-                target = target.setdefault(key, {})
-            if preexisting and keys[-1] in target and target[keys[-1]] != item:
+            parent, key = _parent(document, path), _keys(path)[-1]
+            if preexisting and key in parent and parent[key] != item:
                 label = "%s/%s" % (kind, name) if name else kind
                 self.plan.conflicts.append(
                     "The config sets .%s in the v1alpha1 document and %s in its %s document to another value, and "
@@ -259,11 +255,7 @@ class _Migration:
                     % (source, ".".join(_keys(path)), label))
                 return
         for path, item in fields:
-            keys = _keys(path)
-            target = document
-            for key in keys[:-1]:
-                target = target.setdefault(key, {})
-            target[keys[-1]] = item
+            _parent(document, path)[_keys(path)[-1]] = item
         self.plan.steps.append(Step(source, kind, name, field, value, note))
 
     def preexisting(self, kind, name=None):
@@ -316,8 +308,8 @@ def _resolver(m):
                refused_with=".machine.network.disableSearchDomain is already set in v1alpha1 config")
     if m.has("machine.features.hostDNS"):
         host_dns = m.take("machine.features.hostDNS") or {}
-        existing = next((d for d in m.documents if m._key(d) == ("ResolverConfig", None)), None)
-        if existing is not None and ("ResolverConfig", None) in m.existing and existing.get("hostDNS"):
+        # Only a document that sets hostDNS itself is refused beside the v1alpha1 feature.
+        if m.preexisting("ResolverConfig") and m.document("ResolverConfig").get("hostDNS"):
             m.conflict("machine.features.hostDNS", "ResolverConfig", None,
                        ".machine.features.hostDNS is already set in v1alpha1 config")
         else:
@@ -363,7 +355,7 @@ def _install(m):
         return
     install = m.take("machine.install") or {}
     refused = "UnattendedInstallConfig config is incompatible with v1alpha1 config (.machine.install)"
-    if (_INSTALL_KIND, None) in m.existing:
+    if m.preexisting(_INSTALL_KIND):
         m.conflict("machine.install", _INSTALL_KIND, None, refused)
         return
     for field, why in (("extraKernelArgs", "kernel arguments belong to the boot assets or the Image Factory schematic"),
@@ -373,9 +365,11 @@ def _install(m):
         if install.get(field):
             m.homeless("machine.install.%s" % field, why)
     if install.get("grubUseUKICmdline") is False:
-        m.homeless("machine.install.grubUseUKICmdline", "Talos v1.14 always boots with the UKI's kernel command line")
+        m.homeless("machine.install.grubUseUKICmdline", "UnattendedInstallConfig has no such option")
     elif "grubUseUKICmdline" in install:
-        m.plan.dropped.append(".machine.install.grubUseUKICmdline: true is what Talos v1.14 does without it")
+        # talosctl writes true for contracts v1.12 and v1.13 and leaves it out for v1.14: not the user's choice.
+        m.plan.dropped.append(".machine.install.grubUseUKICmdline: UnattendedInstallConfig has no such option, and "
+                              "talosctl leaves it out for Talos v1.14")
     if not install.get("disk"):
         if not install.get("diskSelector"):
             m.homeless("machine.install", "UnattendedInstallConfig needs the install disk, and the section names none")
@@ -581,7 +575,6 @@ def _component(m, source, kind, refused, fields, extra=None):
     value.update(extra or {})
     if value or section:
         m.move(source, kind, None, value, refused_with=refused)
-    return section
 
 
 def _api_server(m):
@@ -628,8 +621,6 @@ def _api_server(m):
 def _components(m):
     cm_disabled = m.take("machine.controlPlane.controllerManager.disabled")
     scheduler_disabled = m.take("machine.controlPlane.scheduler.disabled")
-    if m.get("machine.controlPlane") == {}:
-        m.take("machine.controlPlane")
     standard = (("image", "image"), ("extraArgs", "extraArgs"), ("env", "env"), ("resources", "resources"))
     if m.has("cluster.controllerManager") or cm_disabled is not None:
         _component(m, "cluster.controllerManager", "KubeControllerManagerConfig",
