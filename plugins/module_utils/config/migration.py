@@ -723,10 +723,12 @@ def _node(m):
                    refused_with="%s is already set in v1alpha1 config" % ("." + source),
                    note=note if m.controlplane else None)
     for source, value in (("cluster.allowSchedulingOnControlPlanes", allow), ("cluster.allowSchedulingOnMasters", allow_masters)):
-        if value is not None:
+        if value is not None and m.preexisting("KubeNodeConfig"):
+            m.conflict(source, "KubeNodeConfig", None, ".%s is already set in v1alpha1 config" % source)
+        elif value is not None:
             m.plan.dropped.append(".%s: said by leaving the control-plane taint out of KubeNodeConfig" % source)
-    node = m.document("KubeNodeConfig")
-    node.setdefault("nodeIP", {})
+    if not m.preexisting("KubeNodeConfig"):
+        m.document("KubeNodeConfig").setdefault("nodeIP", {})  # as talosctl writes it for Talos v1.14
 
 
 def _features(m):

@@ -271,6 +271,8 @@ def test_controlplane_only_documents_are_not_written_for_a_worker():
     ({"nodeTaints": {"a": "NoSchedule"}}, {}, doc("KubeNodeConfig", taints={"a": "NoSchedule"}),
      ".machine.nodeTaints is already set in v1alpha1 config"),
     ({}, {"clusterName": "prod"}, doc("KubeClusterConfig", clusterName="prod"), "cluster name is already set in the v1alpha1 config"),
+    ({}, {"allowSchedulingOnControlPlanes": True}, doc("KubeNodeConfig", nodeIP={}),
+     ".cluster.allowSchedulingOnControlPlanes is already set in v1alpha1 config"),
     ({}, {"id": "x"}, doc("DiscoveryIdentityConfig", clusterID="x"), "cluster identity is already configured"),
     ({}, {"network": {"dnsDomain": "cluster.local"}}, doc("KubeNetworkConfig", dnsDomain="cluster.local"),
      "cluster network config is already set in the v1alpha1 config"),
