@@ -272,6 +272,12 @@ class _Migration:
                 ".%s has no home in the Talos v1.14 documents (%s): remove it from the config, or name it in "
                 "accept_dropped to migrate without it." % (source, why))
 
+    def unmapped(self, source, section, known):
+        """The keys of a taken v1alpha1 ``section`` outside ``known`` (those the plan maps): refused, never lost."""
+        for key in sorted(set(section) - set(known)):
+            if section[key] not in (None, False, "", [], {}):
+                self.homeless("%s.%s" % (source, key), "no v1.14 document field is known to take it")
+
     def ignored(self, source, why):
         self.take(source)
         self.plan.dropped.append(".%s: %s" % (source, why))
@@ -326,6 +332,7 @@ def _time(m):
     if not m.has("machine.time"):
         return
     time = m.take("machine.time") or {}
+    m.unmapped("machine.time", time, ("disabled", "servers", "bootTimeout"))
     if m.preexisting("TimeSyncConfig"):
         for field, message in (("disabled", "time sync cannot be disabled in both v1alpha1 and new-style configuration"),
                                ("servers", "time servers cannot be specified in both v1alpha1 and new-style configuration"),
@@ -358,6 +365,8 @@ def _install(m):
     if m.preexisting(_INSTALL_KIND):
         m.conflict("machine.install", _INSTALL_KIND, None, refused)
         return
+    m.unmapped("machine.install", install, ("disk", "image", "wipe", "extraKernelArgs", "legacyBIOSSupport", "extensions",
+                                            "diskSelector", "grubUseUKICmdline"))
     for field, why in (("extraKernelArgs", "kernel arguments belong to the boot assets or the Image Factory schematic"),
                        ("legacyBIOSSupport", "UnattendedInstallConfig has no BIOS option"),
                        ("extensions", "system extensions come from the installer image (Image Factory)"),
@@ -407,6 +416,7 @@ def _simple(m):
                refused_with="base runtime spec overrides are already set in v1alpha1 config")
     if m.has("machine.features.imageCache"):
         cache = m.take("machine.features.imageCache") or {}
+        m.unmapped("machine.features.imageCache", cache, ("localEnabled",))
         if "localEnabled" in cache:
             m.move("machine.features.imageCache.localEnabled", "ImageCacheConfig", "local.enabled", cache["localEnabled"],
                    refused_with="image cache config is already set in v1alpha1 config")
@@ -416,6 +426,7 @@ def _registries(m):
     """Mirrors, credentials and TLS settings per registry: one document of each kind per registry, named by its host."""
     for host, mirror in sorted((m.take("machine.registries.mirrors") or {}).items()):
         source = "machine.registries.mirrors.%s" % host
+        m.unmapped(source, mirror, ("endpoints", "overridePath", "skipFallback"))
         endpoints = [{"url": url} for url in mirror.get("endpoints") or []]
         if mirror.get("overridePath") is not None:
             for endpoint in endpoints:  # the document says it per endpoint
@@ -426,6 +437,8 @@ def _registries(m):
         m.move(source, "RegistryMirrorConfig", None, value, name=host)
     for host, settings in sorted((m.take("machine.registries.config") or {}).items()):
         source = "machine.registries.config.%s" % host
+        m.unmapped(source, settings, ("auth", "tls"))
+        m.unmapped(source + ".tls", settings.get("tls") or {}, ("clientIdentity", "ca", "insecureSkipVerify"))
         auth = settings.get("auth") or {}
         if auth:
             m.move(source + ".auth", "RegistryAuthConfig", None, dict(auth), name=host)
@@ -453,12 +466,15 @@ def _discovery(m):
     if not m.has("cluster.discovery"):
         return
     discovery = m.take("cluster.discovery") or {}
+    m.unmapped("cluster.discovery", discovery, ("enabled", "registries"))
     refused = "discovery service is already configured in .cluster.discovery of the v1alpha1 config"
     registries = discovery.get("registries") or {}
     if discovery.get("enabled") and not (registries.get("kubernetes") or {}).get("disabled"):
         m.homeless("cluster.discovery.registries.kubernetes", "the Kubernetes registry has no document; Talos v1.14 "
                    "reads it only from v1alpha1, and a DiscoveryServiceConfig refuses any .cluster.discovery")
     service = registries.get("service") or {}
+    m.unmapped("cluster.discovery.registries", registries, ("kubernetes", "service"))
+    m.unmapped("cluster.discovery.registries.service", service, ("disabled", "endpoint"))
     if discovery.get("enabled") and not service.get("disabled"):
         # Named as Talos names the service it reads from v1alpha1.
         m.move("cluster.discovery", "DiscoveryServiceConfig", "endpoint", service.get("endpoint") or generation.DISCOVERY_ENDPOINT,
@@ -483,6 +499,7 @@ def _cluster(m):
                refused_with="kube-apiserver API port is already set in v1alpha1 config (.cluster.controlPlane.localAPIServerPort)")
     if m.has("cluster.network"):
         network = m.take("cluster.network") or {}
+        m.unmapped("cluster.network", network, ("cni", "dnsDomain", "podSubnets", "serviceSubnets"))
         cni = network.pop("cni", None)
         refused = ("cluster network config is already set in the v1alpha1 config (.machine.cluster.network). Please remove "
                    "it and use only the new KubeNetworkConfig document to avoid conflicts")
@@ -566,9 +583,11 @@ def _encryption(m):
            note="key names as the legacy path renders them, so that kube-apiserver still decrypts what it stored")
 
 
-def _component(m, source, kind, refused, fields, extra=None):
-    """A Kubernetes component's v1alpha1 section to its document: ``fields`` moved as named, ``extraVolumes`` homeless."""
+def _component(m, source, kind, refused, fields, extra=None, known=()):
+    """A Kubernetes component's v1alpha1 section to its document: ``fields`` moved as named, ``extraVolumes`` homeless,
+    ``known`` the keys the caller maps itself."""
     section = m.take(source) or {}
+    m.unmapped(source, section, [field for field, _target in fields] + ["extraVolumes"] + list(known))
     if section.get("extraVolumes"):
         m.homeless(source + ".extraVolumes", "the %s document mounts no user volumes" % kind)
     value = dict((target, section[field]) for field, target in fields if field in section)
@@ -632,7 +651,8 @@ def _components(m):
         if scheduler_disabled is not None:
             extra["enabled"] = not scheduler_disabled
         _component(m, "cluster.scheduler", "KubeSchedulerConfig",
-                   "kube-scheduler config is already set in v1alpha1 config (.cluster.scheduler)", standard, extra)
+                   "kube-scheduler config is already set in v1alpha1 config (.cluster.scheduler)", standard, extra,
+                   known=("config",))
     if m.has("cluster.proxy"):
         proxy = m.get("cluster.proxy") or {}
         extra = {"config": {}}
@@ -641,10 +661,11 @@ def _components(m):
         _component(m, "cluster.proxy", "KubeProxyConfig",
                    "cluster proxy config in v1alpha1 config (.machine.cluster.proxy) can't be used with KubeProxyConfig "
                    "document, please remove it to avoid conflicts",
-                   (("image", "image"), ("mode", "mode"), ("extraArgs", "extraArgs")), extra)
+                   (("image", "image"), ("mode", "mode"), ("extraArgs", "extraArgs")), extra, known=("disabled",))
     # A control plane of a v1alpha1 config runs CoreDNS unless told not to; an already migrated one says so itself.
     if m.has("cluster.coreDNS") or (m.controlplane and m.legacy_kubernetes and not m.preexisting("KubeCoreDNSConfig")):
         coredns = m.take("cluster.coreDNS") or {}
+        m.unmapped("cluster.coreDNS", coredns, ("disabled", "image"))
         value = {"enabled": not coredns.get("disabled", False)}
         if coredns.get("image"):
             value["image"] = coredns["image"]
@@ -675,6 +696,9 @@ def _manifests(m):
 def _kubelet(m):
     if m.has("machine.kubelet"):
         kubelet = m.take("machine.kubelet") or {}
+        m.unmapped("machine.kubelet", kubelet, (
+            "image", "clusterDNS", "extraArgs", "extraMounts", "extraConfig", "credentialProviderConfig",
+            "defaultRuntimeSeccompProfileEnabled", "registerWithFQDN", "nodeIP", "skipNodeRegistration", "disableManifestsDirectory"))
         if kubelet.get("extraMounts"):
             m.homeless("machine.kubelet.extraMounts", "KubeletConfig mounts nothing for the kubelet")
         if kubelet.get("disableManifestsDirectory") is not None:
@@ -734,6 +758,7 @@ def _node(m):
 def _features(m):
     if m.has("machine.features.kubePrism"):
         prism = m.take("machine.features.kubePrism") or {}
+        m.unmapped("machine.features.kubePrism", prism, ("enabled", "port"))
         if prism.get("enabled"):
             m.move("machine.features.kubePrism", "KubePrismConfig", "port", prism.get("port") or generation.KUBEPRISM_PORT,
                    refused_with="KubePrism config in v1alpha1 config (.machine.features.kubePrism) can't be used with "
@@ -742,6 +767,7 @@ def _features(m):
             m.plan.dropped.append(".machine.features.kubePrism: disabled, which is no KubePrismConfig document")
     if m.has("machine.features.kubernetesTalosAPIAccess"):
         access = m.take("machine.features.kubernetesTalosAPIAccess") or {}
+        m.unmapped("machine.features.kubernetesTalosAPIAccess", access, ("enabled", "allowedRoles", "allowedKubernetesNamespaces"))
         if access.get("enabled"):
             value = dict((key, access[key]) for key in ("allowedRoles", "allowedKubernetesNamespaces") if key in access)
             m.move("machine.features.kubernetesTalosAPIAccess", "KubeTalosAPIAccessConfig", None, value,

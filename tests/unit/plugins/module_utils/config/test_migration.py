@@ -314,6 +314,9 @@ def test_a_merged_document_with_another_value_is_a_conflict_and_an_equal_one_is_
     ({"install": {"disk": "/dev/sda", "grubUseUKICmdline": False}}, {}, ".machine.install.grubUseUKICmdline"),
     ({}, {"apiServer": {"extraArgs": {"oidc-issuer-url": "https://id.example"}}}, ".cluster.apiServer.extraArgs.oidc-issuer-url"),
     ({}, {"discovery": {"enabled": True, "registries": {"service": {}}}}, ".cluster.discovery.registries.kubernetes"),
+    ({"install": {"disk": "/dev/sda", "bootloader": "sd-boot"}}, {}, ".machine.install.bootloader"),
+    ({"kubelet": {"image": "k:v1", "someFutureField": {"a": 1}}}, {}, ".machine.kubelet.someFutureField"),
+    ({}, {"proxy": {"image": "p:v1", "someFutureField": True}}, ".cluster.proxy.someFutureField"),
 ])
 def test_a_field_without_a_home_is_refused_unless_accepted(machine, cluster, field):
     documents = config(machine, cluster, "controlplane")
