@@ -68,9 +68,10 @@ options:
   mode:
     description:
       - How a node takes the migrated configuration, as in M(talos_linux.talos.talos_apply_config). Talos v1.14
-        applies a migration without a reboot.
+        applies a migration without a reboot. A staged or tried configuration would leave the v1alpha1 fields active
+        and the next run migrating again, so neither is offered.
     type: str
-    choices: [auto, no_reboot, staged]
+    choices: [auto, no_reboot]
     default: auto
   show_secrets:
     description:
@@ -223,7 +224,7 @@ SPEC = TaskSpec(
         config_file=dict(type="path"),
         dest=dict(type="path"),
         accept_dropped=dict(type="list", elements="str", default=[]),
-        mode=dict(type="str", default="auto", choices=["auto", "no_reboot", "staged"]),
+        mode=dict(type="str", default="auto", choices=["auto", "no_reboot"]),
         show_secrets=dict(type="bool", default=False),
     ),
     mutually_exclusive=[("config", "config_file")],
