@@ -208,10 +208,9 @@ nodes:
 
 import os
 
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosError, label
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import check_destination, read_text, read_text_file, update_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import maskable_literals, secret_values
-from ansible_collections.talos_linux.talos.plugins.module_utils.config import documents as config_documents
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import migration
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import ConfigApplier, file_diff
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
@@ -282,7 +281,7 @@ def migrate_node(task, client, node):
         return result
     migrated = migration.migrated_config(plan)
     _hide_secrets(task, plan.documents)
-    result["valid_for"] = config_documents.valid_for(plan.documents)
+    result["valid_for"] = migrated.valid_for()
     applier = ConfigApplier(client, migrated, params["mode"], show_secrets=params["show_secrets"],
                             check_mode=task.check_mode, progress=task.progress)
     try:
@@ -290,9 +289,9 @@ def migrate_node(task, client, node):
     except TalosError as error:
         # The version check or the node refused: the plan still says what the migration would have moved.
         raise ActionFailed(error.message, result, cause=error)
-    result.update(applied)
-    for warning in applied.get("warnings", ()):
-        task.warn(warning)
+    result.update((key, applied[key]) for key in ("changed", "mode", "mode_details"))
+    for warning in applied["warnings"]:
+        task.warn("%s: %s" % (label(node, start=True), warning))
     if diff is not None and task.diff:
         result["diff"] = diff
     return result
