@@ -116,6 +116,24 @@ def read_machine_type(client, node):
     return machine_type_of(resource["spec"])
 
 
+# COSI (namespace, type, id) of the hostname the node runs with.
+HOSTNAME_STATUS = ("network", "HostnameStatuses.net.talos.dev", "hostname")
+
+
+def read_hostname(client, node):
+    """The hostname ``node`` runs with, or None when it has none yet."""
+    namespace, resource_type, resource_id = HOSTNAME_STATUS
+    try:
+        spec = client.get_resource(namespace, resource_type, resource_id, node=node)["spec"]
+    except TalosError as err:
+        if err.code == "NotFound":
+            return None
+        raise
+    if not isinstance(spec, dict):
+        return None
+    return spec.get("hostname") or None
+
+
 def is_configured_type(machine_type):
     """Whether ``machine_type`` is a real one: a node without configuration reports ``unknown``."""
     return machine_type not in (None, "", "unknown")

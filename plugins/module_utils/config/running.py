@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The machine configs nodes run, read from them and backed up on the controller.
+
+A node's running config is its active ``MachineConfigs`` resource, the text the
+node was given (read with os:admin: it is sensitive), with the Talos version
+and hostname the node reports. A backup is a directory of private files, one
+per node as the node returned its config, and ``manifest.yaml``: for each node
+its file, the file's sha256, the Talos version it runs, its hostname and its
+machine type.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import hashlib
+import os
+import re
+
+from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, label
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import update_private
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import (
+    is_v1alpha1, parse_yaml_stream, read_active_config,
+)
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
+
+CONTROLPLANE = "controlplane"
+WORKER = "worker"
+MANIFEST = "manifest.yaml"
+
+# What a node's key may not carry into a file name.
+_UNSAFE_FILE_CHARACTERS = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+class RunningConfig:
+    """One node's running machine config as the node returned it, with what the node reported about itself."""
+
+    def __init__(self, node, text, talos_version=None, hostname=None):
+        self.node = node
+        self.text = text
+        self.talos_version = talos_version
+        self.hostname = hostname
+        where = "the running machine config of %s" % label(node)
+        self.documents = [document for document in parse_yaml_stream(text, where) if isinstance(document, dict)]
+        self.v1alpha1 = next((document for document in self.documents if is_v1alpha1(document)), None)
+        if self.v1alpha1 is None:
+            raise TalosConfigError("The running machine config of %s holds no v1alpha1 document: the node is not configured."
+                                   % label(node))
+        machine_type = (self.v1alpha1.get("machine") or {}).get("type")
+        if not talos_node.is_configured_type(machine_type):
+            raise TalosConfigError("%s has no machine type (%r): the node is not configured." % (where, machine_type))
+        self.machine_type = CONTROLPLANE if talos_node.is_control_plane_type(machine_type) else WORKER
+
+    @property
+    def sha256(self):
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def document(self, kind, name=None):
+        return next((document for document in self.documents
+                     if document.get("kind") == kind and document.get("name") == name and not is_v1alpha1(document)), {})
+
+    def section(self, *path):
+        value = self.v1alpha1
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+
+    def summary(self):
+        """What may be said about the config: no secret."""
+        return {
+            "sha256": self.sha256,
+            "talos_version": self.talos_version,
+            "hostname": self.hostname,
+            "machine_type": self.machine_type,
+            "documents": [_document_label(document) for document in self.documents],
+        }
+
+
+def _document_label(document):
+    if is_v1alpha1(document):
+        return "v1alpha1"
+    return "/".join(str(part) for part in (document.get("kind"), document.get("name")) if part)
+
+
+def read_running_config(client, node):
+    """``node``'s RunningConfig: its active machine config, the Talos version and the hostname it reports."""
+    text = read_active_config(client, node)
+    return RunningConfig(node, text, talos_version=talos_node.read_version_tag(client, node),
+                         hostname=talos_node.read_hostname(client, node))
+
+
+def backup_file_name(key):
+    """The file of a node's config in a backup: its key (address or name) with nothing a path could misread."""
+    return "%s.yaml" % _UNSAFE_FILE_CHARACTERS.sub("_", key)
+
+
+def write_node_backup(directory, key, config, check_mode=False):
+    """Write ``config``'s text to its file in ``directory``; ``(file name, changed)``."""
+    name = backup_file_name(key)
+    changed = update_private(os.path.join(directory, name), config.text, "the running machine config of %s" % label(config.node),
+                             check_mode)
+    return name, changed
+
+
+def write_manifest(directory, entries, check_mode=False):
+    """Write the backup's manifest from ``{key: entry}`` (each a node's summary and file); whether it changed."""
+    nodes = dict((key, dict((field, entry.get(field)) for field in ("file", "sha256", "talos_version", "hostname", "machine_type")))
+                 for key, entry in entries.items())
+    text = "# Running machine configs of a Talos cluster, one file per node (talos_linux.talos.talos_config_backup).\n"
+    text += go_yaml.dump({"nodes": nodes})
+    return update_private(os.path.join(directory, MANIFEST), text, "the backup manifest", check_mode)
+
+
+def prepare_directory(directory, parameter, check_mode=False):
+    """Make sure ``directory`` can take files (created private when missing; its parent must exist)."""
+    if os.path.isdir(directory):
+        return
+    if os.path.exists(directory):
+        raise TalosConfigError("%s %s is not a directory: set %s to a directory on the controller." % (parameter, directory, parameter))
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise TalosConfigError("%s %s cannot be created: its parent directory %s does not exist." % (parameter, directory, parent))
+    if not check_mode:
+        try:
+            os.mkdir(directory, 0o700)
+        except OSError as error:
+            raise TalosConfigError("%s %s cannot be created: %s." % (parameter, directory, error.strerror or error))
