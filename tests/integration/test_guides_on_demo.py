@@ -60,7 +60,8 @@ GUIDES = {
     "provision-configs.yml": ["docs/provisioning.md", "roles/cluster/README.md"],
     "provision.yml": ["docs/provisioning.md", "roles/cluster/README.md"],
     "provision-vaulted.yml": ["docs/provisioning.md", "docs/awx.md"],
-    "cluster.yml": ["docs/awx.md"],
+    "cluster.yml": ["docs/awx.md", "docs/adopting.md"],
+    "adopt.yml": ["docs/adopting.md", "roles/adopt/README.md"],
     "rolling-restart.yml": ["docs/lifecycle.md"],
     "node-remove.yml": ["docs/lifecycle.md", "roles/node_remove/README.md"],
     "node-replace.yml": ["docs/lifecycle.md"],
@@ -338,6 +339,25 @@ def test_every_guide_runs_as_written_on_make_demo(demo, s3_store, image_factory,
                   cluster_kubeconfig="", cluster_wait_timeout=600, cluster_gather_subset=["version", "machine", "etcd"])
     template = demo.run("cluster.yml", extra_vars=survey)
     assert _recap_changes(template) == dict((name, 0) for name in nodes) and demo.applied() == applied
+
+    # Adopting: the cluster taken over from its talosconfig alone (the inventory plugin's hosts), first in check mode;
+    # the adopted directory holds the demo's own bundle and host patches, and the cluster role on it changes nothing.
+    adopted = demo.file("adopted")
+    demo.run("adopt.yml", check=True, inventory=demo.file("cluster.talos.yml"))
+    assert not os.path.exists(adopted) and demo.applied() == applied
+    demo.run("adopt.yml", inventory=demo.file("cluster.talos.yml"))
+    assert sorted(os.listdir(adopted)) == ["config-backup", "controlplane.yaml", "group_vars", "host_vars", "inventory.yml",
+                                           "kubeconfig", "secrets.yaml", "talosconfig", "worker.yaml"]
+    assert _read(os.path.join(adopted, "secrets.yaml")) == _read(demo.file("secrets.yaml"))
+    # The demo's host patches (host_vars/ of prod/), split into what every node shares and each host's hostname.
+    hostname = {"apiVersion": "v1alpha1", "kind": "HostnameConfig"}
+    settings = yaml.safe_load(_read(os.path.join(adopted, "group_vars", "all.yml")))
+    assert settings["cluster_controlplane_patches"] == settings["cluster_worker_patches"] == [dict(hostname, auto=None)]
+    for name in nodes:
+        assert yaml.safe_load(_read(os.path.join(adopted, "host_vars", name + ".yml"))) == {
+            "cluster_host_patches": [dict(hostname, hostname=name)]}, name
+    taken_over = demo.run("cluster.yml", inventory=os.path.join(adopted, "inventory.yml"))
+    assert _recap_changes(taken_over) == dict((name, 0) for name in nodes) and demo.applied() == applied
 
     # Lifecycle: a rolling restart, a node removed, a new machine in its place.
     restarted = demo.run("rolling-restart.yml")

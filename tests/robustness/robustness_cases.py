@@ -418,6 +418,19 @@ MODULE_CASES = [
     case("machine-secrets-from-binary-config", "talos_machine_secrets",
          {"path": "{tmp}/secrets-new.yaml", "from_controlplane_config": "{binary}"}, r"(?i)from_controlplane_config|config"),
 
+    # Adoption reads every config, never writes to a node; the files it writes hold keys, its output none.
+    case("config-backup-directory-is-a-file", "talos_config_backup", {"directory": "{binary}"},
+         r"^directory .* is not a directory: set directory to a directory on the controller\.$"),
+    case("config-backup-as-reader", "talos_config_backup", {"directory": "{tmp}/config-backup", "talosconfig": "{reader}"},
+         r"Permission denied .*os:admin", group="node"),
+    case("config-backup-of-the-control-plane", "talos_config_backup", {"directory": "{tmp}/config-backup"}, r"",
+         group="node", outcome="changed", diff=True),
+    case("adopt-one-group-for-both", "talos_adopt", {"dest": "{tmp}/adopted", "worker_group": "controlplane"},
+         r"^controlplane_group and worker_group must differ, both are 'controlplane'\.$"),
+    case("adopt-as-reader", "talos_adopt", {"dest": "{tmp}/adopted", "talosconfig": "{reader}"},
+         r"Permission denied .*os:admin", group="node"),
+    case("adopt-the-control-plane", "talos_adopt", {"dest": "{tmp}/adopted"}, r"", group="node", outcome="changed", diff=True),
+
     # Images on nodes: bad references and installers refused before any call; a reader may list but not pull.
     case("image-bad-reference", "talos_image", {"name": "Not An Image"}, r"^name 'Not An Image' is not an image reference"),
     case("image-installer-without-tag", "talos_image", {"installer_image": "ghcr.io/siderolabs/installer"}, r"has no tag"),

@@ -67,7 +67,6 @@ class RunningConfig:
             value = value.get(key) if isinstance(value, dict) else None
         return value
 
-
     def summary(self):
         """What may be said about the config: no secret."""
         return {
@@ -115,16 +114,18 @@ def write_manifest(directory, entries, check_mode=False):
 
 
 def prepare_directory(directory, parameter, check_mode=False):
-    """Make sure ``directory`` can take files (created private when missing; its parent must exist)."""
+    """Make sure ``directory`` can take files: made private when missing (its parent must exist); check mode makes
+    nothing."""
     if os.path.isdir(directory):
         return
     if os.path.exists(directory):
         raise TalosConfigError("%s %s is not a directory: set %s to a directory on the controller." % (parameter, directory, parameter))
+    if check_mode:
+        return  # its parent may be one an earlier task would have made
     parent = os.path.dirname(directory)
     if not os.path.isdir(parent):
         raise TalosConfigError("%s %s cannot be created: its parent directory %s does not exist." % (parameter, directory, parent))
-    if not check_mode:
-        try:
-            os.mkdir(directory, 0o700)
-        except OSError as error:
-            raise TalosConfigError("%s %s cannot be created: %s." % (parameter, directory, error.strerror or error))
+    try:
+        os.mkdir(directory, 0o700)
+    except OSError as error:
+        raise TalosConfigError("%s %s cannot be created: %s." % (parameter, directory, error.strerror or error))

@@ -113,7 +113,7 @@ def test_control_planes_of_two_clusters_are_refused_in_one_sentence():
 def test_a_worker_of_another_cluster_is_refused():
     configs = running("v1.11")
     other = running("v1.14-two-clusters")[1]
-    documents = [document for document in other.documents]
+    documents = list(other.documents)
     documents[0]["machine"]["type"] = "worker"
     configs[1] = RunningConfig("10.5.0.9", go_yaml.dump_documents(documents), "v1.14.1", "stray")
     with pytest.raises(TalosConfigError, match=r"^The nodes disagree: node 10\.5\.0\.2 and node 10\.5\.0\.9 have different "

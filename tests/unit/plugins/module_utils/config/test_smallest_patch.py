@@ -31,8 +31,8 @@ def doc(kind, name=None, **fields):
     return document
 
 
-BASE = [v1alpha1(), doc("HostnameConfig", auto="stable"), doc("KubeletConfig", image="ghcr.io/siderolabs/kubelet:v1.37.0",
-                                                                      config={}), doc("KubePrismConfig", port=7445)]
+BASE = [v1alpha1(), doc("HostnameConfig", auto="stable"),
+        doc("KubeletConfig", image="ghcr.io/siderolabs/kubelet:v1.37.0", config={}), doc("KubePrismConfig", port=7445)]
 
 
 def roundtrip(base, target):
