@@ -24,7 +24,8 @@ import (
 // The clusters tests/integration/test_adopt_role.py adopts: machine configs made by Talos's own
 // generator and patcher (pkg/machinery), as talosctl gen config and apply-config --config-patch make
 // them, with the patches users write (an extra disk, the network, kubelet extra args, an extension
-// service), for single-document (v1.9 to v1.13) and multi-document (v1.14) contracts. They are
+// service, a registry mirror), for single-document (v1.9 to v1.11), two-document (v1.12, v1.13) and multi-document
+// (v1.14) contracts. They are
 // committed in tests/fixtures/adoption, so that the Python tests need no Go; this test checks that
 // they are still what the generator makes, and writes them again with UPDATE_ADOPTION_FIXTURES=1:
 //
@@ -85,6 +86,12 @@ environment:
 	legacyControlPlanePatch = `cluster:
   allowSchedulingOnControlPlanes: true
 `
+	registryMirrorPatch = `apiVersion: v1alpha1
+kind: RegistryMirrorConfig
+name: docker.io
+endpoints:
+  - url: https://mirror.adopt.example
+`
 	kubeletPatch = `apiVersion: v1alpha1
 kind: KubeletConfig
 extraArgs:
@@ -144,14 +151,32 @@ func adoptionClusters() []adoptionCluster {
 			},
 		},
 		{
+			Name: "v1.10", Contract: "v1.10", TalosVersion: "v1.10.7", ClusterName: "ten",
+			Endpoint: "https://ten.adopt.example:6443", KubernetesVersion: "1.32.9", InstallDisk: "/dev/sda",
+			InstallImage: "ghcr.io/siderolabs/installer:v1.10.7", Bundle: "secrets.yaml", Comments: true,
+			Nodes: []adoptionNode{{Name: "controlplane-1", Type: "controlplane"}, {Name: "worker-1", Type: "worker"}},
+		},
+		{
 			Name: "v1.11", Contract: "v1.11", TalosVersion: "v1.11.5", ClusterName: "eleven",
-			Endpoint: "https://10.5.0.2:6443", KubernetesVersion: "1.34.1", InstallDisk: "/dev/vda",
+			Endpoint: "https://10.5.0.2:6443", KubernetesVersion: "1.33.5", InstallDisk: "/dev/vda",
 			InstallImage: "ghcr.io/siderolabs/installer:v1.11.5", Bundle: "secrets.yaml",
 			Nodes: []adoptionNode{{Name: "controlplane-1", Type: "controlplane"}, {Name: "worker-1", Type: "worker"}},
 		},
 		{
+			Name: "v1.12-patched", Contract: "v1.12", TalosVersion: "v1.12.4", ClusterName: "twelve",
+			Endpoint: "https://twelve.adopt.example:6443", KubernetesVersion: "1.35.4", InstallDisk: "/dev/sda",
+			InstallImage: "ghcr.io/siderolabs/installer:v1.12.4", Bundle: "secrets.yaml",
+			common: []string{registryMirrorPatch, legacyKubeletPatch},
+			worker: []string{legacyDiskPatch},
+			Nodes: []adoptionNode{
+				{Name: "controlplane-1", Type: "controlplane", Patches: []string{linkPatch("10.5.0.2")}},
+				{Name: "worker-1", Type: "worker", Patches: []string{linkPatch("10.5.0.10")}},
+				{Name: "worker-2", Type: "worker", Patches: []string{linkPatch("10.5.0.11")}},
+			},
+		},
+		{
 			Name: "v1.13", Contract: "v1.13", TalosVersion: "v1.13.6", ClusterName: "thirteen",
-			Endpoint: "https://cp.thirteen.example:6443", KubernetesVersion: "1.36.3", InstallDisk: "/dev/nvme0n1",
+			Endpoint: "https://cp.thirteen.example:6443", KubernetesVersion: "1.35.2", InstallDisk: "/dev/nvme0n1",
 			InstallImage: "ghcr.io/siderolabs/installer:v1.13.6", Bundle: "secrets.yaml", Comments: true,
 			Nodes: []adoptionNode{{Name: "controlplane-1", Type: "controlplane"}, {Name: "worker-1", Type: "worker"}},
 		},
@@ -184,17 +209,18 @@ func adoptionClusters() []adoptionCluster {
 	}
 }
 
-// adoptionBundles loads the fixtures' bundles, making them first when updating: secrets.yaml, as
-// talosctl gen secrets makes it, and other-cluster.yaml, a second cluster's with the same Talos API CA.
+// adoptionBundles loads the fixtures' bundles, making them first when updating and they are missing:
+// secrets.yaml, as talosctl gen secrets makes it, and other-cluster.yaml, a second cluster's with the
+// same Talos API CA. An update keeps existing bundles, so that only the configs it changes change.
 func adoptionBundles(t *testing.T, update bool) map[string]*secrets.Bundle {
 	t.Helper()
 
 	paths := map[string]string{
-		"secrets.yaml":  filepath.Join(adoptionFixtures, "secrets.yaml"),
+		"secrets.yaml":       filepath.Join(adoptionFixtures, "secrets.yaml"),
 		"other-cluster.yaml": filepath.Join(adoptionFixtures, "other-cluster.yaml"),
 	}
 
-	if update {
+	if _, err := os.Stat(paths["secrets.yaml"]); update && os.IsNotExist(err) {
 		contract, err := config.ParseContractFromVersion("v1.14")
 		if err != nil {
 			t.Fatal(err)

@@ -36,7 +36,7 @@ def running(name, talos_version=None):
             for index, node in enumerate(cluster["nodes"])]
 
 
-@pytest.mark.parametrize("name", ["v1.9-patched", "v1.11", "v1.13", "v1.14-patched"])
+@pytest.mark.parametrize("name", ["v1.9-patched", "v1.10", "v1.11", "v1.12-patched", "v1.13", "v1.14-patched"])
 def test_the_generators_inputs_are_found_again_and_the_patches_render_every_config(name):
     cluster, configs = CLUSTERS[name], running(name)
     plan = adoption.plan_adoption(configs)
@@ -57,7 +57,7 @@ def test_the_generators_inputs_are_found_again_and_the_patches_render_every_conf
 
 
 def test_unpatched_clusters_need_no_patch():
-    for name in ("v1.11", "v1.13"):
+    for name in ("v1.10", "v1.11", "v1.13"):
         plan = adoption.plan_adoption(running(name))
         assert plan.group_patches == {} and all(patches == [] for patches in plan.host_patches.values())
 
