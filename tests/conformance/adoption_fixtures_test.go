@@ -97,6 +97,11 @@ kind: KubeletConfig
 extraArgs:
   rotate-server-certificates: "true"
 `
+	// A cluster with its own CNI (Cilium, say): no flannel.
+	noFlannelPatch = `apiVersion: v1alpha1
+kind: KubeFlannelCNIConfig
+$patch: delete
+`
 	userVolumePatch = `apiVersion: v1alpha1
 kind: UserVolumeConfig
 name: data
@@ -185,8 +190,9 @@ func adoptionClusters() []adoptionCluster {
 			Endpoint: "https://modern.adopt.example:6443", KubernetesVersion: "1.37.0", InstallDisk: "/dev/sda",
 			InstallImage:   "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1",
 			AdditionalSANs: []string{"modern.adopt.example"}, Bundle: "secrets.yaml", Comments: true,
-			common: []string{kubeletPatch, extensionPatch},
-			worker: []string{userVolumePatch},
+			common:       []string{kubeletPatch, extensionPatch},
+			controlPlane: []string{noFlannelPatch},
+			worker:       []string{userVolumePatch},
 			Nodes: []adoptionNode{
 				{Name: "controlplane-1", Type: "controlplane", Patches: []string{linkPatch("10.5.0.2")}},
 				{Name: "controlplane-2", Type: "controlplane", Patches: []string{linkPatch("10.5.0.3")}},

@@ -100,7 +100,7 @@ def test_adopt_writes_the_bundle_inventory_variables_and_configs(tmp_path):
         "host_vars/controlplane-1.yml", "host_vars/controlplane-2.yml", "host_vars/worker-1.yml", "host_vars/worker-2.yml"]
     assert all(entry["changed"] for entry in result["files"])
     assert result["cluster"]["talos_version"] == "v1.14" and result["cluster"]["talosconfig_endpoints"] == ["10.5.0.2"]
-    assert result["group_patches"] == {"controlplane": 2, "worker": 3}
+    assert result["group_patches"] == {"controlplane": 3, "worker": 3}
     assert result["nodes"]["10.5.0.4"] == dict(result["nodes"]["10.5.0.4"], host="worker-1", group="workers", patches=1)
     fixture = SecretsBundle.load(os.path.join(FIXTURES, "secrets.yaml"))
     assert SecretsBundle.load(str(dest / "secrets.yaml")).cas["k8s"].crt_pem == fixture.cas["k8s"].crt_pem

@@ -57,15 +57,19 @@ def test_the_generators_inputs_are_found_again_and_the_patches_render_every_conf
 
 
 def test_unpatched_clusters_need_no_patch():
-    for name in ("v1.10", "v1.11", "v1.13"):
+    for name in ("v1.11", "v1.13"):
         plan = adoption.plan_adoption(running(name))
         assert plan.group_patches == {} and all(patches == [] for patches in plan.host_patches.values())
+    # talosctl's documentation comments come with an empty `registries: {}` (before v1.12): a node compares text.
+    plan = adoption.plan_adoption(running("v1.10"))
+    assert plan.group_patches == {} and all(patches == [{"machine": {"registries": {}}}] for patches in plan.host_patches.values())
 
 
 def test_what_a_group_shares_goes_to_the_group_and_the_rest_to_each_host():
     plan = adoption.plan_adoption(running("v1.14-patched"))
     kubelet = {"apiVersion": "v1alpha1", "kind": "KubeletConfig", "extraArgs": {"rotate-server-certificates": "true"}}
-    assert plan.group_patches["controlplane"][0] == kubelet
+    assert plan.group_patches["controlplane"] == [kubelet, {"apiVersion": "v1alpha1", "kind": "KubeFlannelCNIConfig", "$patch": "delete"},
+                                                  plan.group_patches["worker"][1]]
     assert [patch["kind"] for patch in plan.group_patches["worker"]] == ["KubeletConfig", "ExtensionServiceConfig", "UserVolumeConfig"]
     assert plan.host_patches["10.5.0.2"] == [{"apiVersion": "v1alpha1", "kind": "LinkConfig", "name": "eth0",
                                               "addresses": [{"address": "10.5.0.2/24"}], "routes": [{"gateway": "10.5.0.1"}]}]
