@@ -16,15 +16,15 @@ import stat
 import pytest
 import yaml
 
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import SecretsBundle
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_adopt, talos_config_backup
-from fake_talos import GET, FakeTalos, cosi_state, fails_with, resource
+from fake_talos import FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), *([os.pardir] * 3 + ["fixtures", "adoption"]))
-VERSION = "machine.MachineService/Version"
 
 
 def _read(*path):
@@ -40,10 +40,10 @@ def cluster_client(name, talos_version=None):
     texts = {}
     for node, spec in zip(nodes, cluster["nodes"]):
         texts[node] = _read(name, spec["file"])
-        client.answer(GET, cosi_state(resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", texts[node]),
+        client.answer(rpc.COSI_GET, cosi_state(resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", texts[node]),
                                       resource("network", "HostnameStatuses.net.talos.dev", "hostname",
                                                {"hostname": spec["name"], "domainname": ""})), node=node)
-        client.answer(VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(
+        client.answer(rpc.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(
             tag=talos_version or cluster["talos_version"]))], node=node)
     return client, nodes, texts
 
@@ -83,7 +83,7 @@ def test_the_backup_in_check_mode_writes_nothing(tmp_path):
 
 def test_a_node_that_cannot_be_read_fails_the_backup_and_leaves_the_manifest_unwritten(tmp_path):
     client, _nodes, _texts = cluster_client("v1.11")
-    client.answer(VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.3")
+    client.answer(rpc.VERSION, fails_with("PermissionDenied", "not authorized"), node="10.5.0.3")
     directory = tmp_path / "backup"
     with pytest.raises(ActionFailed) as failed:
         run_task(talos_config_backup, client, directory=str(directory))
