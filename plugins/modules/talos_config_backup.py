@@ -14,7 +14,7 @@ description:
   - Reads the machine config each node runs (its active C(MachineConfigs) resource, as the node was given it) with the
     Talos version and the hostname the node reports, and writes the config to C(<directory>/<node>.yaml), as the node
     returned it, and a manifest, C(<directory>/manifest.yaml), listing for each node its file, the file's sha256, its
-    Talos version, hostname and machine type. Every file is private (mode 0600); O(directory) is made (mode 0700) when
+    Talos version, hostname, machine type and documents. Every file is private (mode 0600); O(directory) is made (mode 0700) when
     missing.
   - Only reads from the nodes; it changes nothing on them.
   - A file whose content is already in place is left alone, so a second run reports no change while the nodes run the

@@ -1,11 +1,11 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """docs/troubleshooting.md has an entry for every message the etcd snapshot, backup and restore, CA rotation, support
-bundle and fetch code can raise.
+bundle, fetch and adoption code can raise.
 
 The messages are read from the code: the first argument of every exception the collection defines (the TalosError
-family) raised or built in the modules and in their domain modules, and the fail messages of the backup and
-restore roles. A message's variable parts (``%s``, Jinja) split it into fixed parts; its longest fixed part must be in
+family) raised or built in the modules and in their domain modules, and the fail messages of the backup,
+restore and adopt roles. A message's variable parts (``%s``, Jinja) split it into fixed parts; its longest fixed part must be in
 the page (where ``…`` stands for the variable parts), so that rewording a message or adding one fails here until its
 entry follows.
 """
@@ -25,11 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PAGE = os.path.join(ROOT, "docs", "troubleshooting.md")
 SOURCES = [os.path.join(ROOT, "plugins", path) for path in (
     "modules/talos_etcd_snapshot.py", "modules/talos_etcd_restore.py", "modules/talos_rotate_ca.py",
-    "modules/talos_support_bundle.py", "modules/talos_fetch.py",
+    "modules/talos_support_bundle.py", "modules/talos_fetch.py", "modules/talos_config_backup.py", "modules/talos_adopt.py",
     "module_utils/etcd/snapshot.py", "module_utils/etcd/recovery.py", "module_utils/certificates/rotation.py",
-    "module_utils/certificates/rotate_ca.py", "module_utils/cluster/support_bundle.py", "module_utils/nodes/files.py", "module_utils/common/files.py")]
+    "module_utils/certificates/rotate_ca.py", "module_utils/cluster/support_bundle.py", "module_utils/nodes/files.py",
+    "module_utils/common/files.py", "module_utils/config/running.py", "module_utils/config/adoption.py")]
 ROLE_TASKS = sorted(glob.glob(os.path.join(ROOT, "roles", "etcd_backup", "tasks", "*.yml"))
-                    + glob.glob(os.path.join(ROOT, "roles", "etcd_restore", "tasks", "*.yml")))
+                    + glob.glob(os.path.join(ROOT, "roles", "etcd_restore", "tasks", "*.yml"))
+                    + glob.glob(os.path.join(ROOT, "roles", "adopt", "tasks", "*.yml")))
 VARIABLE = "\x00"
 # A fixed part shorter than this says nothing of its own: the message is made of other messages (a wrapper).
 DISTINCTIVE = 12

@@ -7,8 +7,8 @@ A node's running config is its active ``MachineConfigs`` resource, the text the
 node was given (read with os:admin: it is sensitive), with the Talos version
 and hostname the node reports. A backup is a directory of private files, one
 per node as the node returned its config, and ``manifest.yaml``: for each node
-its file, the file's sha256, the Talos version it runs, its hostname and its
-machine type.
+its file, the file's sha256, the Talos version it runs, its hostname, its
+machine type and the config's documents.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -42,15 +42,16 @@ class RunningConfig:
         self.text = text
         self.talos_version = talos_version
         self.hostname = hostname
-        where = "the running machine config of %s" % label(node)
-        self.documents = [document for document in parse_yaml_stream(text, where) if isinstance(document, dict)]
+        self.documents = [document for document in parse_yaml_stream(text, "the running machine config of %s" % label(node))
+                          if isinstance(document, dict)]
         self.v1alpha1 = next((document for document in self.documents if is_v1alpha1(document)), None)
         if self.v1alpha1 is None:
             raise TalosConfigError("The running machine config of %s holds no v1alpha1 document: the node is not configured."
                                    % label(node))
         machine_type = (self.v1alpha1.get("machine") or {}).get("type")
         if not talos_node.is_configured_type(machine_type):
-            raise TalosConfigError("%s has no machine type (%r): the node is not configured." % (where, machine_type))
+            raise TalosConfigError("The running machine config of %s has no machine type (%r): the node is not configured."
+                                   % (label(node), machine_type))
         self.machine_type = CONTROLPLANE if talos_node.is_control_plane_type(machine_type) else WORKER
 
     @property
@@ -106,8 +107,8 @@ def write_node_backup(directory, key, config, check_mode=False):
 
 def write_manifest(directory, entries, check_mode=False):
     """Write the backup's manifest from ``{key: entry}`` (each a node's summary and file); whether it changed."""
-    nodes = dict((key, dict((field, entry.get(field)) for field in ("file", "sha256", "talos_version", "hostname", "machine_type")))
-                 for key, entry in entries.items())
+    fields = ("file", "sha256", "talos_version", "hostname", "machine_type", "documents")
+    nodes = dict((key, dict((field, entry.get(field)) for field in fields)) for key, entry in entries.items())
     text = "# Running machine configs of a Talos cluster, one file per node (talos_linux.talos.talos_config_backup).\n"
     text += go_yaml.dump({"nodes": nodes})
     return update_private(os.path.join(directory, MANIFEST), text, "the backup manifest", check_mode)

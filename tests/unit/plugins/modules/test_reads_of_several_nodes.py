@@ -11,7 +11,9 @@ import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed
-from ansible_collections.talos_linux.talos.plugins.modules import talos_fetch, talos_file_info, talos_logs, talos_resource_info
+from ansible_collections.talos_linux.talos.plugins.modules import (
+    talos_adopt, talos_config_backup, talos_fetch, talos_file_info, talos_logs, talos_resource_info,
+)
 from fake_talos import FakeTalos, cosi_state, fails_with, resource
 from module_fakes import run_task
 
@@ -27,7 +29,9 @@ MEMBERS_DEFINITION = resource("meta", "ResourceDefinitions.meta.cosi.dev", "memb
     (talos_fetch, rpc.COPY, dict(src="/var/log", dest="/nonexistent/fetched")),
     (talos_logs, rpc.LOGS, dict(service="kubelet")),
     (talos_logs, rpc.DMESG, dict(kernel=True)),
-], ids=["list", "usage", "fetch", "logs", "kernel"])
+    (talos_config_backup, rpc.COSI_GET, dict(directory="/nonexistent/backup")),
+    (talos_adopt, rpc.COSI_GET, dict(dest="/nonexistent/adopted")),
+], ids=["list", "usage", "fetch", "logs", "kernel", "config backup", "adopt"])
 def test_every_node_is_read_on_its_own_client_and_every_failure_named(module, method, options):
     client = FakeTalos(nodes=NODES)
     for node in NODES:

@@ -62,7 +62,8 @@ def test_the_backup_is_each_nodes_config_as_it_runs_and_a_manifest(tmp_path):
         assert (directory / ("%s.yaml" % node)).read_text() == texts[node]
         assert manifest[node] == {"file": "%s.yaml" % node, "sha256": hashlib.sha256(texts[node].encode()).hexdigest(),
                                   "talos_version": "v1.9.5", "hostname": result["nodes"][node]["hostname"],
-                                  "machine_type": result["nodes"][node]["machine_type"]}
+                                  "machine_type": result["nodes"][node]["machine_type"],
+                                  "documents": result["nodes"][node]["documents"]}
     assert result["nodes"]["10.5.0.4"]["documents"] == ["v1alpha1", "ExtensionServiceConfig/nut-client"]
     assert stat.S_IMODE(os.stat(str(directory)).st_mode) == 0o700
     assert {stat.S_IMODE(os.stat(str(path)).st_mode) for path in directory.iterdir()} == {0o600}
