@@ -218,13 +218,6 @@ SPEC = TaskSpec(
 )
 
 
-def node_entries(result, settings, nodes):
-    """``{node: entry}`` of a several_nodes result, whatever its shape."""
-    if "nodes" in result and settings.nodes_listed:
-        return dict((node, result["nodes"][several_nodes.node_key(node, settings)]) for node in nodes)
-    return {nodes[0]: result}
-
-
 def existing_bundle(path):
     return SecretsBundle.load(path) if os.path.exists(path) else None
 
@@ -281,7 +274,7 @@ def run(task):
         if changed and current[path] != files[path]:
             diffs.append(file_diff(current[path], files[path], known_secrets, target))
 
-    entries = node_entries(result, task.settings, nodes)
+    entries = several_nodes.node_results(result, nodes, task.settings)
     names = adoption.host_names(ordered)
     groups = {adoption.CONTROLPLANE: params["controlplane_group"], adoption.WORKER: params["worker_group"]}
     for config in ordered:

@@ -132,13 +132,6 @@ SPEC = TaskSpec(
 )
 
 
-def node_entries(result, settings, nodes):
-    """``{key: entry}`` of a several_nodes result, whatever its shape."""
-    if "nodes" in result and settings.nodes_listed:
-        return result["nodes"]
-    return {several_nodes.node_key(nodes[0], settings): result}
-
-
 def run(task):
     directory = os.path.abspath(task.params["directory"])
     manifest = os.path.join(directory, running.MANIFEST)
@@ -152,7 +145,8 @@ def run(task):
 
     nodes = task.target_nodes
     result = several_nodes.run(task.client, nodes, back_up, task.params["max_concurrency"])
-    entries = node_entries(result, task.settings, nodes)
+    entries = dict((several_nodes.node_key(node, task.settings), entry)
+                   for node, entry in several_nodes.node_results(result, nodes, task.settings).items())
     manifest_changed = running.write_manifest(directory, entries, task.check_mode)
     result["changed"] = any(entry["changed"] for entry in entries.values()) or manifest_changed
     if task.diff and result["changed"]:

@@ -114,6 +114,14 @@ def result(outcomes, nodes, settings, task_keys=None):
     return combined
 
 
+def node_results(result, nodes, settings):
+    """``{node: its entry}`` of a task's ``result`` (from ``run`` or ``result``), whatever its shape: the entries of
+    ``nodes``, or for one node the result itself; for a module that goes on with what every node gave."""
+    if settings.nodes_listed:
+        return dict((node, result["nodes"][node_key(node, settings)]) for node in nodes)
+    return {nodes[0]: result}
+
+
 def combined_diff(diffs):
     """One diff of several nodes' ``[(node, diff)]``: text diffs, whose headers name their node, stay a list (Ansible
     shows each); data diffs merge into one, keyed by node."""

@@ -60,6 +60,18 @@ def test_the_endpoint_answering_for_itself_is_one_node_at_the_top_and_keyed_by_i
     assert several_nodes.node_key("10.5.0.3", client.settings) == "10.5.0.3"
 
 
+@pytest.mark.parametrize("nodes, listed", [(["10.5.0.5"], False), (["10.5.0.5"], True), (["10.5.0.5", "10.5.0.6"], True),
+                                           ([None], False)], ids=["one node", "a list of one", "two nodes", "the endpoint"])
+def test_each_nodes_entry_is_found_again_whatever_the_shape(nodes, listed):
+    client = FakeTalos(nodes=nodes, nodes_listed=listed)
+    result = several_nodes.run(client, nodes, ActionRecorder(changed=nodes[:1]), max_concurrency=32)
+    entries = several_nodes.node_results(result, nodes, client.settings)
+    assert sorted(entries, key=str) == sorted(nodes, key=str)
+    assert [entries[node]["node_was"] for node in nodes] == nodes
+    entries[nodes[0]]["seen"] = True  # the entries are the result's own: what a module adds to them is returned
+    assert (result["nodes"][nodes[0]] if listed else result)["seen"] is True
+
+
 def test_a_failed_node_fails_the_task_after_the_others_with_every_result():
     client = FakeTalos(nodes=WORKERS)
     act = ActionRecorder(fail=["10.5.0.6", "10.5.0.7"])
