@@ -255,6 +255,10 @@ def run(task):
 
     current = dict((path, read_text(os.path.join(dest, path))) for path in files)
     conflicts = sorted(path for path, text in files.items() if current[path] is not None and current[path] != text)
+    for folder in sorted(set(os.path.join(dest, os.path.dirname(path)) for path in files if os.path.dirname(path))):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise TalosConfigError("%s is a file, where the adoption writes variables: move it away, or choose another dest. "
+                                   "Nothing was written." % folder)
     if conflicts and not params["force"]:
         raise TalosConfigError("%s already holds %s with other content than the adoption writes: set force to replace "
                                "them, or choose another dest. Nothing was written." % (dest, ", ".join(conflicts)))
@@ -267,8 +271,8 @@ def run(task):
     known_secrets = set(plan.bundle.secret_values()) | set(task.no_log_values)
     for path in sorted(files, key=lambda name: (name.count("/"), name)):
         target = os.path.join(dest, path)
-        if not task.check_mode and not os.path.isdir(os.path.dirname(target)):
-            os.mkdir(os.path.dirname(target), 0o700)
+        if os.path.dirname(path):
+            running.prepare_directory(os.path.dirname(target), "dest", task.check_mode)
         changed = update_private(target, files[path], "the adopted cluster's %s" % path, task.check_mode)
         written.append({"path": path, "changed": changed})
         if changed and current[path] != files[path]:

@@ -156,3 +156,14 @@ def test_adopt_needs_the_nodes_and_two_groups(tmp_path):
     with pytest.raises(TalosConfigError, match=r"^controlplane_group and worker_group must differ, both are 'nodes'\.$"):
         run_task(talos_adopt, client, dest=str(tmp_path / "prod"), controlplane_group="nodes", worker_group="nodes")
     assert client.calls == [] and not (tmp_path / "prod").exists(), "bad input is refused before anything is read or made"
+
+
+def test_adopt_refuses_a_file_where_its_variables_go_and_writes_nothing(tmp_path):
+    client, _nodes, _texts = cluster_client("v1.11")
+    dest = tmp_path / "prod"
+    dest.mkdir()
+    (dest / "host_vars").write_text("not a directory\n")
+    with pytest.raises(TalosConfigError, match=r"^%s is a file, where the adoption writes variables: move it away, or choose "
+                                               r"another dest\. Nothing was written\.$" % str(dest / "host_vars")):
+        run_task(talos_adopt, client, dest=str(dest))
+    assert sorted(os.listdir(str(dest))) == ["host_vars"]
