@@ -40,9 +40,10 @@ def cluster_client(name, talos_version=None):
     texts = {}
     for node, spec in zip(nodes, cluster["nodes"]):
         texts[node] = _read(name, spec["file"])
-        client.answer(rpc.COSI_GET, cosi_state(resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", texts[node]),
-                                      resource("network", "HostnameStatuses.net.talos.dev", "hostname",
-                                               {"hostname": spec["name"], "domainname": ""})), node=node)
+        state = cosi_state(resource("config", "MachineConfigs.config.talos.dev", "v1alpha1", texts[node]),
+                           resource("network", "HostnameStatuses.net.talos.dev", "hostname",
+                                    {"hostname": spec["name"], "domainname": ""}))
+        client.answer(rpc.COSI_GET, state, node=node)
         client.answer(rpc.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(
             tag=talos_version or cluster["talos_version"]))], node=node)
     return client, nodes, texts
