@@ -34,8 +34,11 @@ description:
     document it merges with sets otherwise, or sets a field that has no home in the v1.14 documents (for example
     C(cluster.apiServer.extraVolumes), C(machine.kubelet.extraMounts), C(machine.install.extraKernelArgs)) unless
     O(accept_dropped) names it. The failure's RV(plan) lists every problem.
+  - System disk encryption (C(machine.systemDiskEncryption)) moves to the C(encryption) of the C(STATE) and
+    C(EPHEMERAL) C(VolumeConfig) documents with the same fields; a C(VolumeConfig) that encrypts the volume already is
+    a conflict.
   - Deprecated sections without a mechanical translation that Talos v1.14 still honours (network interfaces, disks,
-    files, system disk encryption) stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
+    files) stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
     defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig), C(SecurityProfileConfig)) are not added - they
     would change what the node runs.
 author:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	configconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
@@ -72,6 +73,26 @@ const (
   udev:
     rules:
       - SUBSYSTEM=="drm", KERNEL=="renderD*", GROUP="44", MODE="0660"
+  systemDiskEncryption:
+    state:
+      provider: luks2
+      keys:
+        - slot: 0
+          nodeID: {}
+        - slot: 1
+          tpm:
+            checkSecurebootStatusOnEnroll: true
+    ephemeral:
+      cipher: aes-xts-plain64
+      keySize: 512
+      options: [no_read_workqueue]
+      keys:
+        - slot: 0
+          static:
+            passphrase: ephemeral-passphrase
+        - slot: 1
+          kms:
+            endpoint: https://kms.cluster.example
   pods:
     - apiVersion: v1
       kind: Pod
@@ -273,7 +294,7 @@ func deprecatedLeft(t *testing.T, raw []byte) string {
 	for _, path := range []string{"machine.kubelet", "machine.network", "machine.install", "machine.time", "machine.nodeLabels",
 		"cluster.clusterName", "cluster.controlPlane", "cluster.network", "cluster.apiServer", "cluster.ca", "cluster.discovery",
 		"cluster.id", "cluster.secretboxEncryptionSecret", "cluster.serviceAccount", "machine.features.hostDNS", "machine.registries",
-		"machine.udev", "machine.pods", "machine.env", "machine.sysctls", "machine.kernel"} {
+		"machine.udev", "machine.pods", "machine.env", "machine.sysctls", "machine.kernel", "machine.systemDiskEncryption"} {
 		current := any(root)
 
 		for _, key := range strings.Split(path, ".") {
@@ -349,6 +370,17 @@ func compareEffective(t *testing.T, before, after config.Provider) {
 		t.Errorf("environment: before %v, after %v", environment, after.Environment())
 	}
 
+	// STATE and EPHEMERAL are encrypted as their VolumeConfig says, or else as .machine.systemDiskEncryption says
+	// (volumeconfig/system_volumes.go).
+	for _, volume := range []string{"STATE", "EPHEMERAL"} {
+		was := accessorValue(reflect.ValueOf(diskEncryption(before, volume)), reflect.TypeFor[configconfig.EncryptionConfig](), 0)
+		is := accessorValue(reflect.ValueOf(diskEncryption(after, volume)), reflect.TypeFor[configconfig.EncryptionConfig](), 0)
+
+		for _, difference := range valueDifferences(volume+" encryption", was, is) {
+			t.Errorf("%s", difference)
+		}
+	}
+
 	legacyInstall := before.Machine().Install()
 	install := after.UnattendedInstallConfig()
 
@@ -404,6 +436,15 @@ func compareEffective(t *testing.T, before, after config.Provider) {
 	if after.K8sAuthenticationConfig() == nil {
 		t.Error("the migrated control plane has no KubeAuthenticationConfig beside its KubeAPIServerConfig")
 	}
+}
+
+// diskEncryption is how Talos encrypts a system volume: its VolumeConfig's encryption, else the v1alpha1 one.
+func diskEncryption(cfg config.Provider, volume string) configconfig.EncryptionConfig {
+	if document, ok := cfg.Volumes().ByName(volume); ok && document.Encryption() != nil {
+		return document.Encryption()
+	}
+
+	return cfg.Machine().SystemDiskEncryption().Get(volume)
 }
 
 // staticHostnameWins leaves out the automatic hostname's kind where a static hostname is set: the static one is the

@@ -47,7 +47,7 @@ CONTROLPLANE_ONLY = frozenset([
 
 # Deprecated sections Talos v1.14 still honours, with no conflict and no mechanical translation: left as they are.
 KEPT = (
-    "machine.network.interfaces", "machine.disks", "machine.files", "machine.systemDiskEncryption",
+    "machine.network.interfaces", "machine.disks", "machine.files",
 )
 
 # kube-apiserver arguments a KubeAPIServerConfig document refuses (KubeAuthenticationConfig / KubeAuthorizerConfig own them).
@@ -422,6 +422,33 @@ def _simple(m):
                    refused_with="image cache config is already set in v1alpha1 config")
 
 
+def _disk_encryption(m):
+    """STATE's and EPHEMERAL's encryption: a VolumeConfig's ``encryption`` takes the same fields, and Talos falls back
+    to the v1alpha1 one only where the volume's document has none."""
+    if not m.has("machine.systemDiskEncryption"):
+        return
+    section = m.take("machine.systemDiskEncryption") or {}
+    m.unmapped("machine.systemDiskEncryption", section, ("state", "ephemeral"))
+    for field, volume in (("state", "STATE"), ("ephemeral", "EPHEMERAL")):
+        encryption = section.get(field)
+        if encryption is None:
+            continue
+        source = "machine.systemDiskEncryption.%s" % field
+        m.unmapped(source, encryption, ("provider", "keys", "cipher", "keySize", "blockSize", "options"))
+        for key in encryption.get("keys") or []:
+            m.unmapped(source + ".keys", key, ("slot", "static", "nodeID", "kms", "tpm"))
+            m.unmapped(source + ".keys.tpm", key.get("tpm") or {}, ("checkSecurebootStatusOnEnroll",))
+        if m.preexisting("VolumeConfig", volume) and m.document("VolumeConfig", volume).get("encryption"):
+            m.conflict(source, "VolumeConfig", volume,
+                       'system disk encryption for "%s" is configured in both v1alpha1.Config and VolumeConfig' % volume)
+            continue
+        value = copy.deepcopy(encryption)
+        # v1alpha1 reads a missing provider as LUKS2; the document requires it said.
+        value["provider"] = value.get("provider") or "luks2"
+        value["keys"] = value.get("keys") or []
+        m.move(source, "VolumeConfig", "encryption", value, name=volume)
+
+
 def _registries(m):
     """Mirrors, credentials and TLS settings per registry: one document of each kind per registry, named by its host."""
     for host, mirror in sorted((m.take("machine.registries.mirrors") or {}).items()):
@@ -779,7 +806,7 @@ def _features(m):
             m.ignored("machine.features.%s" % feature, "Talos ignores it since v1.12 (always on)")
 
 
-_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _registries, _discovery, _cluster, _pki, _api_server,
+_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _disk_encryption, _registries, _discovery, _cluster, _pki, _api_server,
           _components, _manifests, _kubelet, _features)
 
 

@@ -364,3 +364,37 @@ def test_steps_show_no_secret():
     assert step(plan, "cluster.aggregatorCA").as_dict()["value"] == {"cert": PEM, "key": REDACTED}
     assert step(plan, "cluster.id").as_dict() == {"from": ".cluster.id", "to": "DiscoveryIdentityConfig", "field": "clusterID",
                                                   "value": "aWQ="}
+
+
+STATE_ENCRYPTION = {"provider": "luks2", "cipher": "aes-xts-plain64", "keySize": 512, "blockSize": 4096, "options": ["no_read_workqueue"],
+                    "keys": [{"slot": 0, "static": {"passphrase": "hunter2hunter2"}}, {"slot": 1, "kms": {"endpoint": "https://kms.example"}},
+                             {"slot": 2, "tpm": {"checkSecurebootStatusOnEnroll": True}}]}
+
+
+def test_system_disk_encryption_moves_to_the_volume_configs():
+    encryption = {"state": STATE_ENCRYPTION, "ephemeral": {"keys": [{"slot": 0, "nodeID": {}}]}}
+    plan, documents = migrated(config({"systemDiskEncryption": encryption}))
+    assert documents[("VolumeConfig", "STATE")]["encryption"] == STATE_ENCRYPTION
+    # v1alpha1 reads a missing provider as LUKS2.
+    assert documents[("VolumeConfig", "EPHEMERAL")]["encryption"] == {"provider": "luks2", "keys": [{"slot": 0, "nodeID": {}}]}
+    assert "systemDiskEncryption" not in documents[("v1alpha1", None)]["machine"] and plan.kept == []
+    assert step(plan, "machine.systemDiskEncryption.state").as_dict()["value"]["keys"][0]["static"]["passphrase"] == REDACTED
+    assert "hunter2hunter2" not in repr([s.as_dict() for s in plan.steps])
+
+
+def test_system_disk_encryption_joins_a_volume_config_without_encryption_and_conflicts_with_one_that_has_it():
+    ephemeral = doc("VolumeConfig", name="EPHEMERAL", mount={"secure": True})
+    _plan, documents = migrated(config({"systemDiskEncryption": {"ephemeral": {"keys": [{"slot": 0, "nodeID": {}}]}}}, {}, "worker",
+                                       ephemeral))
+    assert documents[("VolumeConfig", "EPHEMERAL")] == dict(ephemeral, encryption={"provider": "luks2", "keys": [{"slot": 0, "nodeID": {}}]})
+    plan = migration.plan(config({"systemDiskEncryption": {"state": STATE_ENCRYPTION}}, {}, "worker",
+                                 doc("VolumeConfig", name="STATE", encryption={"provider": "luks2", "keys": []})))
+    assert plan.conflicts == [
+        "The config sets .machine.systemDiskEncryption.state in the v1alpha1 document and has a VolumeConfig/STATE document, which "
+        "Talos v1.14 refuses together even with equal values ('system disk encryption for \"STATE\" is configured in both "
+        "v1alpha1.Config and VolumeConfig'): remove one of them before migrating."]
+
+
+def test_an_unknown_system_disk_encryption_key_is_refused_never_lost():
+    plan = migration.plan(config({"systemDiskEncryption": {"state": {"keys": [{"slot": 0, "tpm": {"pcrs": [7, 11]}}]}}}))
+    assert plan.homeless[0].startswith(".machine.systemDiskEncryption.state.keys.tpm.pcrs has no home")
