@@ -37,8 +37,12 @@ description:
   - System disk encryption (C(machine.systemDiskEncryption)) moves to the C(encryption) of the C(STATE) and
     C(EPHEMERAL) C(VolumeConfig) documents with the same fields; a C(VolumeConfig) that encrypts the volume already is
     a conflict.
-  - Deprecated sections without a mechanical translation that Talos v1.14 still honours (network interfaces, disks,
-    files) stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
+  - A file of C(machine.files) that overwrites one under C(/etc) moves to an C(EtcFileConfig) named by its path below
+    C(/etc); C(/etc/cri/conf.d/20-customization.part) moves to the C(CRICustomizationConfig) C(customization-v1alpha1).
+    A file outside C(/etc), one appended to or created under C(/etc), one Talos manages and one without permissions have
+    no home; O(accept_dropped) names them as C(machine.files.<path>).
+  - Deprecated sections without a mechanical translation that Talos v1.14 still honours (network interfaces, disks)
+    stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
     defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig), C(SecurityProfileConfig)) are not added - they
     would change what the node runs.
 author:

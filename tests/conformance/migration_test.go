@@ -93,6 +93,19 @@ const (
         - slot: 1
           kms:
             endpoint: https://kms.cluster.example
+  files:
+    - path: /etc/nfsmount.conf
+      op: overwrite
+      permissions: 0o600
+      content: |
+        [NFSMount_Global_Options]
+        nfsvers=4.2
+    - path: /etc/cri/conf.d/20-customization.part
+      op: create
+      permissions: 0o644
+      content: |
+        [plugins."io.containerd.cri.v1.images"]
+          discard_unpacked_layers = false
   pods:
     - apiVersion: v1
       kind: Pod
@@ -294,7 +307,8 @@ func deprecatedLeft(t *testing.T, raw []byte) string {
 	for _, path := range []string{"machine.kubelet", "machine.network", "machine.install", "machine.time", "machine.nodeLabels",
 		"cluster.clusterName", "cluster.controlPlane", "cluster.network", "cluster.apiServer", "cluster.ca", "cluster.discovery",
 		"cluster.id", "cluster.secretboxEncryptionSecret", "cluster.serviceAccount", "machine.features.hostDNS", "machine.registries",
-		"machine.udev", "machine.pods", "machine.env", "machine.sysctls", "machine.kernel", "machine.systemDiskEncryption"} {
+		"machine.udev", "machine.pods", "machine.env", "machine.sysctls", "machine.kernel", "machine.systemDiskEncryption",
+		"machine.files"} {
 		current := any(root)
 
 		for _, key := range strings.Split(path, ".") {
@@ -318,16 +332,17 @@ func deprecatedLeft(t *testing.T, raw []byte) string {
 
 // Accessors judged by hand below, or not part of what the documents feed (the v1alpha1 interface itself).
 var judgedApart = []string{"Debug", "Machine", "Cluster", "UnattendedInstallConfig", "K8sAuthenticationConfig", "K8sAuthorizerConfigs",
-	"K8sEtcdEncryptionConfig", "Environment"}
+	"K8sEtcdEncryptionConfig", "Environment", "EtcFileConfigs"}
 
 // Where Talos v1.14 itself reads the documents otherwise than the legacy fields (v1alpha1_k8s_bridge.go): with a
 // KubeAPIServerConfig document kube-apiserver gets startup probes, the host's CA roots mounted and an authentication
 // config, and the authorizers are the documents, not the defaults the legacy path injects (the migration writes those
 // out: judged below); with a KubeProxyConfig document kube-proxy reads a config file. A v1alpha1 manifest is named
-// by its URL, which no document's name may be (its URL and headers are compared).
+// by its URL, which no document's name may be (its URL and headers are compared); the v1alpha1 CRI customization is
+// named "customization", which no document's name may be (its content is compared).
 var documentSemantics = []string{"K8sAPIServerConfig.StartupProbesEnabled", "K8sAPIServerConfig.UseAuthenticationConfig",
 	"K8sAPIServerConfig.InjectDefaultAuthorizers", "K8sAPIServerConfig.ExtraVolumes", "K8sProxyConfig.UseConfigFile",
-	"K8sExternalManifestConfigs[].Name"}
+	"K8sExternalManifestConfigs[].Name", "CRICustomizationConfigs[].Name"}
 
 // What a worker cannot carry: Talos refuses Flannel's document on a worker, which applies no CNI manifests.
 var controlPlaneOnly = []string{"K8sFlannelCNIConfig"}
@@ -379,6 +394,10 @@ func compareEffective(t *testing.T, before, after config.Provider) {
 		for _, difference := range valueDifferences(volume+" encryption", was, is) {
 			t.Errorf("%s", difference)
 		}
+	}
+
+	if was, is := etcFiles(t, before), etcFiles(t, after); !maps.Equal(was, is) {
+		t.Errorf("files under /etc: before %v, after %v", was, is)
 	}
 
 	legacyInstall := before.Machine().Install()
@@ -445,6 +464,31 @@ func diskEncryption(cfg config.Provider, volume string) configconfig.EncryptionC
 	}
 
 	return cfg.Machine().SystemDiskEncryption().Get(volume)
+}
+
+// etcFiles is what Talos writes under /etc from a config: the v1alpha1 files that replace one there (bind-mounted over
+// it; the CRI customization is the CRI's), then the EtcFileConfig documents.
+func etcFiles(t *testing.T, cfg config.Provider) map[string]string {
+	t.Helper()
+
+	files, err := cfg.Machine().Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	written := map[string]string{}
+
+	for _, file := range files {
+		if name, ok := strings.CutPrefix(file.Path(), "/etc/"); ok && file.Op() == "overwrite" && !strings.HasPrefix(name, "cri/") {
+			written[name] = fmt.Sprintf("%v %q", file.Permissions(), file.Content())
+		}
+	}
+
+	for _, file := range cfg.EtcFileConfigs() {
+		written[file.Name()] = fmt.Sprintf("%v %q", file.Mode(), file.Content())
+	}
+
+	return written
 }
 
 // staticHostnameWins leaves out the automatic hostname's kind where a static hostname is set: the static one is the

@@ -47,12 +47,21 @@ CONTROLPLANE_ONLY = frozenset([
 
 # Deprecated sections Talos v1.14 still honours, with no conflict and no mechanical translation: left as they are.
 KEPT = (
-    "machine.network.interfaces", "machine.disks", "machine.files",
+    "machine.network.interfaces", "machine.disks",
 )
 
 # kube-apiserver arguments a KubeAPIServerConfig document refuses (KubeAuthenticationConfig / KubeAuthorizerConfig own them).
 _REFUSED_APISERVER_ARGS = ("anonymous-auth", "oidc-", "authentication-config", "authorization-config",
                            "authorization-mode", "authorization-webhook-")
+
+# The file the v1alpha1 path reads as the CRI customization (Talos names it "customization", which no document may be),
+# and the name its CRICustomizationConfig gets: right after the legacy one in the order Talos merges them.
+_CRI_CUSTOMIZATION_PATH = "/etc/cri/conf.d/20-customization.part"
+_CRI_CUSTOMIZATION_NAME = "customization-v1alpha1"
+# What Talos manages under /etc, which an EtcFileConfig may not write (runtime/etc_file.go).
+_MANAGED_ETC_FILES = ("resolv.conf", "hosts", "machine-id", "extensions.yaml", "localtime", "os-release", "xattr.conf")
+_MANAGED_ETC_DIRECTORIES = ("apparmor.d", "apparmor", "ca-certificates", "cni", "cri", "iscsi", "kubernetes", "lvm", "nvme",
+                            "pki", "selinux", "ssl")
 
 _INSTALL_KIND = "UnattendedInstallConfig"
 _ABSENT = object()
@@ -449,6 +458,70 @@ def _disk_encryption(m):
         m.move(source, "VolumeConfig", "encryption", value, name=volume)
 
 
+def _file_mode(permissions):
+    """A v1alpha1 file's permissions as a number: an integer, or the ``0o644`` text Talos writes."""
+    if isinstance(permissions, int) and not isinstance(permissions, bool):
+        return permissions
+    if isinstance(permissions, str) and re.match(r"^0o?[0-7]+$", permissions):
+        return int(permissions.replace("o", ""), 8)
+    return None
+
+
+def _etc_name(path):
+    """The EtcFileConfig name of a v1alpha1 file's path, or why no EtcFileConfig can write it."""
+    if not path.startswith("/etc/"):
+        return None, "the v1alpha1 path writes it under /var and bind-mounts it there; documents write files only under /etc"
+    name = path[len("/etc/"):]
+    parts = name.split("/")
+    if not name or name.startswith(".") or any(part in ("", ".", "..") for part in parts):
+        return None, "EtcFileConfig takes only a plain path below /etc"
+    if name in _MANAGED_ETC_FILES or parts[0] in _MANAGED_ETC_DIRECTORIES:
+        return None, "Talos manages /etc/%s, which EtcFileConfig refuses to write" % (name if name in _MANAGED_ETC_FILES else parts[0])
+    return name, None
+
+
+def _files(m):
+    """The v1alpha1 files: the CRI customization to its CRICustomizationConfig, a file that replaces one under /etc to an
+    EtcFileConfig; what the legacy path does otherwise has no document."""
+    if not m.has("machine.files"):
+        return
+    files = m.take("machine.files") or []
+    customized = False
+    for file in files:
+        path = str(file.get("path") or "")
+        source = "machine.files.%s" % path
+        m.unmapped(source, file, ("content", "permissions", "path", "op"))
+        op = file.get("op")
+        if path == _CRI_CUSTOMIZATION_PATH:
+            if customized:  # Talos reads the first one only
+                m.plan.dropped.append(".%s: Talos reads only the first file at this path as the CRI customization" % source)
+                continue
+            customized = True
+            later = [name for kind, name in m.existing if kind == "CRICustomizationConfig" and name and
+                     "customization" < name < _CRI_CUSTOMIZATION_NAME]
+            if later:
+                m.homeless(source, "its CRICustomizationConfig %s would merge after %s, which Talos merges after it today"
+                           % (_CRI_CUSTOMIZATION_NAME, ", ".join(sorted(later))))
+                continue
+            m.move(source, "CRICustomizationConfig", "content", file.get("content") or "", name=_CRI_CUSTOMIZATION_NAME,
+                   note="Talos names the v1alpha1 customization \"customization\", which no document may be")
+            continue
+        name, why = _etc_name(path)
+        mode = _file_mode(file.get("permissions"))
+        if name and op == "create":
+            why = "the v1alpha1 path refuses to create a file outside /var, so the node never wrote it"
+        elif name and op == "append":
+            why = "the v1alpha1 path appends to the file Talos has there; EtcFileConfig writes a whole file"
+        elif name and op != "overwrite":
+            why = "the v1alpha1 path knows no op %r" % op
+        elif name and not mode:
+            why = "the v1alpha1 path writes it with permissions %r; EtcFileConfig reads no mode as 0644" % file.get("permissions")
+        if why:
+            m.homeless(source, why)
+            continue
+        m.move(source, "EtcFileConfig", None, {"contents": file.get("content") or "", "mode": mode}, name=name)
+
+
 def _registries(m):
     """Mirrors, credentials and TLS settings per registry: one document of each kind per registry, named by its host."""
     for host, mirror in sorted((m.take("machine.registries.mirrors") or {}).items()):
@@ -806,8 +879,8 @@ def _features(m):
             m.ignored("machine.features.%s" % feature, "Talos ignores it since v1.12 (always on)")
 
 
-_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _disk_encryption, _registries, _discovery, _cluster, _pki, _api_server,
-          _components, _manifests, _kubelet, _features)
+_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _disk_encryption, _files, _registries,
+          _discovery, _cluster, _pki, _api_server, _components, _manifests, _kubelet, _features)
 
 
 def _tidy(root):

@@ -398,3 +398,42 @@ def test_system_disk_encryption_joins_a_volume_config_without_encryption_and_con
 def test_an_unknown_system_disk_encryption_key_is_refused_never_lost():
     plan = migration.plan(config({"systemDiskEncryption": {"state": {"keys": [{"slot": 0, "tpm": {"pcrs": [7, 11]}}]}}}))
     assert plan.homeless[0].startswith(".machine.systemDiskEncryption.state.keys.tpm.pcrs has no home")
+
+
+def test_a_file_replacing_one_under_etc_moves_to_an_etc_file_config_and_the_cri_customization_to_its_document():
+    files = [{"path": "/etc/nfsmount.conf", "op": "overwrite", "permissions": "0o600", "content": "[NFSMount_Global_Options]\n"},
+             {"path": "/etc/cri/conf.d/20-customization.part", "op": "create", "permissions": 0o644, "content": "[metrics]\n"}]
+    plan, documents = migrated(config({"files": files}))
+    assert documents[("EtcFileConfig", "nfsmount.conf")] == doc("EtcFileConfig", name="nfsmount.conf", contents="[NFSMount_Global_Options]\n",
+                                                                 mode=0o600)
+    # "customization" is the name Talos gives the v1alpha1 file, which no document may take.
+    assert documents[("CRICustomizationConfig", "customization-v1alpha1")]["content"] == "[metrics]\n"
+    assert "files" not in documents[("v1alpha1", None)]["machine"] and plan.kept == []
+
+
+@pytest.mark.parametrize("file,why", [
+    ({"path": "/var/etc/a.conf", "op": "create", "permissions": 0o644}, "the v1alpha1 path writes it under /var"),
+    ({"path": "/usr/local/etc/a.conf", "op": "overwrite", "permissions": 0o644}, "documents write files only under /etc"),
+    ({"path": "/etc/a.conf", "op": "append", "permissions": 0o644}, "the v1alpha1 path appends to the file Talos has there"),
+    ({"path": "/etc/a.conf", "op": "create", "permissions": 0o644}, "refuses to create a file outside /var"),
+    ({"path": "/etc/hosts", "op": "overwrite", "permissions": 0o644}, "Talos manages /etc/hosts"),
+    ({"path": "/etc/kubernetes/manifests/pod.yaml", "op": "create", "permissions": 0o644}, "Talos manages /etc/kubernetes"),
+    ({"path": "/etc/a.conf", "op": "overwrite"}, "EtcFileConfig reads no mode as 0644"),
+])
+def test_a_file_no_document_writes_as_the_v1alpha1_path_does_is_refused_unless_accepted(file, why):
+    documents = config({"files": [dict(file, content="x")]})
+    plan = migration.plan(documents)
+    assert len(plan.homeless) == 1 and plan.homeless[0].startswith(".machine.files.%s has no home" % file["path"])
+    assert why in plan.homeless[0]
+    accepted = migration.plan(documents, accept_dropped=["machine.files.%s" % file["path"]])
+    check(accepted)
+    assert "files" not in by_key(accepted.documents)[("v1alpha1", None)]["machine"]
+
+
+def test_the_cri_customization_keeps_its_place_among_the_configs_own():
+    files = [{"path": "/etc/cri/conf.d/20-customization.part", "op": "create", "permissions": 0o644, "content": "[a]\n"}]
+    plan = migration.plan(config({"files": files}, {}, "worker", doc("CRICustomizationConfig", name="customization-b", content="")))
+    assert plan.homeless[0].startswith(".machine.files./etc/cri/conf.d/20-customization.part has no home")
+    assert "would merge after customization-b" in plan.homeless[0]
+    _plan, documents = migrated(config({"files": files}, {}, "worker", doc("CRICustomizationConfig", name="zz", content="")))
+    assert documents[("CRICustomizationConfig", "customization-v1alpha1")]["content"] == "[a]\n"
