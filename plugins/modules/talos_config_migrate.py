@@ -41,8 +41,15 @@ description:
     C(/etc); C(/etc/cri/conf.d/20-customization.part) moves to the C(CRICustomizationConfig) C(customization-v1alpha1).
     A file outside C(/etc), one appended to or created under C(/etc), one Talos manages and one without permissions have
     no home; O(accept_dropped) names them as C(machine.files.<path>).
-  - Deprecated sections without a mechanical translation that Talos v1.14 still honours (network interfaces, disks)
-    stay in the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
+  - A network interface named by C(interface) moves as Talos's v1alpha1 path reads it - its addresses (one without a
+    prefix length a host address), routes, MTU and DHCP (IPv4 unless told otherwise, no client identifier) to
+    C(LinkConfig), C(DHCPv4Config) and C(DHCPv6Config), its VLANs to C(VLANConfig), its VIP to C(Layer2VIPConfig) or
+    C(HCloudVIPConfig). An interface picked by C(deviceSelector), ignored, a bond, bridge, bridge port, WireGuard or
+    dummy link, an Equinix Metal VIP or a DHCPv6 DUID stays in the v1alpha1 document, which Talos v1.14 still reads
+    beside the documents; RV(plan) lists it in C(kept) with why. With the first link document Talos stops the DHCP it
+    runs by default on links no configuration names, and the task warns so.
+  - Deprecated sections without a mechanical translation that Talos v1.14 still honours (C(machine.disks)) stay in
+    the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
     defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig), C(SecurityProfileConfig)) are not added - they
     would change what the node runs.
 author:
@@ -164,7 +171,13 @@ plan:
       type: list
       elements: str
     kept:
-      description: Deprecated sections left in the v1alpha1 document, which Talos v1.14 still honours.
+      description: Deprecated sections left in the v1alpha1 document, which Talos v1.14 still honours, each with why
+        where only part of a section stays (a network interface that is a bond, for example).
+      type: list
+      elements: str
+    warnings:
+      description: What the migrated configuration changes on the node beyond the moved fields, also issued as task
+        warnings - the first link document stops the DHCP Talos runs by default on links no configuration names.
       type: list
       elements: str
   sample:
@@ -178,6 +191,7 @@ plan:
     homeless: []
     dropped: [".machine.kubelet.disableManifestsDirectory: Talos v1.14 always disables it"]
     kept: []
+    warnings: []
 node:
   description: The node whose configuration was migrated.
   returned: on a node, with one node (O(node), the host's own node or the endpoint itself)
@@ -262,6 +276,8 @@ def migrate_file(task):
     plan = migration.plan_text(text, parameter, params["accept_dropped"])
     result = {"changed": False, "plan": plan.as_dict()}
     _refuse(plan, result)
+    for warning in plan.warnings:
+        task.warn(warning)
     if plan.changes:
         migrated = migration.migrated_config(plan)
         _hide_secrets(task, plan.documents)
@@ -286,6 +302,8 @@ def migrate_node(task, client, node):
     _refuse(plan, result, node)
     if not plan.changes:
         return result
+    for warning in plan.warnings:
+        task.warn("%s: %s" % (label(node, start=True), warning))
     migrated = migration.migrated_config(plan)
     _hide_secrets(task, plan.documents)
     result["valid_for"] = migrated.valid_for()

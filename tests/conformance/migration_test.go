@@ -3,9 +3,11 @@
 package conformance
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,6 +25,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 )
 
 // A user's patches over a generated config: fields of most areas the migration moves.
@@ -116,6 +119,76 @@ const (
           - name: nginx
             image: nginx
 `
+	// Network interfaces the migration moves (eth0, its VLAN) and one it leaves in v1alpha1 (a bond); a VIP only on a
+	// control plane, as Talos allows.
+	interfacesPatch = `machine:
+  network:
+    interfaces:
+      - interface: eth0
+        addresses: [10.5.0.2/24, 10.5.0.3]
+        mtu: 9000
+        routes:
+          - network: 0.0.0.0/0
+            gateway: 10.5.0.1
+          - network: 10.9.0.0/16
+            gateway: 10.5.0.254
+            metric: 100
+            mtu: 1400
+        dhcp: true
+        dhcpOptions:
+          routeMetric: 512
+          ipv6: true
+        vlans:
+          - vlanId: 100
+            addresses: [192.168.100.2/24]
+            mtu: 1500
+            dhcp: true
+            routes:
+              - network: 192.168.0.0/16
+                gateway: 192.168.100.1
+      - interface: bond0
+        bond:
+          interfaces: [eth1, eth2]
+          mode: 802.3ad
+        dhcp: true
+`
+	controlPlaneInterfacesPatch = `machine:
+  network:
+    interfaces:
+      - interface: eth0
+        addresses: [10.5.0.2/24, 10.5.0.3]
+        mtu: 9000
+        routes:
+          - network: 0.0.0.0/0
+            gateway: 10.5.0.1
+          - network: 10.9.0.0/16
+            gateway: 10.5.0.254
+            metric: 100
+            mtu: 1400
+        dhcp: true
+        dhcpOptions:
+          routeMetric: 512
+          ipv6: true
+        vip:
+          ip: 10.5.0.10
+        vlans:
+          - vlanId: 100
+            addresses: [192.168.100.2/24]
+            mtu: 1500
+            dhcp: true
+            routes:
+              - network: 192.168.0.0/16
+                gateway: 192.168.100.1
+            vip:
+              ip: 192.168.100.10
+              hcloud:
+                apiToken: hcloud-token
+      - interface: bond0
+        bond:
+          interfaces: [eth1, eth2]
+          mode: 802.3ad
+        dhcp: true
+`
 	// Before the v1.12 contract the generator writes no HostnameConfig: a static hostname is the user's to set.
 	hostnamePatch = `machine:
   network:
@@ -164,7 +237,9 @@ func migrationInputs() []migrationInput {
 			}
 
 			if machineType == machine.TypeControlPlane {
-				patches = append(patches, controlPlanePatch)
+				patches = append(patches, controlPlanePatch, controlPlaneInterfacesPatch)
+			} else {
+				patches = append(patches, interfacesPatch)
 			}
 
 			inputs = append(inputs, migrationInput{name: base + "-patched", contract: contract, machine: machineType, patches: patches})
@@ -304,7 +379,8 @@ func deprecatedLeft(t *testing.T, raw []byte) string {
 	t.Helper()
 
 	root := documentsByKey(t, raw)["v1alpha1"]
-	for _, path := range []string{"machine.kubelet", "machine.network", "machine.install", "machine.time", "machine.nodeLabels",
+	for _, path := range []string{"machine.kubelet", "machine.network.hostname", "machine.network.nameservers",
+		"machine.network.searchDomains", "machine.network.extraHostEntries", "machine.network.kubespan", "machine.install", "machine.time", "machine.nodeLabels",
 		"cluster.clusterName", "cluster.controlPlane", "cluster.network", "cluster.apiServer", "cluster.ca", "cluster.discovery",
 		"cluster.id", "cluster.secretboxEncryptionSecret", "cluster.serviceAccount", "machine.features.hostDNS", "machine.registries",
 		"machine.udev", "machine.pods", "machine.env", "machine.sysctls", "machine.kernel", "machine.systemDiskEncryption",
@@ -332,17 +408,19 @@ func deprecatedLeft(t *testing.T, raw []byte) string {
 
 // Accessors judged by hand below, or not part of what the documents feed (the v1alpha1 interface itself).
 var judgedApart = []string{"Debug", "Machine", "Cluster", "UnattendedInstallConfig", "K8sAuthenticationConfig", "K8sAuthorizerConfigs",
-	"K8sEtcdEncryptionConfig", "Environment", "EtcFileConfigs"}
+	"K8sEtcdEncryptionConfig", "Environment", "EtcFileConfigs", "NetworkCommonLinkConfigs", "NetworkDHCPConfigs",
+	"NetworkDHCPv4Configs", "NetworkDHCPv6Configs", "NetworkVirtualIPConfigs"}
 
 // Where Talos v1.14 itself reads the documents otherwise than the legacy fields (v1alpha1_k8s_bridge.go): with a
 // KubeAPIServerConfig document kube-apiserver gets startup probes, the host's CA roots mounted and an authentication
 // config, and the authorizers are the documents, not the defaults the legacy path injects (the migration writes those
 // out: judged below); with a KubeProxyConfig document kube-proxy reads a config file. A v1alpha1 manifest is named
 // by its URL, which no document's name may be (its URL and headers are compared); the v1alpha1 CRI customization is
-// named "customization", which no document's name may be (its content is compared).
+// named "customization", which no document's name may be (its content is compared). With a link document Talos stops
+// the DHCP it runs by default on the links no configuration names (the migration warns).
 var documentSemantics = []string{"K8sAPIServerConfig.StartupProbesEnabled", "K8sAPIServerConfig.UseAuthenticationConfig",
 	"K8sAPIServerConfig.InjectDefaultAuthorizers", "K8sAPIServerConfig.ExtraVolumes", "K8sProxyConfig.UseConfigFile",
-	"K8sExternalManifestConfigs[].Name", "CRICustomizationConfigs[].Name"}
+	"K8sExternalManifestConfigs[].Name", "CRICustomizationConfigs[].Name", "RunDefaultDHCPOperators"}
 
 // What a worker cannot carry: Talos refuses Flannel's document on a worker, which applies no CNI manifests.
 var controlPlaneOnly = []string{"K8sFlannelCNIConfig"}
@@ -394,6 +472,10 @@ func compareEffective(t *testing.T, before, after config.Provider) {
 		for _, difference := range valueDifferences(volume+" encryption", was, is) {
 			t.Errorf("%s", difference)
 		}
+	}
+
+	if was, is := effectiveNetwork(before), effectiveNetwork(after); !slices.Equal(was, is) {
+		t.Errorf("network: before\n%s\nafter\n%s", strings.Join(was, "\n"), strings.Join(is, "\n"))
 	}
 
 	if was, is := etcFiles(t, before), etcFiles(t, after); !maps.Equal(was, is) {
@@ -464,6 +546,133 @@ func diskEncryption(cfg config.Provider, volume string) configconfig.EncryptionC
 	}
 
 	return cfg.Machine().SystemDiskEncryption().Get(volume)
+}
+
+// effectiveNetwork is what Talos's network controllers make of a config's links (link_config.go, address_config.go,
+// route_config.go, operator_config.go, operator_vip_config.go): links, addresses, routes, DHCP operators and VIPs, from
+// the v1alpha1 interfaces as the legacy path reads them and from the documents, one sorted line each. An interface
+// the migration leaves in v1alpha1 (a bond here) is its accessor's whole value.
+func effectiveNetwork(cfg config.Provider) []string {
+	var lines []string
+
+	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	route := func(link string, destination netip.Prefix, gateway, source netip.Addr, metric, mtu uint32) {
+		if metric == 0 {
+			metric = 1024 // network.DefaultRouteMetric
+		}
+
+		if destination.Bits() == 0 {
+			destination = netip.Prefix{}
+		}
+
+		add("route %s %v via %v src %v metric %d mtu %d table main", link, destination, gateway, source, metric, mtu)
+	}
+	legacyLink := func(link string, mtu uint32, addresses []string, hostPrefix bool, routes []configconfig.Route, dhcp bool,
+		options configconfig.DHCPOptions, vip configconfig.VIPConfig,
+	) {
+		add("link %s up mtu %d", link, mtu)
+
+		for _, address := range addresses {
+			prefix, err := netip.ParsePrefix(address)
+			if err != nil && hostPrefix {
+				if addr, addrErr := netip.ParseAddr(address); addrErr == nil {
+					prefix, err = netip.PrefixFrom(addr, addr.BitLen()), nil
+				}
+			}
+
+			if err == nil {
+				add("address %s %v", link, prefix)
+			}
+		}
+
+		for _, r := range routes {
+			destination, _ := netip.ParsePrefix(r.Network()) //nolint:errcheck
+			gateway, _ := netip.ParseAddr(r.Gateway())       //nolint:errcheck
+			source, _ := netip.ParseAddr(r.Source())         //nolint:errcheck
+			route(link, destination, gateway, source, r.Metric(), r.MTU())
+		}
+
+		if dhcp && options.IPv4() {
+			add("dhcp4 %s metric %d client-id none", link, cmp.Or(options.RouteMetric(), 1024))
+		}
+
+		if dhcp && options.IPv6() {
+			add("dhcp6 %s metric %d client-id none", link, cmp.Or(options.RouteMetric(), 1024))
+		}
+
+		if vip != nil {
+			token := ""
+			if vip.HCloud() != nil {
+				token = "hcloud " + vip.HCloud().APIToken()
+			}
+
+			add("vip %s %s %s", link, vip.IP(), token)
+		}
+	}
+
+	for _, device := range cfg.Machine().Network().Devices() {
+		if device.Bond() != nil || device.Bridge() != nil || device.Selector() != nil || device.Ignore() {
+			add("v1alpha1 %v", accessorValue(reflect.ValueOf(device), reflect.TypeFor[configconfig.Device](), 0))
+
+			continue
+		}
+
+		legacyLink(device.Interface(), uint32(device.MTU()), device.Addresses(), true, device.Routes(), device.DHCP(),
+			device.DHCPOptions(), device.VIPConfig())
+
+		for _, vlan := range device.Vlans() {
+			link := fmt.Sprintf("%s.%d", device.Interface(), vlan.ID())
+			add("vlan %s parent %s id %d mode %s", link, device.Interface(), vlan.ID(), vlan.Mode())
+			legacyLink(link, vlan.MTU(), vlan.Addresses(), false, vlan.Routes(), vlan.DHCP(), vlan.DHCPOptions(), vlan.VIPConfig())
+		}
+	}
+
+	for _, link := range cfg.NetworkCommonLinkConfigs() {
+		add("link %s up mtu %d", link.Name(), link.MTU().ValueOrZero())
+
+		if !link.Up().ValueOr(true) {
+			add("link %s down", link.Name())
+		}
+
+		if vlan, ok := link.(configconfig.NetworkVLANConfig); ok {
+			add("vlan %s parent %s id %d mode %s", link.Name(), vlan.ParentLink(), vlan.VLANID(),
+				vlan.VLANMode().ValueOr(nethelpers.VLANProtocol8021Q))
+		}
+
+		for _, address := range link.Addresses() {
+			add("address %s %v", link.Name(), address.Address())
+		}
+
+		for _, r := range link.Routes() {
+			if r.Table().ValueOr(nethelpers.TableMain) != nethelpers.TableMain {
+				add("route %s in table %s", link.Name(), r.Table().ValueOrZero())
+			}
+
+			route(link.Name(), r.Destination().ValueOrZero(), r.Gateway().ValueOrZero(), r.Source().ValueOrZero(),
+				r.Metric().ValueOrZero(), r.MTU().ValueOrZero())
+		}
+	}
+
+	for _, dhcp := range cfg.NetworkDHCPv4Configs() {
+		add("dhcp4 %s metric %d client-id %s", dhcp.Name(), dhcp.RouteMetric().ValueOr(1024), dhcp.ClientIdentifier())
+	}
+
+	for _, dhcp := range cfg.NetworkDHCPv6Configs() {
+		add("dhcp6 %s metric %d client-id %s", dhcp.Name(), dhcp.RouteMetric().ValueOr(1024), dhcp.ClientIdentifier())
+	}
+
+	for _, vip := range cfg.NetworkVirtualIPConfigs() {
+		token := ""
+		if hcloud, ok := vip.(configconfig.NetworkHCloudVIPConfig); ok {
+			token = "hcloud " + hcloud.HCloudAPIToken()
+		}
+
+		add("vip %s %s %s", vip.Link(), vip.VIP(), token)
+	}
+
+	slices.Sort(lines)
+
+	return lines
 }
 
 // etcFiles is what Talos writes under /etc from a config: the v1alpha1 files that replace one there (bind-mounted over

@@ -107,11 +107,16 @@ def test_configs_on_the_controller_are_planned_and_written_through_both_doors(ru
     options = {"secrets": str(secrets), "machine_type": "controlplane", "cluster_name": "c",
                "cluster_endpoint": "https://10.5.0.2:6443", "talos_version": "v1.13"}
     volumes = {"cluster": {"apiServer": {"extraVolumes": [{"hostPath": "/var/lib/a", "mountPath": "/var/lib/a"}]}}}
+    interfaces = {"machine": {"network": {"interfaces": [
+        {"interface": "eth0", "addresses": ["10.5.0.2/24"], "dhcp": True},
+        {"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}}]}}}
     tasks = [
         {"name": "bundle", "talos_linux.talos.talos_machine_secrets": {"path": str(secrets)}},
         {"name": "render", "talos_linux.talos.talos_machine_config": dict(options, dest=str(tmp_path / "cp.yaml"))},
         {"name": "render with volumes", "talos_linux.talos.talos_machine_config": dict(
             options, config_patches=[volumes], dest=str(tmp_path / "volumes.yaml"))},
+        {"name": "render with interfaces", "talos_linux.talos.talos_machine_config": dict(
+            options, config_patches=[interfaces], dest=str(tmp_path / "interfaces.yaml"))},
         {"name": "plan only", MIGRATE: {"config_file": str(tmp_path / "cp.yaml")}, "diff": True},
     ]
     for door in DOORS:
@@ -121,6 +126,8 @@ def test_configs_on_the_controller_are_planned_and_written_through_both_doors(ru
             {"name": "refuse volumes (%s door)" % door, MIGRATE: {"config_file": str(tmp_path / "volumes.yaml"),
                                                                   "dest": str(tmp_path / "volumes-1.14.yaml")},
              "vars": {"talos_door": door}, "ignore_errors": True},
+            {"name": "interfaces (%s door)" % door, MIGRATE: {"config_file": str(tmp_path / "interfaces.yaml")},
+             "vars": {"talos_door": door}},
         ]
     tasks.append({"name": "drop volumes", MIGRATE: {"config_file": str(tmp_path / "volumes.yaml"), "dest": str(tmp_path / "volumes-1.14.yaml"),
                                                     "accept_dropped": ["cluster.apiServer.extraVolumes"]}})
@@ -140,6 +147,14 @@ def test_configs_on_the_controller_are_planned_and_written_through_both_doors(ru
                                   "it in accept_dropped to migrate without it.")
         assert refused["plan"]["homeless"] == [refused["msg"]]
     assert run.task("drop volumes")["status"] == "changed"
+    for door in DOORS:
+        moved = run.task("interfaces (%s door)" % door)["result"]
+        assert moved["plan"]["warnings"] == [moved["warnings"][0]] and len(moved["warnings"]) == 1
+        assert moved["warnings"][0].startswith("With a link document in the config, Talos v1.14 stops the DHCP it runs by default")
+        assert moved["plan"]["kept"] == [".machine.network.interfaces.bond0: a bond's options are not moved by this migration; "
+                                         "Talos v1.14 still reads it from v1alpha1"]
+        assert {"from": ".machine.network.interfaces.eth0.dhcp", "to": "DHCPv4Config/eth0", "field": None,
+                "value": {"clientIdentifier": "none"}} in moved["plan"]["steps"]
     written = list(yaml.safe_load_all((tmp_path / "cp-1.14.yaml").read_text()))
     assert [document.get("kind") for document in written].count("KubeAuthorizerConfig") == 2
     assert oct(os.stat(tmp_path / "cp-1.14.yaml").st_mode & 0o777) == "0o600"

@@ -47,7 +47,7 @@ CONTROLPLANE_ONLY = frozenset([
 
 # Deprecated sections Talos v1.14 still honours, with no conflict and no mechanical translation: left as they are.
 KEPT = (
-    "machine.network.interfaces", "machine.disks",
+    "machine.disks",
 )
 
 # kube-apiserver arguments a KubeAPIServerConfig document refuses (KubeAuthenticationConfig / KubeAuthorizerConfig own them).
@@ -96,8 +96,9 @@ class Step:
 
 class Plan:
     """What ``plan`` found: ``steps``, ``conflicts`` and ``homeless`` (sentences), ``dropped`` (accepted fields
-    without a home, and fields Talos ignores), ``kept`` (deprecated sections left in v1alpha1) and ``documents``
-    (the migrated config; None when there is nothing to migrate)."""
+    without a home, and fields Talos ignores), ``kept`` (deprecated sections left in v1alpha1), ``warnings`` (what
+    the migrated config changes on the node beyond the moved fields) and ``documents`` (the migrated config; None
+    when there is nothing to migrate)."""
 
     def __init__(self):
         self.steps = []
@@ -105,6 +106,7 @@ class Plan:
         self.homeless = []
         self.dropped = []
         self.kept = []
+        self.warnings = []
         self.documents = None
 
     @property
@@ -127,6 +129,7 @@ class Plan:
             "homeless": list(self.homeless),
             "dropped": list(self.dropped),
             "kept": list(self.kept),
+            "warnings": list(self.warnings),
         }
 
 
@@ -329,6 +332,147 @@ def _resolver(m):
                        ".machine.features.hostDNS is already set in v1alpha1 config")
         else:
             m.move("machine.features.hostDNS", "ResolverConfig", "hostDNS", host_dns)
+
+
+# The DHCP options a v1alpha1 interface (or VLAN) sets, and a VIP's.
+_DHCP_OPTIONS = ("routeMetric", "ipv4", "ipv6", "duidv6")
+_LINK_DOCUMENTS = ("LinkConfig", "VLANConfig", "BondConfig", "BridgeConfig", "DummyLinkConfig", "WireguardConfig",
+                   "DHCPv4Config", "DHCPv6Config", "VRFConfig", "VethConfig", "EthernetConfig")
+
+
+def _interface_kept_why(interface):
+    """Why a v1alpha1 interface stays in v1alpha1 (Talos v1.14 still configures it from there), or None."""
+    if not interface.get("interface"):
+        return "it picks its link with deviceSelector, which LinkAliasConfig's CEL selector must say by hand"
+    for field, why in (("ignore", "ignore has no document"),
+                       ("bond", "a bond's options are not moved by this migration"),
+                       ("bridge", "a bridge's options are not moved by this migration"),
+                       ("bridgePort", "a bridge port is not moved by this migration"),
+                       ("wireguard", "a WireGuard link is not moved by this migration"),
+                       ("dummy", "a dummy link is not moved by this migration")):
+        if interface.get(field):
+            return why
+    known = ("interface", "addresses", "cidr", "routes", "mtu", "dhcp", "dhcpOptions", "vlans", "vip", "ignore", "bond",
+             "bridge", "bridgePort", "wireguard", "dummy")
+    unknown = sorted(key for key in interface if key not in known and interface[key] not in (None, False, "", [], {}))
+    if unknown:
+        return "no document field is known to take %s" % ", ".join(unknown)
+    for holder in [interface] + list(interface.get("vlans") or []):
+        if (holder.get("dhcpOptions") or {}).get("duidv6"):
+            return "DHCPv6Config takes its DUID in another form (duidRaw), to be written by hand"
+        unknown = sorted(set(holder.get("dhcpOptions") or {}) - set(_DHCP_OPTIONS))
+        if unknown:
+            return "no document field is known to take dhcpOptions %s" % ", ".join(unknown)
+        vip = holder.get("vip") or {}
+        if vip.get("equinixMetal"):
+            return "an Equinix Metal VIP has no document"
+        if set(vip) - set(("ip", "hcloud", "equinixMetal")):
+            return "no document field is known to take vip %s" % ", ".join(sorted(set(vip) - set(("ip", "hcloud", "equinixMetal"))))
+    for vlan in interface.get("vlans") or []:
+        unknown = sorted(set(vlan) - set(("addresses", "cidr", "routes", "dhcp", "vlanId", "mtu", "vip", "dhcpOptions")))
+        if unknown:
+            return "no document field is known to take vlans %s" % ", ".join(unknown)
+    for route in sum([list(holder.get("routes") or []) for holder in [interface] + list(interface.get("vlans") or [])], []):
+        unknown = sorted(set(route) - set(("network", "gateway", "source", "metric", "mtu")))
+        if unknown:
+            return "no document field is known to take routes %s" % ", ".join(unknown)
+    return None
+
+
+def _link_addresses(holder, host_prefix):
+    """A v1alpha1 link's addresses as LinkConfig takes them. Talos reads an interface's address without a prefix
+    length as a host address (``host_prefix``) and skips such a VLAN address."""
+    addresses = list(holder.get("addresses") or ([holder["cidr"]] if holder.get("cidr") else []))
+    moved, skipped = [], []
+    for address in addresses:
+        address = str(address)
+        if "/" in address:
+            moved.append({"address": address})
+        elif host_prefix:
+            moved.append({"address": "%s/%d" % (address, 128 if ":" in address else 32)})
+        else:
+            skipped.append(address)
+    return moved, skipped
+
+
+def _link_routes(holder):
+    """A v1alpha1 link's routes: ``network`` is the destination, left out for a default route (a /0 network, which
+    Talos reads as none and the document refuses); a metric of 0 is Talos's default one (then left out)."""
+    routes = []
+    for route in holder.get("routes") or []:
+        moved = {}
+        for field, target in (("network", "destination"), ("gateway", "gateway"), ("source", "source")):
+            if route.get(field) and not (field == "network" and str(route[field]).endswith("/0")):
+                moved[target] = str(route[field])
+        for field in ("metric", "mtu"):
+            if route.get(field):
+                moved[field] = route[field]
+        routes.append(moved)
+    return routes
+
+
+def _link(m, source, kind, name, holder, host_prefix, extra=None):
+    """One v1alpha1 link (an interface or a VLAN) to its link document, its DHCP documents and its VIP document."""
+    value = dict(extra or {})
+    addresses, skipped = _link_addresses(holder, host_prefix)
+    for address in skipped:
+        m.plan.dropped.append(".%s.addresses: %s has no prefix length, which Talos skips on a VLAN" % (source, address))
+    if addresses:
+        value["addresses"] = addresses
+    routes = _link_routes(holder)
+    if routes:
+        value["routes"] = routes
+    if holder.get("mtu"):
+        value["mtu"] = holder["mtu"]
+    m.move(source, kind, None, value, name=name)
+    if holder.get("dhcp"):
+        options = holder.get("dhcpOptions") or {}
+        for family, kind_of_dhcp, default in (("ipv4", "DHCPv4Config", True), ("ipv6", "DHCPv6Config", False)):
+            if not options.get(family, default):
+                continue
+            dhcp = {"clientIdentifier": "none"}  # the v1alpha1 path sends no client identifier; the document a MAC one
+            if options.get("routeMetric"):
+                dhcp["routeMetric"] = options["routeMetric"]
+            m.move(source + ".dhcp", kind_of_dhcp, None, dhcp, name=name)
+    vip = holder.get("vip") or {}
+    if vip.get("hcloud"):
+        m.move(source + ".vip", "HCloudVIPConfig", None, {"link": name, "apiToken": (vip["hcloud"] or {}).get("apiToken") or ""},
+               name=str(vip.get("ip")))
+    elif vip.get("ip"):
+        m.move(source + ".vip", "Layer2VIPConfig", None, {"link": name}, name=str(vip["ip"]))
+
+
+def _interfaces(m):
+    """The v1alpha1 interfaces Talos's own v1alpha1 path reads as named links with addresses, routes, an MTU, DHCP, VLANs
+    and a VIP: to LinkConfig, VLANConfig, DHCPv4Config/DHCPv6Config, Layer2VIPConfig/HCloudVIPConfig. The others stay
+    in v1alpha1, which Talos v1.14 still reads beside the documents."""
+    if not m.has("machine.network.interfaces"):
+        return
+    had_links = any(kind in _LINK_DOCUMENTS for kind, _name in m.existing)
+    interfaces = m.get("machine.network.interfaces") or []
+    kept = []
+    for index, interface in enumerate(interfaces):
+        label = interface.get("interface") or str(index)
+        source = "machine.network.interfaces.%s" % label
+        why = _interface_kept_why(interface)
+        if why:
+            kept.append(interface)
+            m.plan.kept.append(".%s: %s; Talos v1.14 still reads it from v1alpha1" % (source, why))
+            continue
+        name = interface["interface"]
+        _link(m, source, "LinkConfig", name, interface, host_prefix=True)
+        for vlan in interface.get("vlans") or []:
+            vlan_name = "%s.%s" % (name, vlan.get("vlanId"))
+            _link(m, "%s.vlans.%s" % (source, vlan.get("vlanId")), "VLANConfig", vlan_name, vlan, host_prefix=False,
+                  extra={"vlanID": vlan.get("vlanId"), "parent": name})
+    if kept:
+        m.root["machine"]["network"]["interfaces"] = kept
+    else:
+        m.take("machine.network.interfaces")
+    if len(kept) < len(interfaces) and not had_links:
+        m.plan.warnings.append(
+            "With a link document in the config, Talos v1.14 stops the DHCP it runs by default on every link the config "
+            "does not name: links left out of .machine.network.interfaces get no address unless a document configures them.")
 
 
 def _static_hosts(m):
@@ -879,7 +1023,7 @@ def _features(m):
             m.ignored("machine.features.%s" % feature, "Talos ignores it since v1.12 (always on)")
 
 
-_AREAS = (_hostname, _resolver, _static_hosts, _time, _kubespan, _install, _simple, _disk_encryption, _files, _registries,
+_AREAS = (_hostname, _resolver, _interfaces, _static_hosts, _time, _kubespan, _install, _simple, _disk_encryption, _files, _registries,
           _discovery, _cluster, _pki, _api_server, _components, _manifests, _kubelet, _features)
 
 

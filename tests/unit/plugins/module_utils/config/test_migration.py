@@ -341,10 +341,10 @@ def test_accept_dropped_naming_no_homeless_field_is_refused():
 
 
 def test_sections_with_no_mechanical_translation_stay_and_are_listed():
-    interfaces = [{"interface": "eth0", "dhcp": True}]
-    plan, documents = migrated(config({"network": {"interfaces": interfaces, "hostname": "a"}}))
-    assert plan.kept == [".machine.network.interfaces"]
-    assert documents[("v1alpha1", None)]["machine"]["network"] == {"interfaces": interfaces}
+    disks = [{"device": "/dev/sdb", "partitions": [{"mountpoint": "/var/mnt/data"}]}]
+    plan, documents = migrated(config({"disks": disks, "network": {"hostname": "a"}}))
+    assert plan.kept == [".machine.disks"]
+    assert documents[("v1alpha1", None)]["machine"]["disks"] == disks
 
 
 def test_a_config_must_hold_one_v1alpha1_document():
@@ -437,3 +437,63 @@ def test_the_cri_customization_keeps_its_place_among_the_configs_own():
     assert "would merge after customization-b" in plan.homeless[0]
     _plan, documents = migrated(config({"files": files}, {}, "worker", doc("CRICustomizationConfig", name="zz", content="")))
     assert documents[("CRICustomizationConfig", "customization-v1alpha1")]["content"] == "[a]\n"
+
+
+def test_a_named_interface_moves_to_its_link_dhcp_vlan_and_vip_documents():
+    interfaces = [{
+        "interface": "eth0", "addresses": ["10.5.0.2/24", "10.5.0.3", "fd00::2"], "mtu": 9000,
+        "routes": [{"network": "0.0.0.0/0", "gateway": "10.5.0.1", "metric": 100}, {"network": "10.9.0.0/16", "gateway": "10.5.0.254"}],
+        "dhcp": True, "dhcpOptions": {"routeMetric": 512, "ipv6": True},
+        "vip": {"ip": "10.5.0.10"},
+        "vlans": [{"vlanId": 100, "addresses": ["192.168.100.2/24", "192.168.100.3"], "mtu": 1500, "dhcp": True,
+                   "routes": [{"network": "192.168.0.0/16", "gateway": "192.168.100.1", "mtu": 1400}],
+                   "vip": {"ip": "192.168.100.10", "hcloud": {"apiToken": "hcloud-token"}}}],
+    }]
+    plan, documents = migrated(config({"network": {"interfaces": interfaces}}))
+    # An interface's address without a prefix length is a host address to Talos.
+    assert documents[("LinkConfig", "eth0")] == doc(
+        "LinkConfig", name="eth0", mtu=9000,
+        addresses=[{"address": "10.5.0.2/24"}, {"address": "10.5.0.3/32"}, {"address": "fd00::2/128"}],
+        routes=[{"gateway": "10.5.0.1", "metric": 100}, {"destination": "10.9.0.0/16", "gateway": "10.5.0.254"}])
+    # The v1alpha1 path asks DHCP without a client identifier, IPv4 unless told otherwise.
+    assert documents[("DHCPv4Config", "eth0")] == doc("DHCPv4Config", name="eth0", clientIdentifier="none", routeMetric=512)
+    assert documents[("DHCPv6Config", "eth0")] == doc("DHCPv6Config", name="eth0", clientIdentifier="none", routeMetric=512)
+    assert documents[("Layer2VIPConfig", "10.5.0.10")] == doc("Layer2VIPConfig", name="10.5.0.10", link="eth0")
+    # A VLAN address without a prefix length is one Talos skips.
+    assert documents[("VLANConfig", "eth0.100")] == doc(
+        "VLANConfig", name="eth0.100", vlanID=100, parent="eth0", mtu=1500, addresses=[{"address": "192.168.100.2/24"}],
+        routes=[{"destination": "192.168.0.0/16", "gateway": "192.168.100.1", "mtu": 1400}])
+    assert ".machine.network.interfaces.eth0.vlans.100.addresses: 192.168.100.3 has no prefix length, which Talos skips on a VLAN" in plan.dropped
+    assert documents[("DHCPv4Config", "eth0.100")] == doc("DHCPv4Config", name="eth0.100", clientIdentifier="none")
+    assert ("DHCPv6Config", "eth0.100") not in documents
+    assert documents[("HCloudVIPConfig", "192.168.100.10")] == doc("HCloudVIPConfig", name="192.168.100.10", link="eth0.100",
+                                                                   apiToken="hcloud-token")
+    assert "network" not in documents[("v1alpha1", None)]["machine"] and plan.kept == []
+    assert plan.warnings == [
+        "With a link document in the config, Talos v1.14 stops the DHCP it runs by default on every link the config does not "
+        "name: links left out of .machine.network.interfaces get no address unless a document configures them."]
+    assert "hcloud-token" not in repr([s.as_dict() for s in plan.steps])
+    assert migration.plan(plan.documents).documents is None
+
+
+@pytest.mark.parametrize("interface,why", [
+    ({"deviceSelector": {"hardwareAddr": "00:00:5e:*"}, "dhcp": True}, "deviceSelector"),
+    ({"interface": "eth1", "ignore": True}, "ignore has no document"),
+    ({"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}, "dhcp": True}, "a bond's options"),
+    ({"interface": "br0", "bridge": {"interfaces": ["eth1"]}}, "a bridge's options"),
+    ({"interface": "wg0", "wireguard": {"privateKey": "k"}}, "WireGuard"),
+    ({"interface": "eth1", "vip": {"ip": "10.0.0.9", "equinixMetal": {"apiToken": "t"}}}, "an Equinix Metal VIP has no document"),
+    ({"interface": "eth1", "dhcp": True, "dhcpOptions": {"ipv6": True, "duidv6": "000100011234"}}, "duidRaw"),
+])
+def test_an_interface_without_a_mechanical_translation_stays_in_v1alpha1_beside_the_moved_ones(interface, why):
+    interfaces = [interface, {"interface": "eth9", "dhcp": True}]
+    plan, documents = migrated(config({"network": {"interfaces": interfaces}}))
+    assert documents[("v1alpha1", None)]["machine"]["network"]["interfaces"] == [interface]
+    assert len(plan.kept) == 1 and why in plan.kept[0] and plan.kept[0].endswith("Talos v1.14 still reads it from v1alpha1")
+    assert ("DHCPv4Config", "eth9") in documents and len(plan.warnings) == 1
+
+
+def test_no_default_dhcp_warning_when_the_config_already_has_a_link_document():
+    plan, _documents = migrated(config({"network": {"interfaces": [{"interface": "eth0", "dhcp": True}]}}, {}, "worker",
+                                       doc("LinkConfig", name="eth1")))
+    assert plan.warnings == []
