@@ -43,11 +43,11 @@ description:
     no home; O(accept_dropped) names them as C(machine.files.<path>).
   - A network interface named by C(interface) moves as Talos's v1alpha1 path reads it - its addresses (one without a
     prefix length a host address), routes, MTU and DHCP (IPv4 unless told otherwise, no client identifier) to
-    C(LinkConfig), C(DHCPv4Config) and C(DHCPv6Config), its VLANs to C(VLANConfig), its VIP to C(Layer2VIPConfig) or
-    C(HCloudVIPConfig). An interface picked by C(deviceSelector), ignored, a bond, bridge, bridge port, WireGuard or
-    dummy link, an Equinix Metal VIP or a DHCPv6 DUID stays in the v1alpha1 document, which Talos v1.14 still reads
-    beside the documents; RV(plan) lists it in C(kept) with why. With the first link document Talos stops the DHCP it
-    runs by default on links no configuration names, and the task warns so.
+    C(LinkConfig) (C(BridgeConfig) for a bridge), C(DHCPv4Config) and C(DHCPv6Config), its VLANs to C(VLANConfig), its
+    VIP to C(Layer2VIPConfig) or C(HCloudVIPConfig). An interface picked by C(deviceSelector), ignored, a bond, a
+    bridge port, a WireGuard or dummy link, an Equinix Metal VIP or a DHCPv6 DUID stays in the v1alpha1 document, which
+    Talos v1.14 still reads beside the documents; RV(plan) lists it in C(kept) with why. With the first link document
+    Talos stops the DHCP it runs by default on links no configuration names, and the task warns so.
   - Deprecated sections without a mechanical translation that Talos v1.14 still honours (C(machine.disks)) stay in
     the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
     defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig), C(SecurityProfileConfig)) are not added - they

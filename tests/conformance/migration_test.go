@@ -119,7 +119,7 @@ const (
           - name: nginx
             image: nginx
 `
-	// Network interfaces the migration moves (eth0, its VLAN) and one it leaves in v1alpha1 (a bond); a VIP only on a
+	// Network interfaces the migration moves (eth0, its VLAN, a bridge) and one it leaves in v1alpha1 (a bond); a VIP only on a
 	// control plane, as Talos allows.
 	interfacesPatch = `machine:
   network:
@@ -151,6 +151,12 @@ const (
           interfaces: [eth1, eth2]
           mode: 802.3ad
         dhcp: true
+      - interface: br0
+        bridge:
+          interfaces: [eth3, eth4]
+          stp:
+            enabled: true
+        addresses: [10.6.0.2/24]
 `
 	controlPlaneInterfacesPatch = `machine:
   network:
@@ -188,6 +194,12 @@ const (
           interfaces: [eth1, eth2]
           mode: 802.3ad
         dhcp: true
+      - interface: br0
+        bridge:
+          interfaces: [eth3, eth4]
+          stp:
+            enabled: true
+        addresses: [10.6.0.2/24]
 `
 	// Before the v1.12 contract the generator writes no HostnameConfig: a static hostname is the user's to set.
 	hostnamePatch = `machine:
@@ -611,7 +623,7 @@ func effectiveNetwork(cfg config.Provider) []string {
 	}
 
 	for _, device := range cfg.Machine().Network().Devices() {
-		if device.Bond() != nil || device.Bridge() != nil || device.Selector() != nil || device.Ignore() {
+		if device.Bond() != nil || device.BridgePort() != nil || device.Selector() != nil || device.Ignore() {
 			add("v1alpha1 %v", accessorValue(reflect.ValueOf(device), reflect.TypeFor[configconfig.Device](), 0))
 
 			continue
@@ -619,6 +631,11 @@ func effectiveNetwork(cfg config.Provider) []string {
 
 		legacyLink(device.Interface(), uint32(device.MTU()), device.Addresses(), true, device.Routes(), device.DHCP(),
 			device.DHCPOptions(), device.VIPConfig())
+
+		if bridge := device.Bridge(); bridge != nil {
+			add("bridge %s links %v stp %v filtering %v", device.Interface(), bridge.Interfaces(), bridge.STP().Enabled(),
+				bridge.VLAN().FilteringEnabled())
+		}
 
 		for _, vlan := range device.Vlans() {
 			link := fmt.Sprintf("%s.%d", device.Interface(), vlan.ID())
@@ -632,6 +649,11 @@ func effectiveNetwork(cfg config.Provider) []string {
 
 		if !link.Up().ValueOr(true) {
 			add("link %s down", link.Name())
+		}
+
+		if bridge, ok := link.(configconfig.NetworkBridgeConfig); ok {
+			add("bridge %s links %v stp %v filtering %v", link.Name(), bridge.Links(), bridge.STP().Enabled().ValueOrZero(),
+				bridge.VLAN().FilteringEnabled().ValueOrZero())
 		}
 
 		if vlan, ok := link.(configconfig.NetworkVLANConfig); ok {

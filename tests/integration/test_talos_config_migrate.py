@@ -151,8 +151,8 @@ def test_configs_on_the_controller_are_planned_and_written_through_both_doors(ru
         moved = run.task("interfaces (%s door)" % door)["result"]
         assert moved["plan"]["warnings"] == [moved["warnings"][0]] and len(moved["warnings"]) == 1
         assert moved["warnings"][0].startswith("With a link document in the config, Talos v1.14 stops the DHCP it runs by default")
-        assert moved["plan"]["kept"] == [".machine.network.interfaces.bond0: a bond's options are not moved by this migration; "
-                                         "Talos v1.14 still reads it from v1alpha1"]
+        assert moved["plan"]["kept"] == [".machine.network.interfaces.bond0: Talos builds a v1alpha1 bond's link otherwise than a "
+                                         "BondConfig's (its primary index), so it is not moved; Talos v1.14 still reads it from v1alpha1"]
         assert {"from": ".machine.network.interfaces.eth0.dhcp", "to": "DHCPv4Config/eth0", "field": None,
                 "value": {"clientIdentifier": "none"}} in moved["plan"]["steps"]
     written = list(yaml.safe_load_all((tmp_path / "cp-1.14.yaml").read_text()))

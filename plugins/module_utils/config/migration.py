@@ -345,8 +345,8 @@ def _interface_kept_why(interface):
     if not interface.get("interface"):
         return "it picks its link with deviceSelector, which LinkAliasConfig's CEL selector must say by hand"
     for field, why in (("ignore", "ignore has no document"),
-                       ("bond", "a bond's options are not moved by this migration"),
-                       ("bridge", "a bridge's options are not moved by this migration"),
+                       ("bond", "Talos builds a v1alpha1 bond's link otherwise than a BondConfig's (its primary "
+                                "index), so it is not moved"),
                        ("bridgePort", "a bridge port is not moved by this migration"),
                        ("wireguard", "a WireGuard link is not moved by this migration"),
                        ("dummy", "a dummy link is not moved by this migration")):
@@ -368,6 +368,11 @@ def _interface_kept_why(interface):
             return "an Equinix Metal VIP has no document"
         if set(vip) - set(("ip", "hcloud", "equinixMetal")):
             return "no document field is known to take vip %s" % ", ".join(sorted(set(vip) - set(("ip", "hcloud", "equinixMetal"))))
+    bridge = interface.get("bridge") or {}
+    unknown = sorted(set(bridge) - set(("interfaces", "stp", "vlan")) | set(bridge.get("stp") or {}) - set(("enabled",)) |
+                     set(bridge.get("vlan") or {}) - set(("vlanFiltering",)))
+    if unknown:
+        return "no document field is known to take bridge %s" % ", ".join(unknown)
     for vlan in interface.get("vlans") or []:
         unknown = sorted(set(vlan) - set(("addresses", "cidr", "routes", "dhcp", "vlanId", "mtu", "vip", "dhcpOptions")))
         if unknown:
@@ -411,7 +416,21 @@ def _link_routes(holder):
     return routes
 
 
-def _link(m, source, kind, name, holder, host_prefix, extra=None):
+def _link_kind(interface):
+    """The document of a v1alpha1 interface's link, and the fields its kind adds: a bridge's links and options."""
+    bridge = interface.get("bridge")
+    if bridge is None:
+        return "LinkConfig", None
+    extra = {"links": list(bridge.get("interfaces") or [])}
+    stp, vlan = bridge.get("stp") or {}, bridge.get("vlan") or {}
+    if stp.get("enabled") is not None:
+        extra["stp"] = {"enabled": stp["enabled"]}
+    if vlan.get("vlanFiltering") is not None:
+        extra["vlan"] = {"filtering": vlan["vlanFiltering"]}
+    return "BridgeConfig", extra
+
+
+def _link(m, source, kind, extra, name, holder, host_prefix):
     """One v1alpha1 link (an interface or a VLAN) to its link document, its DHCP documents and its VIP document."""
     value = dict(extra or {})
     addresses, skipped = _link_addresses(holder, host_prefix)
@@ -443,9 +462,9 @@ def _link(m, source, kind, name, holder, host_prefix, extra=None):
 
 
 def _interfaces(m):
-    """The v1alpha1 interfaces Talos's own v1alpha1 path reads as named links with addresses, routes, an MTU, DHCP, VLANs
-    and a VIP: to LinkConfig, VLANConfig, DHCPv4Config/DHCPv6Config, Layer2VIPConfig/HCloudVIPConfig. The others stay
-    in v1alpha1, which Talos v1.14 still reads beside the documents."""
+    """The v1alpha1 interfaces Talos's own v1alpha1 path reads as named links (or bridges) with addresses, routes, an
+    MTU, DHCP, VLANs and a VIP: to LinkConfig (BridgeConfig), VLANConfig, DHCPv4Config/DHCPv6Config,
+    Layer2VIPConfig/HCloudVIPConfig. The others stay in v1alpha1, which Talos v1.14 still reads beside the documents."""
     if not m.has("machine.network.interfaces"):
         return
     had_links = any(kind in _LINK_DOCUMENTS for kind, _name in m.existing)
@@ -460,11 +479,11 @@ def _interfaces(m):
             m.plan.kept.append(".%s: %s; Talos v1.14 still reads it from v1alpha1" % (source, why))
             continue
         name = interface["interface"]
-        _link(m, source, "LinkConfig", name, interface, host_prefix=True)
+        _link(m, source, *_link_kind(interface), name=name, holder=interface, host_prefix=True)
         for vlan in interface.get("vlans") or []:
             vlan_name = "%s.%s" % (name, vlan.get("vlanId"))
-            _link(m, "%s.vlans.%s" % (source, vlan.get("vlanId")), "VLANConfig", vlan_name, vlan, host_prefix=False,
-                  extra={"vlanID": vlan.get("vlanId"), "parent": name})
+            _link(m, "%s.vlans.%s" % (source, vlan.get("vlanId")), "VLANConfig", {"vlanID": vlan.get("vlanId"), "parent": name},
+                  name=vlan_name, holder=vlan, host_prefix=False)
     if kept:
         m.root["machine"]["network"]["interfaces"] = kept
     else:

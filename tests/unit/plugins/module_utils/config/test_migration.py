@@ -479,8 +479,9 @@ def test_a_named_interface_moves_to_its_link_dhcp_vlan_and_vip_documents():
 @pytest.mark.parametrize("interface,why", [
     ({"deviceSelector": {"hardwareAddr": "00:00:5e:*"}, "dhcp": True}, "deviceSelector"),
     ({"interface": "eth1", "ignore": True}, "ignore has no document"),
-    ({"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}, "dhcp": True}, "a bond's options"),
-    ({"interface": "br0", "bridge": {"interfaces": ["eth1"]}}, "a bridge's options"),
+    ({"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}, "dhcp": True}, "BondConfig's"),
+    ({"interface": "br0", "bridge": {"interfaces": ["eth1"], "stp": {"enabled": True, "forwardDelay": 4}}}, "bridge forwardDelay"),
+    ({"interface": "eth1", "bridgePort": {"master": "br0"}}, "a bridge port"),
     ({"interface": "wg0", "wireguard": {"privateKey": "k"}}, "WireGuard"),
     ({"interface": "eth1", "vip": {"ip": "10.0.0.9", "equinixMetal": {"apiToken": "t"}}}, "an Equinix Metal VIP has no document"),
     ({"interface": "eth1", "dhcp": True, "dhcpOptions": {"ipv6": True, "duidv6": "000100011234"}}, "duidRaw"),
@@ -497,3 +498,12 @@ def test_no_default_dhcp_warning_when_the_config_already_has_a_link_document():
     plan, _documents = migrated(config({"network": {"interfaces": [{"interface": "eth0", "dhcp": True}]}}, {}, "worker",
                                        doc("LinkConfig", name="eth1")))
     assert plan.warnings == []
+
+
+def test_a_bridge_moves_to_its_bridge_config():
+    bridge = {"interface": "br0", "bridge": {"interfaces": ["eth1", "eth2"], "stp": {"enabled": True}, "vlan": {"vlanFiltering": False}},
+              "addresses": ["10.6.0.2/24"], "dhcp": False}
+    plan, documents = migrated(config({"network": {"interfaces": [bridge]}}))
+    assert documents[("BridgeConfig", "br0")] == doc("BridgeConfig", name="br0", links=["eth1", "eth2"], stp={"enabled": True},
+                                                     vlan={"filtering": False}, addresses=[{"address": "10.6.0.2/24"}])
+    assert plan.kept == [] and ("DHCPv4Config", "br0") not in documents
