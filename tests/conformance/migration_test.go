@@ -119,8 +119,8 @@ const (
           - name: nginx
             image: nginx
 `
-	// Network interfaces the migration moves (eth0, its VLAN, a bridge) and one it leaves in v1alpha1 (a bond); a VIP only on a
-	// control plane, as Talos allows.
+	// Network interfaces the migration moves (eth0, its VLAN, a bridge) and one it leaves in v1alpha1 (a bond); VIPs
+	// only on a control plane, as Talos allows, merged into eth0 and its VLAN by the patcher.
 	interfacesPatch = `machine:
   network:
     interfaces:
@@ -158,48 +158,18 @@ const (
             enabled: true
         addresses: [10.6.0.2/24]
 `
-	controlPlaneInterfacesPatch = `machine:
+	controlPlaneVIPPatch = `machine:
   network:
     interfaces:
       - interface: eth0
-        addresses: [10.5.0.2/24, 10.5.0.3]
-        mtu: 9000
-        routes:
-          - network: 0.0.0.0/0
-            gateway: 10.5.0.1
-          - network: 10.9.0.0/16
-            gateway: 10.5.0.254
-            metric: 100
-            mtu: 1400
-        dhcp: true
-        dhcpOptions:
-          routeMetric: 512
-          ipv6: true
         vip:
           ip: 10.5.0.10
         vlans:
           - vlanId: 100
-            addresses: [192.168.100.2/24]
-            mtu: 1500
-            dhcp: true
-            routes:
-              - network: 192.168.0.0/16
-                gateway: 192.168.100.1
             vip:
               ip: 192.168.100.10
               hcloud:
                 apiToken: hcloud-token
-      - interface: bond0
-        bond:
-          interfaces: [eth1, eth2]
-          mode: 802.3ad
-        dhcp: true
-      - interface: br0
-        bridge:
-          interfaces: [eth3, eth4]
-          stp:
-            enabled: true
-        addresses: [10.6.0.2/24]
 `
 	// Before the v1.12 contract the generator writes no HostnameConfig: a static hostname is the user's to set.
 	hostnamePatch = `machine:
@@ -249,7 +219,7 @@ func migrationInputs() []migrationInput {
 			}
 
 			if machineType == machine.TypeControlPlane {
-				patches = append(patches, controlPlanePatch, controlPlaneInterfacesPatch)
+				patches = append(patches, interfacesPatch, controlPlanePatch, controlPlaneVIPPatch)
 			} else {
 				patches = append(patches, interfacesPatch)
 			}

@@ -342,7 +342,7 @@ _LINK_DOCUMENTS = ("LinkConfig", "VLANConfig", "BondConfig", "BridgeConfig", "Du
 
 def _interface_kept_why(interface):
     """Why a v1alpha1 interface stays in v1alpha1 (Talos v1.14 still configures it from there), or None."""
-    if not interface.get("interface"):
+    if not interface.get("interface") or interface.get("deviceSelector"):
         return "it picks its link with deviceSelector, which LinkAliasConfig's CEL selector must say by hand"
     for field, why in (("ignore", "ignore has no document"),
                        ("bond", "Talos builds a v1alpha1 bond's link otherwise than a BondConfig's (its primary "
