@@ -404,8 +404,8 @@ def test_a_file_replacing_one_under_etc_moves_to_an_etc_file_config_and_the_cri_
     files = [{"path": "/etc/nfsmount.conf", "op": "overwrite", "permissions": "0o600", "content": "[NFSMount_Global_Options]\n"},
              {"path": "/etc/cri/conf.d/20-customization.part", "op": "create", "permissions": 0o644, "content": "[metrics]\n"}]
     plan, documents = migrated(config({"files": files}))
-    assert documents[("EtcFileConfig", "nfsmount.conf")] == doc("EtcFileConfig", name="nfsmount.conf", contents="[NFSMount_Global_Options]\n",
-                                                                 mode=0o600)
+    assert documents[("EtcFileConfig", "nfsmount.conf")] == doc(
+        "EtcFileConfig", name="nfsmount.conf", contents="[NFSMount_Global_Options]\n", mode=0o600)
     # "customization" is the name Talos gives the v1alpha1 file, which no document may take.
     assert documents[("CRICustomizationConfig", "customization-v1alpha1")]["content"] == "[metrics]\n"
     assert "files" not in documents[("v1alpha1", None)]["machine"] and plan.kept == []
