@@ -334,7 +334,8 @@ def _resolver(m):
             m.move("machine.features.hostDNS", "ResolverConfig", "hostDNS", host_dns)
 
 
-# The DHCP options a v1alpha1 interface (or VLAN) sets, and a VIP's.
+# The DHCP options a v1alpha1 interface (or VLAN) may set; the documents that configure links (then Talos runs no
+# default DHCP).
 _DHCP_OPTIONS = ("routeMetric", "ipv4", "ipv6", "duidv6")
 _LINK_DOCUMENTS = ("LinkConfig", "VLANConfig", "BondConfig", "BridgeConfig", "DummyLinkConfig", "WireguardConfig",
                    "DHCPv4Config", "DHCPv6Config", "VRFConfig", "VethConfig", "EthernetConfig")
