@@ -367,7 +367,7 @@ func TestAdoptionFixtures(t *testing.T) {
 				bundle = bundles[node.Bundle]
 			}
 
-			node.File = node.Name + ".yaml"
+			node.File = node.Name + ".machineconfig" // not .yaml: ansible-test sanity takes a .yaml file for one document
 			made := adoptionConfig(t, *cluster, bundle, *node)
 			path := filepath.Join(directory, node.File)
 

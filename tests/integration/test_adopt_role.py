@@ -67,7 +67,7 @@ class UpstreamCluster(object):
                                                "discovery": False, "nodes": [node.address for node in self.nodes.values()]}))
 
     def config_bytes(self, name):
-        return open(os.path.join(FIXTURES, self.fixture["name"], name + ".yaml"), "rb").read()
+        return open(os.path.join(FIXTURES, self.fixture["name"], name + ".machineconfig"), "rb").read()
 
     def running_configs(self):
         return dict((name, node.config_bytes) for name, node in self.nodes.items())
