@@ -23,8 +23,9 @@ description:
     O(show_secrets=true). The configuration itself is never returned and never logged.
   - Before anything is sent, the configuration is checked against the Talos version each node runs - when it holds a
     document kind or field that not every supported Talos release knows. A node whose release does not know one is
-    refused with one sentence naming the document, the release that introduced it and the node's version, and nothing
-    is sent to it; RV(valid_for) says which releases the configuration is valid for.
+    refused with one sentence naming the document, the release that introduced it and the node's version. Every node
+    of the task is checked before any is sent anything, so a configuration one of them cannot take changes none of
+    them; RV(valid_for) says which releases the configuration is valid for.
   - The module never reboots a node unless O(mode=reboot) asks for it (or a Talos release before v1.14 chooses to
     reboot for the change). Before a control plane reboots, the module runs the etcd quorum guard, as
     M(talos_linux.talos.talos_reboot) does, and refuses when etcd would lose its quorum while the node is down - when
@@ -288,7 +289,12 @@ nodes:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import label
-from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import ConfigApplier, load_config, patch_secret_values
+from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import (
+    ConfigApplier,
+    check_nodes_fit,
+    load_config,
+    patch_secret_values,
+)
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import maskable_literals
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
@@ -328,7 +334,7 @@ def run(task):
                                 show_secrets=params["show_secrets"], check_mode=task.check_mode, progress=task.progress,
                                 force_quorum_loss=params["force_quorum_loss"],
                                 quorum_wait_timeout=params["quorum_wait_timeout"],
-                                keep_newer_installer=params["keep_newer_installer"])
+                                keep_newer_installer=params["keep_newer_installer"], versions=versions)
         result, diff = applier.apply(node)
         # Task-wide, whether the task ends well or not: whether any node rebooted, and each node's warnings.
         task.result["rebooted"] = task.result["rebooted"] or bool(result.get("rebooted"))
@@ -338,6 +344,9 @@ def run(task):
 
     task.result["rebooted"] = False
     task.result["valid_for"] = config.valid_for()
+    # Every node's Talos is checked before any node is touched: a config one of them cannot decode changes none.
+    versions = check_nodes_fit(task.client, config, task.target_nodes, maintenance=params["insecure"],
+                               max_concurrency=params["max_concurrency"])
     output = lifecycle.on_nodes(task.client, task.target_nodes, apply_node, params["max_concurrency"],
                                 waited=params["wait"] or task.check_mode, progress=task.progress)
     output.pop("warnings", None)  # one node's keys at the top: its warnings are the task's

@@ -463,6 +463,45 @@ def apply_diff(node, mode_details, config, known_secrets, show_secrets):
     }
 
 
+def _check_fits_maintenance(config, node):
+    config_documents.check_fits(
+        config.documents, MAINTENANCE_WITHOUT_VERSION_UNTIL,
+        "%s runs Talos v%d.%d or older (in maintenance mode it does not tell which)"
+        % ((label(node),) + MAINTENANCE_WITHOUT_VERSION_UNTIL), node=node)
+
+
+def check_nodes_fit(client, config, nodes, maintenance=False, max_concurrency=None):
+    """Refuse ``config`` before any of ``nodes`` is touched when one of them runs a Talos that cannot decode it
+    (documents.check_fits): ``{node: version tag}`` of the nodes read, for ConfigApplier's ``versions``.
+
+    The versions are read at once, and only when the config holds a document
+    or field some supported release does not know. A node that does not answer
+    is left out: its own apply reads it again and fails it alone. A refusal
+    names the first node refused and how many others are.
+    """
+    if not config_documents.requirements(config.documents):
+        return {}
+    versions, refusals = {}, []
+    for node, reply in sorted(client.call_many(rpc.VERSION, nodes=nodes, max_concurrency=max_concurrency).items()):
+        try:
+            if isinstance(reply, TalosUnimplementedError) and maintenance:
+                _check_fits_maintenance(config, node)
+            elif not isinstance(reply, Exception):
+                tag = reply[0].version.tag
+                config_documents.check_fits(config.documents, tag, "%s runs %s" % (label(node), tag), node=node)
+                versions[node] = tag
+        except TalosConfigError as refusal:
+            refusals.append(refusal)
+    if len(refusals) == 1:
+        raise refusals[0]
+    if refusals:
+        others = [refusal.node for refusal in refusals[1:]]
+        raise TalosConfigError("%s, and %d other node%s too (%s)." % (
+            refusals[0].message.rstrip("."), len(others), "s are refused" if len(others) > 1 else " is refused",
+            ", ".join(others)), node=refusals[0].node)
+    return versions
+
+
 class ConfigApplier:
     """Applies one MachineConfig to nodes as ``talosctl apply-config`` does: dry run, decision, apply, reboot or wait.
 
@@ -481,7 +520,7 @@ class ConfigApplier:
 
     def __init__(self, client, config, mode="auto", try_timeout=60, maintenance=False, wait_timeout=None,
                  show_secrets=False, check_mode=False, progress=None, force_quorum_loss=False, quorum_wait_timeout=0,
-                 keep_newer_installer=False):
+                 keep_newer_installer=False, versions=None):
         self.client = client
         self.config = config
         self.mode = mode
@@ -495,6 +534,8 @@ class ConfigApplier:
         self.quorum_wait_timeout = quorum_wait_timeout
         self.keep_newer_installer = keep_newer_installer
         self.known_secrets = config.secret_values()
+        # The versions check_nodes_fit read for the whole task, so that each node's apply does not read its own again.
+        self.versions = versions or {}
 
     def _call_apply(self, node, config, mode, dry_run):
         request = apply_request(config.data, mode, self.try_timeout, dry_run)
@@ -507,15 +548,14 @@ class ConfigApplier:
         gated = bool(config_documents.requirements(self.config.documents))
         if not gated and (self.mode != "reboot" or self.maintenance):
             return None
+        if node in self.versions:
+            return self.versions[node]
         try:
             tag = talos_node.read_version_tag(self.client, node)
         except TalosUnimplementedError:
             if not self.maintenance:
                 raise
-            config_documents.check_fits(
-                self.config.documents, MAINTENANCE_WITHOUT_VERSION_UNTIL,
-                "%s runs Talos v%d.%d or older (in maintenance mode it does not tell which)"
-                % ((label(node),) + MAINTENANCE_WITHOUT_VERSION_UNTIL), node=node)
+            _check_fits_maintenance(self.config, node)
             return None
         config_documents.check_fits(self.config.documents, tag, "%s runs %s" % (label(node), tag), node=node)
         return tag

@@ -12,7 +12,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.client import rp
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
 from ansible_collections.talos_linux.talos.plugins.module_utils.config import machine_config
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import waits as talos_waits
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConnectionError, TalosError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import ActionFailed, TalosConfigError, TalosConnectionError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machine import machine_pb2
 from ansible_collections.talos_linux.talos.plugins.modules import talos_apply_config
 from fake_talos import FakeTalos, cosi_state, fails_with, resource as fake_resource
@@ -393,15 +393,30 @@ class TestVersionGates:
         ok, result, _task = run(client, insecure=True, config=CONFIG + hostname)
         assert ok and result["changed"] is True and len(applies(client)) == 2
 
-    def test_several_nodes_each_refuse_what_their_release_does_not_know(self, waits):
+    def test_one_node_too_old_for_the_config_changes_no_node(self, waits):
         client = talos_node(version="v1.14.1")
         client.answer(rpc.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.13.9"))], node="10.5.0.4")
-        with pytest.raises(ActionFailed) as failed:
-            run(client, config=V114_CONFIG, nodes=["10.5.0.3", "10.5.0.4"])
-        assert failed.value.message == ("1 of 2 nodes failed (10.5.0.4): The config's KubeletConfig document needs Talos "
-                                        "v1.14.0 or newer; node 10.5.0.4 runs v1.13.9.")
-        assert sorted(call.node for call in client.calls_to(rpc.APPLY_CONFIGURATION)) == ["10.5.0.3"] * 2
-        assert failed.value.to_result()["valid_for"]["min"] == "v1.14.0"
+        with pytest.raises(TalosConfigError) as failed:
+            run(client, config=V114_CONFIG, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5"])
+        assert failed.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; "
+                                        "node 10.5.0.4 runs v1.13.9.")
+        assert client.calls_to(rpc.APPLY_CONFIGURATION) == []
+        assert sorted(call.node for call in client.calls_to(rpc.VERSION)) == ["10.5.0.3", "10.5.0.4", "10.5.0.5"]
+
+    def test_every_refused_node_is_named(self, waits):
+        client = talos_node(version="v1.13.2")
+        client.answer(rpc.VERSION, [machine_pb2.Version(version=machine_pb2.VersionInfo(tag="v1.14.0"))], node="10.5.0.3")
+        with pytest.raises(TalosConfigError) as failed:
+            run(client, config=V114_CONFIG, nodes=["10.5.0.3", "10.5.0.4", "10.5.0.5", "10.5.0.6"])
+        assert failed.value.message == ("The config's KubeletConfig document needs Talos v1.14.0 or newer; node 10.5.0.4 "
+                                        "runs v1.13.2, and 2 other nodes are refused too (10.5.0.5, 10.5.0.6).")
+        assert client.calls_to(rpc.APPLY_CONFIGURATION) == []
+
+    def test_the_versions_read_for_the_check_are_not_read_again(self, waits):
+        client = talos_node(version="v1.14.1")
+        ok, _result, _task = run(client, config=V114_CONFIG, nodes=["10.5.0.3", "10.5.0.4"])
+        assert ok
+        assert sorted(call.node for call in client.calls_to(rpc.VERSION)) == ["10.5.0.3", "10.5.0.4"]
 
 
 class TestMaintenance:
