@@ -329,15 +329,13 @@ deprecated_apis:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import api as kube_api
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import manifests as kubernetes_manifests
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import fetch_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.upgrade import (
     IMAGE_OPTIONS,
-    KubernetesUpgrade,
     requested_repositories,
     requested_versions,
+    upgrade_kubernetes,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import CLIENT_LIBRARIES, TaskSpec
 
 SPEC = TaskSpec(
@@ -368,36 +366,6 @@ SPEC = TaskSpec(
 )
 
 
-def _diff(upgrade):
-    import yaml
-
-    def text(obj):
-        return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) if obj is not None else ""
-
-    diffs = []
-    if upgrade.plan:
-        diffs.append({
-            "before_header": "images the nodes run",
-            "after_header": "images after the upgrade",
-            "before": "".join("%s %s: %s\n" % (change.node, change.component.name, change.image_from or "Talos default")
-                              for change in upgrade.plan),
-            "after": "".join("%s %s: %s\n" % (change.node, change.component.name, change.image_to)
-                             for change in upgrade.plan),
-        })
-    for item in upgrade.diffs:
-        diffs.append({"before_header": "%s (live)" % item["object"], "after_header": "%s (Talos manifest)" % item["object"],
-                      "before": text(item["before"]), "after": text(item["after"])})
-    return diffs
-
-
-def _message(result, check_mode):
-    if not result["changed"]:
-        return "Kubernetes %s runs on every node and the bootstrap manifests are in sync: nothing to do." % result["to_version"]
-    return "%s Kubernetes from %s to %s: %d image change(s), %d manifest object(s) %s." % (
-        "Would upgrade" if check_mode else "Upgraded", result["from_version"], result["to_version"], len(result["plan"]),
-        len(result["manifests"]), "to sync" if check_mode else "synced")
-
-
 def run(task):
     params = task.params
     # Every check that needs no node comes first.
@@ -405,26 +373,14 @@ def run(task):
     repositories = requested_repositories(dict((option, params[option]) for option in IMAGE_OPTIONS))
     server = kube_api.api_server_url(params["kubernetes_endpoint"], "kubernetes_endpoint") if params["kubernetes_endpoint"] else None
     node = task.single_node("reads the admin kubeconfig from one control-plane node")
-    _text, kubeconfig = fetch_kubeconfig(task.client, node)
-    task.hide(secret_values(kubeconfig))
-    kube = kube_api.KubeAPI(kubeconfig, server=server, retry_seconds=params["wait_timeout"])
-    upgrade = KubernetesUpgrade(
-        task.client, kube, to_version, from_version=from_version, issuer=node, repositories=repositories,
-        control_planes=params["controlplane_nodes"], workers=params["worker_nodes"],
-        pre_pull=params["pre_pull_images"], upgrade_kubelet=params["upgrade_kubelet"],
-        sync_manifests=params["sync_manifests"], check_deprecated_apis=params["check_deprecated_apis"],
-        wait_timeout=params["wait_timeout"], check_mode=task.check_mode, progress=task.progress,
-        manifest_options=kubernetes_manifests.SyncOptions(
-            prune=params["prune"], inventory_policy=params["inventory_policy"], recreate=params["recreate_immutable"],
-            reconcile_timeout=params["reconcile_timeout"]), hide=task.hide)
-    try:
-        result = upgrade.run()
-    finally:
-        kube.close()
-    result["msg"] = _message(result, task.check_mode)
-    if task.diff:
-        result["diff"] = _diff(upgrade)
-    return result
+    return upgrade_kubernetes(
+        task.client, node, to_version, from_version=from_version, server=server, repositories=repositories,
+        control_planes=params["controlplane_nodes"], workers=params["worker_nodes"], pre_pull=params["pre_pull_images"],
+        upgrade_kubelet=params["upgrade_kubelet"], sync_manifests=params["sync_manifests"], prune=params["prune"],
+        inventory_policy=params["inventory_policy"], recreate_immutable=params["recreate_immutable"],
+        reconcile_timeout=params["reconcile_timeout"], check_deprecated_apis=params["check_deprecated_apis"],
+        wait_timeout=params["wait_timeout"], check_mode=task.check_mode, diff=task.diff, hide=task.hide,
+        progress=task.progress)
 
 
 def main():

@@ -26,6 +26,9 @@
 6. Sync Talos's bootstrap manifests to the API server (kubernetes_manifests: server-side apply in stages, the
    inventory and its policy, pruning, the wait until what was written is ready).
 
+``upgrade_kubernetes`` is the whole task: the admin kubeconfig from one control plane (its secrets hidden at once),
+the Kubernetes API it reaches, the upgrade, its message and diff.
+
 Every step reads what the node runs before it acts (a node's config is read
 again right before it is patched), so a rerun at the target changes nothing,
 a rerun after an interruption finishes the job, and an edit made meanwhile is
@@ -45,10 +48,15 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     label,
     short_label,
 )
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import secret_values
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.store import NodeImages
-from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import is_retryable
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import KubeAPI, is_retryable
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import fetch_kubeconfig
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.manifests import (
+    DEFAULT_INVENTORY_POLICY,
+    DEFAULT_RECONCILE_TIMEOUT,
     ManifestSync,
+    SyncOptions,
     inventoried,
     manifest_secrets,
     read_manifests,
@@ -670,3 +678,76 @@ class KubernetesUpgrade:
         except TalosError as error:
             self._failed("Syncing the bootstrap manifests, %s" % self.manifest_sync.step, error)
         self.diffs.extend(self.manifest_sync.diffs)
+
+
+# -- the task ------------------------------------------------------------------------------
+
+
+def upgrade_kubernetes(client, node, to_version, from_version=None, server=None, repositories=None, control_planes=None,
+                       workers=None, pre_pull=True, upgrade_kubelet=True, sync_manifests=True, prune=True,
+                       inventory_policy=DEFAULT_INVENTORY_POLICY, recreate_immutable=False,
+                       reconcile_timeout=DEFAULT_RECONCILE_TIMEOUT, check_deprecated_apis=True, wait_timeout=600,
+                       check_mode=False, diff=False, hide=None, progress=None):
+    """Upgrade Kubernetes to ``to_version`` (or in check mode plan it) with the admin kubeconfig ``node`` issues;
+    returns the whole result: KubernetesUpgrade.run's with ``msg`` and, with ``diff``, ``diff``.
+
+    ``hide(values)`` hears the kubeconfig's secrets as soon as it is read, and
+    the manifests' as they are, so that no result, message or failure shows
+    them. ``server`` is the API server to reach instead of the kubeconfig's
+    (kube_api.api_server_url); ``repositories`` as requested_repositories
+    returns them; ``prune``, ``inventory_policy``, ``recreate_immutable`` and
+    ``reconcile_timeout`` are the manifest sync's (SyncOptions). Raises
+    ActionFailed with the result so far; the API connection is closed either way.
+    """
+    hide = hide or (lambda values: None)
+    _text, kubeconfig = fetch_kubeconfig(client, node)
+    hide(secret_values(kubeconfig))
+    kube = KubeAPI(kubeconfig, server=server, retry_seconds=wait_timeout)
+    try:
+        upgrade = KubernetesUpgrade(
+            client, kube, to_version, from_version=from_version, issuer=node, repositories=repositories,
+            control_planes=control_planes, workers=workers, pre_pull=pre_pull, upgrade_kubelet=upgrade_kubelet,
+            sync_manifests=sync_manifests, check_deprecated_apis=check_deprecated_apis, wait_timeout=wait_timeout,
+            check_mode=check_mode, progress=progress, hide=hide,
+            manifest_options=SyncOptions(prune=prune, inventory_policy=inventory_policy, recreate=recreate_immutable,
+                                         reconcile_timeout=reconcile_timeout))
+        result = upgrade.run()
+    finally:
+        kube.close()
+    result["msg"] = upgrade_message(result, check_mode)
+    if diff:
+        result["diff"] = upgrade_diff(upgrade)
+    return result
+
+
+def upgrade_message(result, check_mode):
+    """The task's one sentence for ``result`` (KubernetesUpgrade.run's)."""
+    if not result["changed"]:
+        return "Kubernetes %s runs on every node and the bootstrap manifests are in sync: nothing to do." % result["to_version"]
+    return "%s Kubernetes from %s to %s: %d image change(s), %d manifest object(s) %s." % (
+        "Would upgrade" if check_mode else "Upgraded", result["from_version"], result["to_version"], len(result["plan"]),
+        len(result["manifests"]), "to sync" if check_mode else "synced")
+
+
+def upgrade_diff(upgrade):
+    """The task's diff of a run ``upgrade``: the images each node runs before and after, then each manifest object
+    the sync changed (live against Talos's manifest, its secrets redacted by the sync)."""
+    import yaml
+
+    def text(obj):
+        return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) if obj is not None else ""
+
+    diffs = []
+    if upgrade.plan:
+        diffs.append({
+            "before_header": "images the nodes run",
+            "after_header": "images after the upgrade",
+            "before": "".join("%s %s: %s\n" % (change.node, change.component.name, change.image_from or "Talos default")
+                              for change in upgrade.plan),
+            "after": "".join("%s %s: %s\n" % (change.node, change.component.name, change.image_to)
+                             for change in upgrade.plan),
+        })
+    for item in upgrade.diffs:
+        diffs.append({"before_header": "%s (live)" % item["object"], "after_header": "%s (Talos manifest)" % item["object"],
+                      "before": text(item["before"]), "after": text(item["after"])})
+    return diffs

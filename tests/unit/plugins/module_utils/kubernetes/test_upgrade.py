@@ -440,3 +440,77 @@ def test_objects_of_an_api_resource_the_target_removes_are_refused():
     assert refused.value.message == ("Kubernetes 1.37.2 no longer serves API resources the cluster still holds objects of: "
                                      "workloads.v1alpha2.scheduling.k8s.io (2 objects); migrate or delete them first.")
     assert _applies(sim) == []
+
+
+# -- the task: kubeconfig, API connection, message and diff ----------------------------------
+
+class ClosingKube(FakeKube):
+    """FakeKube as upgrade_kubernetes builds it (KubeAPI's arguments kept), closed or not."""
+
+    made = []
+
+    def __init__(self, sim, kubeconfig, server=None, retry_seconds=0):
+        super(ClosingKube, self).__init__(sim)
+        self.kubeconfig, self.server, self.retry_seconds = kubeconfig, server, retry_seconds
+        self.closed = False
+        ClosingKube.made.append(self)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def task_sim(monkeypatch):
+    """A Simulation whose first control plane issues an admin kubeconfig, with KubeAPI made as a ClosingKube."""
+    from kubeconfig_samples import archive, kubeconfig
+
+    sim = Simulation()
+    sim.kubeconfig = kubeconfig()
+    sim.talos.answer(rpc.KUBECONFIG, archive(yaml.safe_dump(sim.kubeconfig)))
+    ClosingKube.made = []
+    monkeypatch.setattr(kubernetes_upgrade, "KubeAPI", lambda config, **options: ClosingKube(sim, config, **options))
+    return sim
+
+
+def _task(sim, heard, **options):
+    options.setdefault("pre_pull", False)
+    options.setdefault("sync_manifests", False)
+    options.setdefault("wait_timeout", 5)
+    return kubernetes_upgrade.upgrade_kubernetes(sim.talos, "10.5.0.2", options.pop("to_version", TO), hide=heard.update,
+                                                 **options)
+
+
+def test_the_task_upgrades_with_the_kubeconfig_of_its_node_and_hides_its_secrets(task_sim):
+    heard = set()
+    result = _task(task_sim, heard, server="https://10.5.0.9:6443", diff=True)
+    assert [call.node for call in task_sim.talos.calls_to(rpc.KUBECONFIG)] == ["10.5.0.2"]
+    kube, = ClosingKube.made
+    assert (kube.kubeconfig, kube.server, kube.retry_seconds, kube.closed) == (task_sim.kubeconfig, "https://10.5.0.9:6443", 5, True)
+    user = task_sim.kubeconfig["users"][0]["user"]
+    assert user["client-key-data"] in heard
+    assert result["msg"] == "Upgraded Kubernetes from %s to %s: 11 image change(s), 0 manifest object(s) synced." % (FROM, TO)
+    images, = result["diff"]
+    assert (images["before_header"], images["after_header"]) == ("images the nodes run", "images after the upgrade")
+    assert images["before"].splitlines()[0] == "10.5.0.2 kube-apiserver: registry.k8s.io/kube-apiserver:v" + FROM
+    assert images["after"].splitlines()[-1] == "10.5.0.5 kubelet: ghcr.io/siderolabs/kubelet:v" + TO
+    assert len(_applies(task_sim)) == 11
+
+
+def test_the_task_in_check_mode_says_what_it_would_do_and_a_rerun_that_nothing_is_left(task_sim):
+    result = _task(task_sim, set(), check_mode=True)
+    assert result["msg"] == "Would upgrade Kubernetes from %s to %s: 11 image change(s), 0 manifest object(s) to sync." % (FROM, TO)
+    assert "diff" not in result and _applies(task_sim) == []
+    _task(task_sim, set())
+    again = _task(task_sim, set(), diff=True)
+    assert again["changed"] is False and again["diff"] == []
+    assert again["msg"] == "Kubernetes %s runs on every node and the bootstrap manifests are in sync: nothing to do." % TO
+    assert [kube.closed for kube in ClosingKube.made] == [True, True, True]
+
+
+def test_the_task_closes_the_api_connection_when_the_upgrade_fails(task_sim):
+    heard = set()
+    task_sim.talos.answer(rpc.APPLY_CONFIGURATION, fails_with("PermissionDenied", "not authorized"))
+    with pytest.raises(ActionFailed, match="^kube-apiserver on node 10.5.0.2, patching the machine config: "):
+        _task(task_sim, heard)
+    assert ClosingKube.made[0].closed is True
+    assert task_sim.kubeconfig["users"][0]["user"]["client-key-data"] in heard
