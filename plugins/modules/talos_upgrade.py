@@ -298,8 +298,8 @@ nodes:
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import store as images
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import installer
-from ansible_collections.talos_linux.talos.plugins.module_utils.config import installer_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle import actions as lifecycle
+from ansible_collections.talos_linux.talos.plugins.module_utils.lifecycle.upgrade import upgrade_node
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
@@ -331,24 +331,15 @@ def run(task):
     image, target = installer.resolve_target(params["installer_image"], params["version"])
     api = installer.choose_api(params["api"], stage=params["stage"], preserve=params["preserve"])
 
-    def upgrade_node(client, node):
-        # The node's own installer unless an option names one; its config's installer reference is read before
-        # anything changes, so that a config with two of them is refused first.
-        choice = installer.choose_node_installer(client, node, target, image=image, repository=params["installer_repository"],
-                                                 factory_url=params["image_factory_url"])
-        reference = installer_reference.read_installer_reference(client, node)
-        result = lifecycle.upgrade(client, node, choice.image, target, api, fall_back=params["api"] == "auto",
-                                   reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
-                                   force_quorum_loss=params["force_quorum_loss"],
-                                   quorum_wait_timeout=params["quorum_wait_timeout"], pull_timeout=params["pull_timeout"],
-                                   wait_timeout=params["wait_timeout"] if params["wait"] else None,
-                                   check_mode=task.check_mode, diff=task.diff, progress=task.progress)
-        result["image_reason"] = choice.reason
-        result["installer_reference"] = installer_reference.update_installer_reference(
-            client, node, reference, choice.image, result, check_mode=task.check_mode, diff=task.diff, warn=task.warn)
-        return result
+    def upgrade(client, node):
+        return upgrade_node(client, node, target, api, image=image, repository=params["installer_repository"],
+                            factory_url=params["image_factory_url"], fall_back=params["api"] == "auto",
+                            reboot_mode=params["reboot_mode"], preserve=params["preserve"], stage=params["stage"],
+                            force_quorum_loss=params["force_quorum_loss"], quorum_wait_timeout=params["quorum_wait_timeout"],
+                            pull_timeout=params["pull_timeout"], wait_timeout=params["wait_timeout"] if params["wait"] else None,
+                            check_mode=task.check_mode, diff=task.diff, progress=task.progress, warn=task.warn)
 
-    return lifecycle.on_nodes(task.client, task.target_nodes, upgrade_node, params["max_concurrency"],
+    return lifecycle.on_nodes(task.client, task.target_nodes, upgrade, params["max_concurrency"],
                               waited=params["wait"] or task.check_mode, progress=task.progress)
 
 
