@@ -164,7 +164,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.images import st
 from ansible_collections.talos_linux.talos.plugins.module_utils.images import reference as image_reference
 from ansible_collections.talos_linux.talos.plugins.module_utils.task import several_nodes
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
-from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import choose_node_installer, resolve_target
+from ansible_collections.talos_linux.talos.plugins.module_utils.images.installer import choose_installers, resolve_target
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
 
@@ -187,21 +187,6 @@ SPEC = TaskSpec(
 )
 
 
-def _installers(task, nodes, image, target):
-    """``({node: installer}, {node: why}, {node: TalosError})`` for O(installer_image) or O(installer_version)."""
-    params = task.params
-    chosen, reasons, failures = {}, {}, {}
-    for node in nodes:
-        try:
-            choice = choose_node_installer(task.client, node, target, image=image, repository=params["installer_repository"],
-                                           factory_url=params["image_factory_url"])
-        except TalosError as error:
-            failures[node] = error
-            continue
-        chosen[node], reasons[node] = choice.image, choice.reason
-    return chosen, reasons, failures
-
-
 def run(task):
     params = task.params
     installer = params["installer_version"] or params["installer_image"]
@@ -217,21 +202,24 @@ def run(task):
     namespace = params["namespace"] or ("system" if installer else "cri")
     store = images.NodeImages(task.client, namespace, params["max_concurrency"], progress=task.progress)
 
-    reasons, failures = {}, {}
+    choices, failures = {}, {}
     if params["state"] == "absent":
         outcomes = store.ensure_absent(params["name"], nodes, check_mode=task.check_mode)
     else:
         if installer:
-            wanted, reasons, failures = _installers(task, nodes, image, target)
+            choices = choose_installers(task.client, nodes, target, image=image, repository=params["installer_repository"],
+                                        factory_url=params["image_factory_url"], max_concurrency=params["max_concurrency"])
+            failures = dict((node, choice) for node, choice in choices.items() if isinstance(choice, TalosError))
+            wanted = dict((node, choice.image) for node, choice in choices.items() if node not in failures)
         else:
             image_reference.parse_reference(params["name"])
             wanted = dict((node, params["name"]) for node in nodes)
         outcomes = store.ensure_present(wanted, check_mode=task.check_mode, timeout=params["pull_timeout"]) if wanted else {}
         outcomes.update(failures)
 
-    for node, reason in reasons.items():
+    for node, choice in choices.items():
         if not isinstance(outcomes[node], TalosError):
-            outcomes[node]["image_reason"] = reason
+            outcomes[node]["image_reason"] = choice.reason
     return several_nodes.result(outcomes, nodes, task.settings)
 
 

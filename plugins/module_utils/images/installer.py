@@ -24,6 +24,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.client.client import resource_to_dict
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosError
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.factory import (
     EMPTY_SCHEMATIC_ID,
@@ -170,19 +171,58 @@ def node_build(version_item, extension_statuses, security_state):
                      extensions, schematic, factory_url)
 
 
+# The COSI resources a node's build is read from besides its Version: (namespace, type[, id]).
+EXTENSION_STATUSES = ("runtime", "ExtensionStatuses.runtime.talos.dev")
+SECURITY_STATE = ("runtime", "SecurityStates.talos.dev", "securitystate")
+
+
+def _security_state(answer):
+    """The SecurityState of a node from its answer (the resource or a TalosError): None where it is missing, on
+    releases without the resource type, or not readable; nothing else is worth failing for."""
+    if isinstance(answer, TalosError):
+        if answer.code not in ("NotFound", "PermissionDenied"):
+            raise answer
+        return None
+    return answer
+
+
 def read_node_build(client, node, version_item=None):
     """Read the NodeBuild of ``node`` (``version_item``: its Version reply item when already read)."""
     if version_item is None:
         version_item = client.call(rpc.VERSION, node=node)[0]
-    extensions = client.list_resources("runtime", "ExtensionStatuses.runtime.talos.dev", node=node)
+    extensions = client.list_resources(*EXTENSION_STATUSES, node=node)
     try:
-        security = client.get_resource("runtime", "SecurityStates.talos.dev", "securitystate", node=node)
+        security = client.get_resource(*SECURITY_STATE, node=node)
     except TalosError as error:
-        # Missing on releases without the resource type; nothing else is worth failing for.
-        if error.code not in ("NotFound", "PermissionDenied"):
-            raise
-        security = None
-    return node_build(version_item, extensions, security)
+        security = error
+    return node_build(version_item, extensions, _security_state(security))
+
+
+def read_node_builds(client, nodes, max_concurrency=None):
+    """``{node: NodeBuild or TalosError}``: read_node_build of every node of ``nodes``, the nodes read at once
+    (Version and SecurityState in one batch, then the ExtensionStatuses), at most ``max_concurrency`` calls at a time."""
+    from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.cosi.resource import state_pb2
+
+    versions, securities = client.call_batch([
+        (rpc.VERSION, None, nodes),
+        (rpc.COSI_GET, state_pb2.GetRequest(namespace=SECURITY_STATE[0], type=SECURITY_STATE[1], id=SECURITY_STATE[2]), nodes),
+    ], max_concurrency=max_concurrency)
+    extensions = client.stream_many(rpc.COSI_LIST, state_pb2.ListRequest(namespace=EXTENSION_STATUSES[0], type=EXTENSION_STATUSES[1]),
+                                    nodes=nodes, max_concurrency=max_concurrency)
+    builds = {}
+    for node in nodes:
+        # A node's failure is the one read_node_build would meet first.
+        builds[node] = next((answer for answer in (versions[node], extensions[node]) if isinstance(answer, TalosError)), None)
+        if builds[node] is not None:
+            continue
+        security = securities[node]
+        try:
+            security = _security_state(security if isinstance(security, TalosError) else resource_to_dict(security[0].resource))
+        except TalosError as error:
+            builds[node] = error
+            continue
+        builds[node] = node_build(versions[node][0], [resource_to_dict(reply.resource) for reply in extensions[node]], security)
+    return builds
 
 
 class InstallerChoice:
@@ -241,3 +281,19 @@ def choose_node_installer(client, node, target, image=None, repository=None, fac
     """The InstallerChoice for upgrading ``node`` to ``target``; its build is read only when no option names the installer."""
     build = None if image or repository else read_node_build(client, node)
     return choose_installer(build, target, image=image, repository=repository, factory_url=factory_url)
+
+
+def choose_installers(client, nodes, target, image=None, repository=None, factory_url=None, max_concurrency=None):
+    """``{node: InstallerChoice or TalosError}``: choose_node_installer for each of ``nodes``, their builds read at
+    once (read_node_builds) and only when no option names the installer; a node that cannot be read, or that no
+    default installer fits, gets the TalosError that says why."""
+    builds = dict.fromkeys(nodes) if image or repository else read_node_builds(client, nodes, max_concurrency)
+    choices = {}
+    for node in nodes:
+        build = builds[node]
+        try:
+            choices[node] = build if isinstance(build, TalosError) else choose_installer(
+                build, target, image=image, repository=repository, factory_url=factory_url)
+        except TalosError as error:
+            choices[node] = error
+    return choices
