@@ -23,6 +23,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen
 from ansible_collections.talos_linux.talos.plugins.module_utils.images.reference import image_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import is_v1alpha1, rewrite_image_line
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import normalize_version, parse_version
@@ -57,6 +58,43 @@ KUBE_SCHEDULER = Component("kube-scheduler", ("cluster", "scheduler", "image"), 
 KUBE_PROXY = Component("kube-proxy", ("cluster", "proxy", "image"), "KubeProxyConfig", "registry.k8s.io/kube-proxy", None)
 KUBELET = Component("kubelet", ("machine", "kubelet", "image"), "KubeletConfig", "ghcr.io/siderolabs/kubelet",
                     ("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet"))
+
+SYSTEM_NAMESPACE = "kube-system"
+# The annotations of the static pods Talos renders, which their mirror pods carry: the version of the component's
+# config resource (APIServerConfigs...) and of the secrets the pods mount (STATIC_POD_SECRETS: the CAs, certificates
+# and kubeconfigs). Talos renders the pod anew when either moves, and the kubelet restarts it.
+CONFIG_VERSION_ANNOTATION = "talos.dev/config-version"
+SECRETS_VERSION_ANNOTATION = "talos.dev/secrets-version"
+STATIC_POD_SECRETS = ("controlplane", "SecretStatuses.kubernetes.talos.dev", "static-pods")
+# The resource naming the Kubernetes Node a Talos node registers as.
+NODENAME = ("k8s", "Nodenames.kubernetes.talos.dev", "nodename")
+
+
+def read_nodename(client, node):
+    """The name of the Kubernetes Node ``node`` registers as (None before its kubelet has one)."""
+    return (client.get_resource(NODENAME[0], NODENAME[1], NODENAME[2], node=node).get("spec") or {}).get("nodename")
+
+
+def read_static_pod_secrets_version(client, node):
+    """The version of the secrets Talos rendered for the static pods of control plane ``node``."""
+    return (client.get_resource(*STATIC_POD_SECRETS, node=node).get("spec") or {}).get("version")
+
+
+def mirror_pod_seen(kube, component, kube_name, annotation, version):
+    """How the mirror pod of ``component`` (a name) on the Kubernetes Node ``kube_name`` stands, as a wait's Seen: done
+    once it runs ``version`` of ``annotation`` and is Ready, as talosctl upgrade-k8s waits for a static pod (the pod
+    Talos rendered is then the one the kubelet runs). ``kube`` is a KubeAPI."""
+    pods = [pod for pod in kube.pods(SYSTEM_NAMESPACE, "k8s-app=%s" % component) if pod["node_name"] == kube_name]
+    if not pods:
+        return Seen("no mirror pod", detail="no %s pod on Node %s in %s" % (component, kube_name, SYSTEM_NAMESPACE))
+    pod = pods[0]
+    seen = pod["annotations"].get(annotation)
+    if seen != version:
+        words = annotation.rpartition("/")[2].replace("-", " ")  # config version, secrets version
+        return Seen("%s %s" % (words, seen), detail="pod %s runs %s %s, expected %s" % (pod["name"], words, seen, version))
+    if not pod["ready"]:
+        return Seen("not ready", detail="pod %s is not Ready" % pod["name"])
+    return Seen("ready", done=True, value=pod)
 
 # The control-plane static pods (a mirror pod each in kube-system, label k8s-app=<name>), in the order talosctl
 # upgrades them.

@@ -70,14 +70,10 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_c
 from ansible_collections.talos_linux.talos.plugins.module_utils.nodes.node import parse_version, read_version_tag
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Seen, Waiter
 
-SYSTEM_NAMESPACE = "kube-system"
-# The annotation of a mirror pod naming the version of the Talos resource it was rendered from.
-CONFIG_VERSION_ANNOTATION = "talos.dev/config-version"
+SYSTEM_NAMESPACE = components.SYSTEM_NAMESPACE
 KUBE_PROXY_DAEMONSET = "kube-proxy"
-# The COSI type of the static pods Talos renders (one per component, by its name), and the resource naming the
-# Kubernetes Node a Talos node registers as.
+# The COSI type of the static pods Talos renders (one per component, by its name).
 STATIC_POD_RESOURCE = ("k8s", "StaticPods.kubernetes.talos.dev")
-NODENAME = ("k8s", "Nodenames.kubernetes.talos.dev", "nodename")
 # Seconds between two looks at a pod, a node or a rollout.
 POLL_SECONDS = 0.5
 
@@ -286,7 +282,7 @@ class KubernetesUpgrade:
 
     def _talos_nodename(self, node):
         try:
-            return (self.client.get_resource(NODENAME[0], NODENAME[1], NODENAME[2], node=node).get("spec") or {}).get("nodename")
+            return components.read_nodename(self.client, node)
         except TalosError as error:
             if error.code == "NotFound":
                 return None
@@ -566,17 +562,8 @@ class KubernetesUpgrade:
         name = self.kube_names[node]
 
         def poll():
-            pods = [pod for pod in self.kube.pods(SYSTEM_NAMESPACE, "k8s-app=%s" % component.name) if pod["node_name"] == name]
-            if not pods:
-                return Seen("no mirror pod", detail="no %s pod on Node %s in kube-system" % (component.name, name))
-            pod = pods[0]
-            seen = pod["annotations"].get(CONFIG_VERSION_ANNOTATION)
-            if seen != config_version:
-                return Seen("config version %s" % seen, detail="pod %s runs config version %s, expected %s"
-                            % (pod["name"], seen, config_version))
-            if not pod["ready"]:
-                return Seen("not ready", detail="pod %s is not Ready" % pod["name"])
-            return Seen("ready", done=True, value=pod)
+            return components.mirror_pod_seen(self.kube, component.name, name, components.CONFIG_VERSION_ANNOTATION,
+                                              config_version)
 
         return Waiter(self.wait_timeout, POLL_SECONDS, self.progress).until(
             poll, "the %s pod on %s to run config version %s and be Ready" % (component.name, label(node), config_version),
