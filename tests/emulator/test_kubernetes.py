@@ -306,6 +306,35 @@ def test_a_kubernetes_ca_change_restarts_the_kubelet_and_other_changes_do_not(ku
     _wait_for(lambda: kube.node_object("worker-1"), lambda found: kube.ready(found) == "True")
 
 
+def test_a_kubernetes_ca_change_renders_the_static_pods_secrets_anew_and_restarts_the_api_server(kube):
+    # Talos renders the static pods' secrets (SecretStatuses static-pods) anew when the Kubernetes CAs change; the pods
+    # carry their version (talos.dev/secrets-version) and the kubelet restarts them.
+    name, secrets = "controlplane-1", "SecretStatuses.kubernetes.talos.dev"
+    node = kube.node(name)
+    pod_name = "kube-apiserver-%s" % name
+    _version, before = kube.get(name, "controlplane", secrets, "static-pods")
+    assert before["ready"] is True and kube.list("worker-1", "controlplane", secrets) == {}
+    old = kube.core.read_namespaced_pod(pod_name, "kube-system")
+    assert old.metadata.annotations[kubernetes.SECRETS_VERSION_ANNOTATION] == before["version"]
+    original = node.config_bytes.decode()
+    try:
+        documents = list(yaml.safe_load_all(original))
+        documents[0]["machine"].setdefault("sysctls", {})["vm.max_map_count"] = "262144"
+        kube.apply(name, yaml.safe_dump_all(documents, sort_keys=False))
+        assert kube.get(name, "controlplane", secrets, "static-pods")[1] == before, "other fields render no secrets"
+        accepted = SecretsBundle.generate("v1.14").cas["k8s"].crt_pem
+        documents[0]["cluster"].setdefault("acceptedCAs", []).append({"crt": base64.b64encode(accepted.encode()).decode()})
+        kube.apply(name, yaml.safe_dump_all(documents, sort_keys=False))
+        _version, after = kube.get(name, "controlplane", secrets, "static-pods")
+        assert int(after["version"]) > int(before["version"])
+        pod = _wait_for(lambda: kube.core.read_namespaced_pod(pod_name, "kube-system"),
+                        lambda pod: pod.metadata.annotations[kubernetes.SECRETS_VERSION_ANNOTATION] == after["version"]
+                        and [c.status for c in pod.status.conditions or () if c.type == "Ready"] == ["True"])
+        assert pod.metadata.uid != old.metadata.uid
+    finally:
+        kube.apply(name, original)
+
+
 def test_missing_kubelet_image_fails_pulls_and_keeps_the_old_kubelet(kube):
     missing = "ghcr.io/siderolabs/kubelet:v1.37.1"
     system = common_pb2.ContainerdInstance(driver=common_pb2.CRI, namespace=common_pb2.NS_SYSTEM)

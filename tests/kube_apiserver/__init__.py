@@ -15,7 +15,8 @@ address, such as an emulated control plane's, where a cluster's endpoint names i
 ``follow_cas`` restarts it whenever the Kubernetes CAs of the control planes'
 configs change, as Talos restarts the kube-apiserver static pod: serving a
 certificate of the issuing CA and trusting client certificates of the issuing
-and every accepted CA (Talos's ``ca.crt`` of the static pod).
+and every accepted CA (Talos's ``ca.crt`` of the static pod); ``restart_delay``
+keeps the old process serving that long first.
 """
 
 import http.client
@@ -99,6 +100,9 @@ class KubeAPIServer:
         self.command = None
         self.restarts = 0
         self.client_ca_pem = None
+        # Seconds the process keeps serving with its old CAs once follow_cas sees them change, before it stops to
+        # restart: a kubelet that takes its time to replace the static pod.
+        self.restart_delay = 0
         self._admin_cert_path = admin_cert_path
         self._admin_key_path = admin_key_path
         self._follower = None
@@ -201,6 +205,9 @@ class KubeAPIServer:
                 try:
                     cas = read_cas()
                     if cas is not None and cas != state["serving"]:
+                        if self.restart_delay and stop.wait(self.restart_delay):
+                            return
+                        cas = read_cas() or cas
                         self.restart(*cas)
                         state["serving"] = cas
                 except Exception as error:  # reported by settled(): a thread has no one else to tell

@@ -66,6 +66,9 @@ class ClusterModel:
         self.upgrade_lock = None
         # Whether a Kubernetes API runs with the nodes as its kubelets (kubelets.py).
         self.kubernetes_api_serving = False
+        # Whether the real kube-apiserver (when one runs, control.run_kubernetes) has restarted with the Kubernetes CAs
+        # of the control planes' configs: until then no kube-apiserver static pod that runs them is ready.
+        self.kube_apiserver_restarted = lambda: True
         # Where the configs' control-plane endpoint points on the first control plane (the runtime's choice).
         self.kubernetes_port = 6443
         # Every call a node served (reads included): tests wait on it to act while a client is polling.

@@ -300,6 +300,13 @@ class EmulatedCluster:
             etcd=(self.etcd.client_urls(), base64.b64decode(etcd_ca["crt"]), to_standard_pem(base64.b64decode(etcd_ca["key"]))))
         self.kube_apiserver = server
         server.follow_cas(self.kubernetes_cas)
+
+        def restarted():
+            try:
+                return server.settled(self.kubernetes_cas())
+            except Exception:  # the follower stopped: the server does not run the configs' CAs
+                return False
+        self.model.kube_apiserver_restarted = restarted
         self.run_kubelets()
         return server
 

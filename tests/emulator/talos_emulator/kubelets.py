@@ -17,8 +17,9 @@ kubelets and control plane would show there:
   ``talos-bootstrap-manifests-inventory`` ConfigMap, never updated (Talos's
   manifest-apply controller);
 - a mirror pod per static pod of each control plane (``kube-system/<component>-<hostname>``)
-  with the ``talos.dev/config-version`` of its ``*Configs`` resource, recreated
-  when the static pod changes, and its status;
+  with the ``talos.dev/config-version`` of its ``*Configs`` resource and the
+  ``talos.dev/secrets-version`` of the static pods' secrets (SecretStatuses
+  ``static-pods``), recreated when the static pod changes, and its status;
 - the status of DaemonSets and Deployments whose generation changed, written
   ``ROLLOUT_SECONDS`` later as their controllers would once every pod was
   replaced (a DaemonSet whose image the registry lacks keeps one pod unavailable).
@@ -42,7 +43,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from . import kubernetes
-from .services.cosi import resource_version
+from .services.cosi import resource_version, static_pod_secrets_version
 
 ROLLOUT_SECONDS = 0.3
 _MERGE = "application/merge-patch+json"
@@ -69,6 +70,7 @@ def _node_view(node):
         static_pods.append({
             "component": component, "image": state["image"], "status": status,
             "config_version": resource_version(node, kubernetes.CONFIG_TYPES[component], component),
+            "secrets_version": static_pod_secrets_version(node),
         })
     return {
         "hostname": node.hostname, "address": node.address, "labels": labels, "taints": taints,
@@ -321,7 +323,8 @@ class Kubelets:
                 continue
             for static_pod in view["static_pods"]:
                 pod = kubernetes.mirror_pod(view["hostname"], static_pod["component"], static_pod["image"],
-                                            static_pod["config_version"], registered[view["hostname"]])
+                                            static_pod["config_version"], static_pod["secrets_version"],
+                                            registered[view["hostname"]])
                 name = pod["metadata"]["name"]
                 current = existing.get(name)
                 mirror = pod["metadata"]["annotations"]["kubernetes.io/config.mirror"]

@@ -15,7 +15,10 @@ planes), and ``StaticPodStatuses`` (control planes whose etcd runs).
 
 ``NodeKubernetes`` is the node's container runtime for these: when an applied
 config changes what a container runs, the container restarts and is ready
-``RESTART_SECONDS`` later (also after every boot). The kubelet also restarts
+``RESTART_SECONDS`` later (also after every boot); the static pods also restart
+when the secrets Talos renders for them change (the Kubernetes CAs: their
+``talos.dev/secrets-version``), and while a real kube-apiserver serves for the
+control planes theirs is ready only once it restarted with their CAs. The kubelet also restarts
 when its secrets change (the Kubernetes CAs it trusts, the API endpoint), as
 Talos's KubeletServiceController stops and starts the kubelet service on every
 change of KubeletSpec or the Kubelet secret: the node's ``kubelet`` service
@@ -206,6 +209,14 @@ def kubelet_secrets(node):
     return (config["ca_crt"], tuple(config["accepted_crts"]), config["endpoint"], config["bootstrap_token"])
 
 
+def static_pod_secrets(node):
+    """What of the secrets Talos renders for the static pods the emulator follows: the Kubernetes CAs (the issuing
+    one and the accepted ones, the kube-apiserver's ``ca.crt``) and the API endpoint. Talos renders the static pods
+    anew when they change (their ``talos.dev/secrets-version``), and the kubelet restarts them."""
+    config = settings(node.config_bytes)
+    return (config["ca_crt"], tuple(config["accepted_crts"]), config["endpoint"])
+
+
 def static_pod_config(node, component):
     """The spec of the component's ``*Configs.kubernetes.talos.dev`` resource."""
     config = settings(node.config_bytes)
@@ -263,7 +274,8 @@ def static_pods(node):
 class _Container:
     """A container the node runs for Kubernetes (the kubelet, a static pod) and where it is in its restart."""
 
-    def __init__(self, namespace):
+    def __init__(self, name, namespace):
+        self.name = name
         self.namespace = namespace
         self.spec = None
         self.secrets = None
@@ -292,6 +304,10 @@ class _Container:
         # Every boot restarts it.
         started = max(self.started, node.booted_at or 0) if self.started is not None else None
         ready = started is not None and now - started >= RESTART_SECONDS
+        if ready and self.name == "kube-apiserver":
+            # A real kube-apiserver (control.run_kubernetes) serves for the control planes: theirs is ready once it
+            # restarted with their CAs.
+            ready = node.cluster.kube_apiserver_restarted()
         if ready:
             self.ready_image = self.image
         return {"image": self.image, "started": started, "ready": ready, "pull_error": self.pull_error,
@@ -315,11 +331,13 @@ class NodeKubernetes:
             for component in COMPONENTS:
                 spec = static_pod_config(node, component)
                 if spec.get("enabled", True):
-                    wanted[component] = (_CRI, spec, None)
+                    wanted[component] = (_CRI, spec, static_pod_secrets(node))
         return wanted
 
     def _container(self, name, namespace, spec, secrets, now):
-        container = self._containers.setdefault(name, _Container(namespace))
+        container = self._containers.get(name)
+        if container is None:
+            container = self._containers[name] = _Container(name, namespace)
         return container, container.want(self.node, spec, now, secrets)
 
     def config_applied(self):
@@ -644,9 +662,9 @@ def inventory_key(obj):
     return "%s_%s_%s_%s" % (obj["metadata"].get("namespace", ""), name, group, obj["kind"])
 
 
-def mirror_pod(hostname, component, image, config_version, node_uid=None):
+def mirror_pod(hostname, component, image, config_version, secrets_version, node_uid=None):
     """The mirror pod of a static pod as the kubelet creates it (no status); recreated when its hash changes."""
-    pod_hash = hashlib.md5(json.dumps([component, image, config_version]).encode()).hexdigest()
+    pod_hash = hashlib.md5(json.dumps([component, image, config_version, secrets_version]).encode()).hexdigest()
     metadata = {
         "name": "%s-%s" % (component, hostname),
         "namespace": "kube-system",
@@ -656,7 +674,7 @@ def mirror_pod(hostname, component, image, config_version, node_uid=None):
             "kubernetes.io/config.mirror": pod_hash,
             "kubernetes.io/config.source": "file",
             CONFIG_VERSION_ANNOTATION: config_version,
-            SECRETS_VERSION_ANNOTATION: "1",
+            SECRETS_VERSION_ANNOTATION: secrets_version,
         },
     }
     if node_uid:

@@ -274,6 +274,11 @@ def static_pod_status(pod_status):
     return _struct(1, pod_status)
 
 
+def secrets_status(spec):
+    # SecretsStatusSpec{ready = 1, version = 2}.
+    return _number(1, spec["ready"]) + _bytes(2, spec["version"])
+
+
 def manifest(objects):
     # SingleManifest{object = 1}, one per item.
     return b"".join(_message(1, _struct(1, obj)) for obj in objects)

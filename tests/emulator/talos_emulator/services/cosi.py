@@ -215,6 +215,20 @@ def _kubernetes_root(node):
                      "issuingCA": issuing, "acceptedCAs": [{"crt": base64.b64encode(crt).decode()} for crt in config["accepted_crts"]]})]
 
 
+def static_pod_secrets_version(node):
+    """The version of the secrets Talos renders for the static pods of a control plane (the Kubernetes CAs,
+    certificates and kubeconfigs), which moves whenever they change: here that of KubernetesRootSecrets ``k8s``, their
+    source (None on other nodes)."""
+    return resource_version(node, "KubernetesRootSecrets.secrets.talos.dev", "k8s")
+
+
+def _static_pod_secrets(node):
+    """SecretStatuses ``static-pods`` on control planes: the static pods' secrets are written, at their version (the
+    ``talos.dev/secrets-version`` annotation of the static pods rendered with them)."""
+    version = static_pod_secrets_version(node) if node.is_control_plane and node.config_bytes else None
+    return [("static-pods", {"ready": True, "version": version})] if version else []
+
+
 def _etcd_image(node):
     return (((node.config.get("cluster") or {}).get("etcd")) or {}).get("image") or DEFAULT_ETCD_IMAGE
 
@@ -292,6 +306,8 @@ _KINDS = [
     _Kind(kubernetes.CONFIG_TYPES["kube-scheduler"], "controlplane", [], [], kubernetes.scheduler_configs,
           resource_specs.scheduler_config),
     _Kind("StaticPods.kubernetes.talos.dev", "k8s", [], [], kubernetes.static_pods, resource_specs.static_pod),
+    _Kind("SecretStatuses.kubernetes.talos.dev", "controlplane", [], [("Ready", "{.ready}"), ("Secrets Version", "{.version}")],
+          _static_pod_secrets, resource_specs.secrets_status),
     _Kind("StaticPodStatuses.kubernetes.talos.dev", "k8s", ["podstatus"], [("Ready", '{.conditions[?(@.type=="Ready")].status}')],
           kubernetes.static_pod_statuses, resource_specs.static_pod_status),
     _Kind("Manifests.kubernetes.talos.dev", "controlplane", [], [], kubernetes.manifests, resource_specs.manifest),
