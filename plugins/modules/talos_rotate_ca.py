@@ -41,7 +41,10 @@ description:
     C(cluster.acceptedCAs) (v1alpha1 form) or the C(KubeAPIServerCAConfig) document (v1.14 form; on workers its
     C(acceptedCAs) alone, the issuing CA first). Each control plane's kube-apiserver restarts with the new CAs and
     certificates and each kubelet takes them up as Talos re-issues them; after each node's change the task waits until
-    the Kubernetes API answers, with every node Ready, an admin kubeconfig that the step keeps valid. C(prove) fetches
+    its kubelet is back, on a control plane until its kube-apiserver runs the new CAs (its mirror pod carries the
+    C(talos.dev/secrets-version) Talos rendered for the change and is Ready), and until the Kubernetes API answers,
+    with every node Ready, an admin kubeconfig that the step keeps valid. So the task returns with the API server
+    running the final CAs, not while it restarts. C(prove) fetches
     the admin kubeconfig from each control plane (which issues it from the new CA) and reads the API with it while
     trusting the new CA only. After C(drop) every kubeconfig of the old CA is refused, and the API server's
     certificate is one the old kubeconfigs do not trust.
@@ -126,8 +129,9 @@ options:
   wait_timeout:
     description:
       - Seconds each node has, after each step, to answer with the credentials of that step (its apid takes the new
-        CAs and certificates within moments of the change); for the Kubernetes CA, seconds the Kubernetes API has to
-        answer with every node Ready after each node's change (the kube-apiserver restarts).
+        CAs and certificates within moments of the change); for the Kubernetes CA, seconds each wait after each node's
+        change has: the kubelet back, a control plane's kube-apiserver restarted with the new CAs, the Kubernetes API
+        answering with every node Ready.
     type: int
     default: 300
 extends_documentation_fragment:

@@ -7,8 +7,10 @@ CAs of the control planes' configs whenever they change (as Talos restarts the s
 acting as kubelets. Both config forms: Talos v1.13 (``cluster.ca``/``cluster.acceptedCAs``) and Talos v1.14
 (``KubeAPIServerCAConfig``).
 
-Check mode plans and changes nothing; ``rotate: [kubernetes]`` runs with -vvv holding no key; afterwards the old admin
-kubeconfig is refused, one from the new CA works, the bundle matches every node's config, and a rerun changes nothing.
+Check mode plans and changes nothing; ``rotate: [kubernetes]`` runs with -vvv holding no key and returns once the
+kube-apiserver runs the final CAs, even one that keeps serving with the old ones for seconds before it restarts;
+afterwards the old admin kubeconfig is refused, one from the new CA works at once, the bundle matches every node's
+config, and a rerun changes nothing.
 A worker powered off right after its swap step stops the run with both credentials still accepted, and a rerun
 finishes it. Then ``rotate: [talos, kubernetes]`` rotates both, the Talos API CA first.
 """
@@ -162,7 +164,8 @@ def _assert_rotated(setup, old_ca, old_kubeconfig):
         key = configgen.kubernetes_settings(node.config_bytes)["ca_key"]
         assert key == (new_key if node in setup.cluster.controlplanes else b""), node.name
     assert not setup.secrets.with_name("secrets.yaml.previous").exists()
-    setup.settle()
+    # The task returned once the kube-apiserver ran the configs' CAs: nothing to wait for.
+    assert setup.server.settled(setup.cluster.kubernetes_cas()), "the kube-apiserver still restarts"
     assert old_ca.encode().strip() not in setup.server.client_ca_pem
     # The old kubeconfig no longer trusts the API server's certificate; and its client certificate, even trusting the
     # new CA, is refused by the API server.
@@ -213,7 +216,13 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_admin_kubeconfig(rota
 
     restarts = setup.server.restarts
     kubelet_stops = dict((node.name, _kubelet_stops(node)) for node in cluster.nodes)
-    run, rotated = setup.rotate(["kubernetes"], _now(), diff=True, verbosity=3)
+    # The old kube-apiserver answers for seconds after each change of its CAs before it restarts: the run waits for
+    # the restart, and the task returns with the API server running the final CAs.
+    setup.server.restart_delay = 4
+    try:
+        run, rotated = setup.rotate(["kubernetes"], _now(), diff=True, verbosity=3)
+    finally:
+        setup.server.restart_delay = 0
     assert rotated["status"] == "changed", rotated["result"].get("msg")
     result = rotated["result"]
     assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))

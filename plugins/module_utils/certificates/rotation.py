@@ -35,8 +35,12 @@ control planes, ``acceptedCAs`` alone on workers, the issuing CA first, as
 Talos's own patcher orders it). Each control plane's kube-apiserver restarts
 with the new CAs and certificates and each kubelet picks them up as Talos
 re-issues them: after each node's change the rotation waits until the node's
-kubelet runs healthy again and the API answers, with every node Ready, an
-admin kubeconfig that step keeps valid (upstream waits for the same). The
+kubelet runs healthy again, on a control plane until its kube-apiserver runs
+the new CAs (its mirror pod carries the version of the static pods' secrets
+Talos rendered for the change, and is Ready: before, the process from before
+the change may still answer, then stop to restart), and until the API
+answers, with every node Ready, an admin kubeconfig that step keeps valid
+(upstream waits for the kubelet and the API). The
 prove step fetches the admin kubeconfig from each control plane (the
 Kubeconfig RPC, which issues from the node's CA) and reads the API with it
 while trusting the new CA only. The Talos API is reached with the task's
@@ -73,6 +77,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import read_text, write_private
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import KubeAPI, KubernetesAPIError
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes import components
 from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.kubeconfig import fetch_kubeconfig, user_certificates
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_config import (
     ConfigApplier, is_v1alpha1, load_config, parse_yaml_stream, read_active_config)
@@ -827,14 +832,41 @@ class KubernetesCARotation(_Rotation):
                 if step == PROVE:
                     self._proven = self._ready(None, what, node, fetch=lambda: self._new_kubeconfig(node))
                 else:
+                    control_plane = self.configs[node].control_plane
+                    rendered = components.read_static_pod_secrets_version(self.client, node) if control_plane else None
                     self._apply(node, step)
                     # Talos restarts the kubelet with the new CAs: it must come back, as upstream waits for it.
                     wait_for_services(self.client, node, ["kubelet"], self.waiter_factory())
+                    if control_plane:
+                        self._wait_apiserver(node, rendered, credential)
                     self._ready(credential(), what, node)
             except TalosError as error:
                 raise self._failure(step, node, error)
             self.done.append({"step": step, "node": node})
             self.progress("%s: kubernetes %s done" % (label(node), step))
+
+    def _wait_apiserver(self, node, rendered, credential):
+        """Wait until control plane ``node`` runs a kube-apiserver with the CAs of the step just applied: Talos renders
+        the static pods' secrets anew (their version moves on from ``rendered``), and the node's kube-apiserver mirror
+        pod runs that version and is Ready. Until then the process from before the step may still answer, with the
+        CAs it started with, and then stop to restart. The pods are read with the admin kubeconfig ``credential()``."""
+        kube_name = components.read_nodename(self.client, node)
+
+        def poll():
+            version = components.read_static_pod_secrets_version(self.client, node)
+            if version == rendered:
+                return Seen("rendering the new CAs", detail="the static pods' secrets are still at version %s" % rendered)
+            api = KubeAPI(credential())
+            try:
+                return components.mirror_pod_seen(api, "kube-apiserver", kube_name, components.SECRETS_VERSION_ANNOTATION,
+                                                  version)
+            finally:
+                api.close()
+
+        return self.waiter_factory().until(
+            poll, "the kube-apiserver of %s to run the new CAs and be Ready" % label(node),
+            "%s kube-apiserver" % short_label(node),
+            tolerate=lambda error: isinstance(error, KubernetesAPIError) or is_transient(error))
 
     def _failure(self, step, node, error):
         if self.files.abandon:
