@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from . import configgen
+from . import configgen, kubernetes
 from .audit import AuditLog
 from .cluster import ClusterModel
 from .faults import Faults
@@ -261,7 +261,7 @@ class EmulatedCluster:
         accepted CAs of any of them trusted (one server plays all three)."""
         issuing, bundle = None, []
         for node in self.controlplanes:
-            settings = configgen.kubernetes_settings(node.config_bytes)
+            settings = kubernetes.settings(node.config_bytes)  # cached: the kube-apiserver pods' readiness asks often
             if issuing is None:
                 issuing = (settings["ca_crt"], settings["ca_key"])
             for pem in [settings["ca_crt"]] + settings["accepted_crts"]:
