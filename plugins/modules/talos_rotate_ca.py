@@ -130,8 +130,8 @@ options:
     description:
       - Seconds each node has, after each step, to answer with the credentials of that step (its apid takes the new
         CAs and certificates within moments of the change); for the Kubernetes CA, seconds each wait after each node's
-        change has: the kubelet back, a control plane's kube-apiserver restarted with the new CAs, the Kubernetes API
-        answering with every node Ready.
+        change has (the kubelet back, a control plane's kube-apiserver restarted with the new CAs, the Kubernetes API
+        answering with every node Ready).
     type: int
     default: 300
 extends_documentation_fragment:

@@ -17,6 +17,11 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config import ge
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
 from ansible_collections.talos_linux.talos.plugins.module_utils.config.secrets_bundle import CertificateAuthority, SecretsBundle
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.waiter import Waiter, WaitTimedOut
+from ansible_collections.talos_linux.talos.plugins.module_utils.kubernetes.api import KubernetesAPIError
+
+import fake_talos
 
 ENDPOINT = "https://cp.example:6443"
 NOW = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
@@ -430,3 +435,75 @@ def test_a_talosconfig_trusting_both_cas_is_not_final_whichever_comes_first(bund
     crt = talos_pki.certificate_pem(certificate)
     assert files.is_final(new.crt_pem, crt)
     assert not files.is_final(new.crt_pem + bundle.os_ca.crt_pem, crt) and not files.is_final(bundle.os_ca.crt_pem + new.crt_pem, crt)
+
+
+class _KubeAPI(object):
+    """The Kubernetes API as the wait for a control plane's kube-apiserver reads it: each read of the pods is the next
+    of ``_KubeAPI.script`` (a list of pods, or an error to raise)."""
+
+    script = []
+
+    def __init__(self, config):
+        assert config == {"kubeconfig": "of the step"}
+
+    def pods(self, namespace, label_selector):
+        assert (namespace, label_selector) == ("kube-system", "k8s-app=kube-apiserver")
+        answer = _KubeAPI.script.pop(0) if len(_KubeAPI.script) > 1 else _KubeAPI.script[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self):
+        pass
+
+
+def _apiserver_pod(secrets_version, ready, node_name="cp-1"):
+    return {"name": "kube-apiserver-%s" % node_name, "node_name": node_name, "host_ip": "10.5.0.2", "ready": ready,
+            "annotations": {"talos.dev/secrets-version": secrets_version, "talos.dev/config-version": "1"}, "images": []}
+
+
+_SECRETS = "SecretStatuses.kubernetes.talos.dev"
+
+
+def _secrets_status(version):
+    return fake_talos.resource("controlplane", _SECRETS, "static-pods",
+                               {"ready": True, "version": version})
+
+
+def _apiserver_wait(monkeypatch, secrets_versions, pods, timeout=60):
+    """A Kubernetes CA rotation's wait for control plane cp's kube-apiserver after a step that rendered secrets version
+    3 before it: the node's SecretStatuses reports ``secrets_versions`` in turn, its mirror pods ``pods``."""
+    nodename = fake_talos.resource("k8s", "Nodenames.kubernetes.talos.dev", "nodename", {"nodename": "cp-1"})
+    versions = list(secrets_versions)
+
+    def cosi_get(request, node):
+        version = versions.pop(0) if len(versions) > 1 and request.type == _SECRETS else versions[0]
+        return fake_talos.cosi_state(nodename, _secrets_status(version))(request, node)
+    client = fake_talos.FakeTalos(answers={rpc.COSI_GET: cosi_get})
+    monkeypatch.setattr(ca_rotation, "KubeAPI", _KubeAPI)
+    monkeypatch.setattr(_KubeAPI, "script", list(pods))
+    lines = []
+    rotation = ca_rotation.KubernetesCARotation(client, ["cp"], None, None, lambda: Waiter(timeout, interval=1.0, progress=lines.append))
+    return rotation, lines
+
+
+def test_a_control_planes_kube_apiserver_is_waited_for_until_it_runs_the_secrets_of_the_step(clock, monkeypatch):
+    # Talos renders the new secrets (version 3 -> 4); the old process answers, then the API server restarts.
+    refused = KubernetesAPIError("The Kubernetes API at https://cp:6443 did not answer: connection refused.")
+    pods = [[_apiserver_pod("3", True)], refused, [_apiserver_pod("4", False)], [_apiserver_pod("4", True)]]
+    rotation, lines = _apiserver_wait(monkeypatch, ["3", "3", "4"], pods)
+    started = clock["t"]
+    pod = rotation._wait_apiserver("cp", "3", lambda: {"kubeconfig": "of the step"})
+    assert pod["annotations"]["talos.dev/secrets-version"] == "4" and pod["ready"]
+    assert clock["t"] - started == 5  # a poll a second: twice the old secrets, the old pod, refused, not ready
+    assert lines[-1] == ("cp kube-apiserver: rendering the new CAs → secrets version 3 → kubernetesunreachable → not ready "
+                         "→ ready (5 s)")
+
+
+def test_a_kube_apiserver_that_keeps_its_old_secrets_times_out_naming_what_it_runs(clock, monkeypatch):
+    rotation, _lines = _apiserver_wait(monkeypatch, ["4"], [[_apiserver_pod("3", True)]], timeout=30)
+    with pytest.raises(WaitTimedOut) as timed_out:
+        rotation._wait_apiserver("cp", "3", lambda: {"kubeconfig": "of the step"})
+    assert timed_out.value.message == (
+        "Timed out after 30 seconds waiting for the kube-apiserver of node cp to run the new CAs and be Ready; last "
+        "observed: pod kube-apiserver-cp-1 runs secrets version 3, expected 4.")
