@@ -96,6 +96,7 @@ def mirror_pod_seen(kube, component, kube_name, annotation, version):
         return Seen("not ready", detail="pod %s is not Ready" % pod["name"])
     return Seen("ready", done=True, value=pod)
 
+
 # The control-plane static pods (a mirror pod each in kube-system, label k8s-app=<name>), in the order talosctl
 # upgrades them.
 STATIC_PODS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER)
