@@ -430,6 +430,10 @@ MODULE_CASES = [
     case("adopt-as-reader", "talos_adopt", {"dest": "{tmp}/adopted", "talosconfig": "{reader}"},
          r"Permission denied .*os:admin", group="node"),
     case("adopt-the-control-plane", "talos_adopt", {"dest": "{tmp}/adopted"}, r"", group="node", outcome="changed", diff=True),
+    case("config-backup-check-diff", "talos_config_backup", {"directory": "{tmp}/config-backup-check"}, r"",
+         group="node", outcome="changed", check_mode=True, diff=True),
+    case("adopt-check-diff", "talos_adopt", {"dest": "{tmp}/adopted-check"}, r"", group="node", outcome="changed",
+         check_mode=True, diff=True),
 
     # Images on nodes: bad references and installers refused before any call; a reader may list but not pull.
     case("image-bad-reference", "talos_image", {"name": "Not An Image"}, r"^name 'Not An Image' is not an image reference"),
