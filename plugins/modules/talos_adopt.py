@@ -60,6 +60,13 @@ options:
         this task reached the cluster through.
     type: list
     elements: str
+  backup:
+    description:
+      - The result M(talos_linux.talos.talos_config_backup) registered for the same nodes. Every node's running config
+        must be the one the backup read (the same sha256), or the task fails before anything is written; a config
+        changed between the backup and the adoption would be adopted in a state no backup holds.
+      - Without it the configs are not compared with any backup.
+    type: dict
   force:
     description:
       - Replace files of O(dest) that hold something else than the adoption writes (the inventory, the variables,
@@ -210,6 +217,7 @@ SPEC = TaskSpec(
         controlplane_group=dict(type="str", default="controlplane"),
         worker_group=dict(type="str", default="workers"),
         talosconfig_endpoints=dict(type="list", elements="str"),
+        backup=dict(type="dict"),
         force=dict(type="bool", default=False),
     ),
     several_nodes=True,
@@ -243,6 +251,8 @@ def run(task):
     result = several_nodes.run(task.client, nodes, read, params["max_concurrency"])
     ordered = [configs[node] for node in nodes]
     task.hide(value for config in ordered for value in secret_values(config.documents))
+    if params["backup"] is not None:
+        running.check_backed_up(ordered, params["backup"], lambda node: several_nodes.node_key(node, task.settings))
 
     bundle_path = os.path.join(dest, BUNDLE)
     bundle = existing_bundle(bundle_path)

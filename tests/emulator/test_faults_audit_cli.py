@@ -33,6 +33,20 @@ def test_fail_a_named_rpc_n_times(emulator, api):
     assert client.call(M + "Version", node=worker).messages[0].version.tag == "v1.14.0"
 
 
+def test_an_action_runs_before_the_node_answers_the_named_rpc(emulator, api):
+    cluster = emulator(workers=1)
+    client = api(cluster)
+    worker = cluster.workers[0]
+    seen = []
+    cluster.faults.on_call("Hostname", lambda node: seen.append((node.name, node.stage)), times=2, node="worker-1")
+    client.call(M + "Version", node=worker.address)
+    client.call(M + "Hostname")
+    assert seen == []
+    for _attempt in range(3):
+        client.call(M + "Hostname", node=worker.address)
+    assert seen == [("worker-1", "running")] * 2
+
+
 def test_latency_makes_a_short_deadline_expire(emulator, api):
     cluster = emulator()
     client = api(cluster)

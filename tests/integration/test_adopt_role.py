@@ -189,6 +189,36 @@ def test_control_planes_of_two_clusters_are_refused_after_the_backup(emulator, r
 
 
 @pytest.mark.once
+def test_a_config_applied_between_the_backup_and_the_adoption_stops_the_role_before_it_writes(emulator, run_playbook, tmp_path):
+    upstream = UpstreamCluster(emulator, tmp_path, "v1.11")
+    adopted = tmp_path / "adopted"
+    worker = upstream.nodes["worker-1"]
+    backed_up = worker.config_bytes
+    manifest = adopted / "config-backup" / "manifest.yaml"
+
+    def apply_once_backed_up(node):
+        # The first call the worker gets once the backup is written is the adoption's read of its config.
+        if manifest.exists() and node.config_bytes == backed_up:
+            documents = list(yaml.safe_load_all(backed_up))
+            documents[0]["machine"]["env"] = {"HTTPS_PROXY": "http://proxy.adopt.example:3128"}
+            node.apply_active_config(yaml.safe_dump_all(documents).encode())
+
+    upstream.cluster.faults.on_call("*", apply_once_backed_up, times=-1, node="worker-1")
+    run = run_playbook(ADOPT, inventory=str(upstream.source), expect_rc=2,
+                       extra_vars={"adopt_dest": str(adopted), "adopt_talosconfig": str(upstream.talosconfig)})
+    assert worker.config_bytes != backed_up, "the config changed after the backup"
+    refused = run.task("talos_linux.talos.adopt : Write the secrets bundle, the inventory, its variables and the rendered "
+                       "configs", "controlplane-1")["result"]
+    backup_hash, now_hash = hashlib.sha256(backed_up).hexdigest(), hashlib.sha256(worker.config_bytes).hexdigest()
+    assert refused["msg"] == ("The running config of node %s changed since the backup (sha256 %s backed up, %s now): back up "
+                              "again once nothing applies configs to the cluster. Nothing was written."
+                              % (worker.address, backup_hash[:12], now_hash[:12]))
+    assert sorted(os.listdir(str(adopted))) == ["config-backup"], "nothing but the backup is written"
+    assert (adopted / "config-backup" / ("%s.yaml" % worker.address)).read_bytes() == backed_up
+    assert upstream.mutations() == []
+
+
+@pytest.mark.once
 def test_a_second_adoption_writes_nothing_and_an_edited_file_is_kept_unless_forced(emulator, run_playbook, tmp_path):
     upstream = UpstreamCluster(emulator, tmp_path, "v1.11")
     adopted = tmp_path / "adopted"

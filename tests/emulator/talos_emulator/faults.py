@@ -55,6 +55,7 @@ class Faults:
         self._pauses = []
         self._installer_failures = []
         self._boot_rollbacks = []
+        self._actions = []
         self._unreachable = {}
 
     def make_unreachable(self, node, cause="refused"):
@@ -120,6 +121,12 @@ class Faults:
         with self._lock:
             self._pauses.append(_Rule(method, node, times, seconds=seconds))
 
+    def on_call(self, method, action, times=1, node=None):
+        """Run ``action(node)`` as the serving node receives the next ``times`` calls of ``method`` (-1 = every call),
+        before it answers them: a change of the node's state that a client meets between two of its calls."""
+        with self._lock:
+            self._actions.append(_Rule(method, node, times, action=action))
+
     def fail_installer(self, exit_code=1, times=1, node=None):
         """Make the next ``times`` installer runs (LifecycleService) end with ``exit_code``."""
         with self._lock:
@@ -145,6 +152,7 @@ class Faults:
             self._pauses = []
             self._installer_failures = []
             self._boot_rollbacks = []
+            self._actions = []
             self._cluster.unavailable_images.clear()
 
     async def before_call(self, node, method):
@@ -152,6 +160,9 @@ class Faults:
         delay = self._latency.get(node.name, 0)
         if delay:
             await asyncio.sleep(delay)
+        rule = self._take(self._actions, method, node)
+        if rule is not None:
+            rule.action(node)
         rule = self._take(self._failures, method, node)
         if rule is not None:
             raise GRPCError(rule.status, rule.message)
