@@ -11,6 +11,8 @@ material and never a Python traceback.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from contextlib import contextmanager
+
 
 class TalosError(Exception):
     """Base of every error the collection reports.
@@ -63,6 +65,19 @@ class ActionFailed(TalosError):
         result = dict(self.result)
         result.update(super(ActionFailed, self).to_result())
         return result
+
+
+@contextmanager
+def failing_as(what, result, then=None):
+    """A step that may fail after others ran: a TalosError raised inside becomes ActionFailed carrying ``result`` (the
+    task's result so far), saying "``what``: <the error>" and, with ``then``, "; ``then``" (the cluster's state and
+    what to do)."""
+    try:
+        yield
+    except TalosError as error:
+        if then is None:
+            raise ActionFailed("%s: %s" % (what, error.message), result, error)
+        raise ActionFailed("%s: %s; %s" % (what, error.message.rstrip("."), then), result, error)
 
 
 class TalosConnectionError(TalosError):

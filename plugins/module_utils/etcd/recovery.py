@@ -29,7 +29,6 @@ __metaclass__ = type
 import datetime
 import json
 import os
-from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import members as etcd
@@ -43,6 +42,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     ActionFailed,
     TalosConfigError,
     TalosError,
+    failing_as,
     label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.files import write_private
@@ -224,11 +224,7 @@ def _listed(nodes):
     return ", ".join(nodes) if nodes else "none"
 
 
-@contextmanager
 def _stopping(result, step, state):
-    """Turn a TalosError of ``step`` into ActionFailed saying where the restore stopped and the cluster's state."""
-    try:
-        yield
-    except TalosError as error:
-        raise ActionFailed("The etcd restore stopped while %s: %s; so far %s - run the restore again to continue."
-                           % (step, error.message.rstrip("."), state), result, error)
+    """Where the restore stopped if ``step`` fails, and the cluster's state then."""
+    return failing_as("The etcd restore stopped while %s" % step, result,
+                      "so far %s - run the restore again to continue." % state)

@@ -18,7 +18,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
-from contextlib import contextmanager
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.etcd import quorum as etcd_quorum
@@ -28,6 +27,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors im
     ActionFailed,
     TalosError,
     TalosUnimplementedError,
+    failing_as,
     label,
     short_label,
 )
@@ -76,15 +76,6 @@ GONE_POLL_SECONDS = 1.0
 
 # Installer lines kept in a failure message: enough to show the cause.
 FAILURE_CONTEXT_LINES = 5
-
-
-@contextmanager
-def _failing_as(what, result):
-    """Turn a TalosError inside into ActionFailed("``what``: <its message>") with ``result``."""
-    try:
-        yield
-    except TalosError as err:
-        raise ActionFailed("%s: %s" % (what, err.message), result, err)
 
 
 def _actor_id(items):
@@ -184,7 +175,7 @@ def reboot(client, node, mode="default", services=(), force_quorum_loss=False, q
     result["actor_id"] = _actor_id(client.call(rpc.REBOOT, request, node=node))
     if waiter is None:
         return result
-    with _failing_as("The reboot of %s was requested but the node is not back as expected" % label(node), result):
+    with failing_as("The reboot of %s was requested but the node is not back as expected" % label(node), result):
         result["boot_id_after"] = waits.wait_for_reboot(client, node, result["boot_id_before"], waiter)
         if services:
             result["services"] = waits.wait_for_services(client, node, services, waiter, machine_type=machine_type)
@@ -205,7 +196,7 @@ def shutdown(client, node, graceful=True, force_quorum_loss=False, quorum_wait_t
     waiter = _waiter(wait_timeout, progress, interval=GONE_POLL_SECONDS)
     result["actor_id"] = _actor_id(client.call(rpc.SHUTDOWN, machine_pb2.ShutdownRequest(force=not graceful), node=node))
     if waiter is not None:
-        with _failing_as("The shutdown of %s was requested but the node still answers" % label(node), result):
+        with failing_as("The shutdown of %s was requested but the node still answers" % label(node), result):
             waits.wait_until_unreachable(client, node, waiter)
         result["elapsed"] = waiter.elapsed
     return result
@@ -251,7 +242,7 @@ def reset(client, node, plan, wipe_mode="all", graceful=True, force_quorum_loss=
     result["actor_id"] = _actor_id(client.call(rpc.RESET, reset_request(plan, wipe_mode, graceful), node=node))
     if waiter is None:
         return result
-    with _failing_as("The reset of %s was requested but did not complete as expected" % label(node), result):
+    with failing_as("The reset of %s was requested but did not complete as expected" % label(node), result):
         if rebooting:
             result["state"] = wait_for_reset_reboot(client, node, marker, waiter)[0]
         else:
@@ -290,8 +281,8 @@ def rollback(client, node, force_quorum_loss=False, quorum_wait_timeout=0, wait_
                            % (label(node, start=True), previous, err.message), dict(result, changed=False), err)
     if waiter is None:
         return result
-    with _failing_as("The rollback of %s from %s was requested but the node is not back as expected"
-                     % (label(node), previous), result):
+    with failing_as("The rollback of %s from %s was requested but the node is not back as expected"
+                    % (label(node), previous), result):
         result["boot_id_after"] = waits.wait_for_reboot(client, node, result["boot_id_before"], waiter)
         result["current_version"] = read_version_tag(client, node)
     if diff:

@@ -5,6 +5,8 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import pytest
+
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import errors
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
     ActionFailed,
@@ -35,6 +37,26 @@ def test_action_failed_carries_the_result_so_far_and_its_causes_code_and_node():
     # The quorum guard's refusal is the same carrier, with the guard's findings as its result.
     refusal = etcd_quorum.QuorumLossRefused("Refusing.", {"etcd_gate_open": False}, reason="members unhealthy")
     assert isinstance(refusal, ActionFailed) and refusal.to_result() == {"etcd_gate_open": False}
+
+
+def test_a_step_failing_as_what_it_was_carries_the_result_so_far():
+    result = {"changed": True, "wiped": ["10.5.0.2"]}
+    cause = TalosApiError("connection refused.", code="Unavailable", node="10.5.0.3")
+    with pytest.raises(ActionFailed) as failed:
+        with errors.failing_as("The reboot of node 10.5.0.3 was requested but the node is not back", result):
+            raise cause
+    assert failed.value.message == "The reboot of node 10.5.0.3 was requested but the node is not back: connection refused."
+    assert failed.value.to_result() == {"changed": True, "wiped": ["10.5.0.2"], "code": "Unavailable", "node": "10.5.0.3"}
+    with pytest.raises(ActionFailed) as failed:
+        with errors.failing_as("The restore stopped while wiping", result, "so far etcd is wiped - run it again."):
+            raise cause
+    assert failed.value.message == "The restore stopped while wiping: connection refused; so far etcd is wiped - run it again."
+    # What is not the collection's error is a bug, not a failed step: it goes through as it is.
+    with pytest.raises(KeyError):
+        with errors.failing_as("A step", result):
+            raise KeyError("x")
+    with errors.failing_as("A step", result):
+        pass
 
 
 def test_labels():
