@@ -27,6 +27,7 @@ __metaclass__ = type
 import base64
 import binascii
 import copy
+import ipaddress
 import json
 import re
 
@@ -45,9 +46,14 @@ CONTROLPLANE_ONLY = frozenset([
     "KubeServiceAccountConfig", "KubeTalosAPIAccessConfig",
 ])
 
-# Deprecated sections Talos v1.14 still honours, with no conflict and no mechanical translation: left as they are.
+# Deprecated sections Talos v1.14 still honours, with no conflict and no translation that keeps what the node has:
+# left as they are, with why.
 KEPT = (
-    "machine.disks",
+    ("machine.disks",
+     "Talos v1.14 finds a UserVolumeConfig's partition by its label u-<name> (labelVolumeMatch, "
+     "controllers/block/internal/volumes/volumeconfig/types.go), which the partitions it made for .machine.disks do not "
+     "carry (UserDiskConfigController finds them by disk and index), so it would create a new partition and mount it "
+     "under /var/mnt/<name> instead of the legacy mountpoint, leaving the data unmounted"),
 )
 
 # kube-apiserver arguments a KubeAPIServerConfig document refuses (KubeAuthenticationConfig / KubeAuthorizerConfig own them).
@@ -341,32 +347,130 @@ _LINK_DOCUMENTS = ("LinkConfig", "VLANConfig", "BondConfig", "BridgeConfig", "Du
                    "DHCPv4Config", "DHCPv6Config", "VRFConfig", "VethConfig", "EthernetConfig")
 
 
+# Bond options: the v1alpha1 name, BondConfig's, and for an enumeration the names Talos's v1alpha1 path reads
+# (nethelpers' *ByName; an empty value is the first). A zero number is the v1alpha1 default, which BondConfig leaves out.
+_BOND_OPTIONS = (
+    ("mode", "bondMode", ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")),
+    ("xmitHashPolicy", "xmitHashPolicy", ("layer2", "layer3+4", "layer2+3", "encap2+3", "encap3+4")),
+    ("lacpRate", "lacpRate", ("slow", "fast")),
+    ("arpValidate", "arpValidate", ("none", "active", "backup", "all", "filter", "filter-active", "filter-backup")),
+    ("arpAllTargets", "arpAllTargets", ("any", "all")),
+    ("primaryReselect", "primaryReselect", ("always", "better", "failure")),
+    ("failOverMac", "failOverMac", ("none", "active", "follow")),
+    ("adSelect", "adSelect", ("stable", "bandwidth", "count")),
+    ("miimon", "miimon", None), ("updelay", "updelay", None), ("downdelay", "downdelay", None),
+    ("arpInterval", "arpInterval", None), ("resendIgmp", "resendIGMP", None), ("minLinks", "minLinks", None),
+    ("lpInterval", "lpInterval", None), ("packetsPerSlave", "packetsPerSlave", None), ("numPeerNotif", "numPeerNotif", None),
+    ("tlbDynamicLb", "tlbLogicalLb", None), ("allSlavesActive", "allSlavesActive", None), ("useCarrier", "useCarrier", None),
+    ("adActorSysPrio", "adActorSysPrio", None), ("adUserPortKey", "adUserPortKey", None),
+    ("peerNotifyDelay", "peerNotifDelay", None),
+)
+# What SetBondMasterLegacy (controllers/network/network.go) reads of a v1alpha1 bond, beside its interfaces.
+_BOND_READ = ("interfaces", "adActorSystem") + tuple(option for option, _target, _names in _BOND_OPTIONS)
+_WIREGUARD_PEER = ("publicKey", "endpoint", "persistentKeepaliveInterval", "allowedIPs")
+_LINK_KINDS = ("bond", "bridge", "wireguard", "dummy")
+_HEX = re.compile(r"^(?:[0-9a-fA-F]{2})+$")
+
+
+def _endpoint_is_address(endpoint):
+    """Whether a WireGuard endpoint is an IP address and port, as WireguardConfig takes it (an IPv6 one bracketed)."""
+    host, _sep, port = str(endpoint).rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        return False
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return port.isdigit() and int(port) <= 65535
+
+
+def _bond_kept_why(bond):
+    if bond.get("deviceSelectors"):
+        return "Talos picks its bond's links with deviceSelectors, which BondConfig's links cannot say"
+    if bond.get("primary"):
+        return ("BondConfig has no primary link: Talos's v1alpha1 path sets .bond.primary on the bond by its link's index "
+                "(SetBondMasterLegacy, controllers/network/network.go), a BondConfig never sets one")
+    if bond.get("arpIPTarget"):
+        return ("Talos's v1alpha1 path leaves .bond.arpIPTarget out of the bond (SetBondMasterLegacy), a BondConfig's "
+                "arpIpTargets would start ARP monitoring of them")
+    if not bond.get("interfaces"):
+        return "a bond without interfaces, which BondConfig refuses"
+    unknown = sorted(key for key in bond if key not in _BOND_READ and bond[key] not in (None, False, "", [], {}))
+    if unknown:
+        return "no document field is known to take bond %s" % ", ".join(unknown)
+    for option, _target, names in _BOND_OPTIONS:
+        if names and bond.get(option) and bond[option] not in names:
+            return ("Talos's v1alpha1 path refuses bond %s %r and leaves the bond's options unset (SetBondMasterLegacy)"
+                    % (option, bond[option]))
+    return None
+
+
+def _wireguard_kept_why(wireguard):
+    unknown = sorted(set(key for key in wireguard if wireguard[key] not in (None, "", [], {}, 0)) -
+                     set(("privateKey", "listenPort", "firewallMark", "peers")))
+    if unknown:
+        return "no document field is known to take wireguard %s" % ", ".join(unknown)
+    if not wireguard.get("privateKey"):
+        return "a WireGuard link without a private key, which WireguardConfig refuses"
+    for peer in wireguard.get("peers") or []:
+        unknown = sorted(set(key for key in peer if peer[key] not in (None, "", [], {}, 0)) - set(_WIREGUARD_PEER))
+        if unknown:
+            return "no document field is known to take wireguard peers %s" % ", ".join(unknown)
+        if peer.get("endpoint") and not _endpoint_is_address(peer["endpoint"]):
+            return ("WireguardConfig takes a peer's endpoint as an IP address and port, and %s is not one"
+                    % peer["endpoint"])
+        for allowed in peer.get("allowedIPs") or []:
+            if "/" not in str(allowed):
+                return ("Talos's v1alpha1 path refuses allowed IP %s without a prefix length and leaves the link without "
+                        "its WireGuard settings (wireguardLinkLegacy, controllers/network/link_config.go)" % allowed)
+    return None
+
+
 def _interface_kept_why(interface):
     """Why a v1alpha1 interface stays in v1alpha1 (Talos v1.14 still configures it from there), or None."""
     if not interface.get("interface") or interface.get("deviceSelector"):
-        return "it picks its link with deviceSelector, which LinkAliasConfig's CEL selector must say by hand"
-    for field, why in (("ignore", "ignore has no document"),
-                       ("bond", "Talos builds a v1alpha1 bond's link otherwise than a BondConfig's (its primary "
-                                "index), so it is not moved"),
-                       ("bridgePort", "a bridge port is not moved by this migration"),
-                       ("wireguard", "a WireGuard link is not moved by this migration"),
-                       ("dummy", "a dummy link is not moved by this migration")):
-        if interface.get(field):
+        return ("Talos's v1alpha1 path configures every link its deviceSelector matches, logical ones too "
+                "(DeviceConfigController.selectDevices), where a LinkAliasConfig names only a physical link it matches "
+                "alone (LinkAliasConfigController), so which links keep their settings depends on the node's links")
+    if interface.get("ignore"):
+        return ("no document leaves a link alone as ignore does (Talos's v1alpha1 path skips the link, its addresses, "
+                "routes and DHCP: LinkConfigController.processDevicesConfiguration, OperatorConfigController)")
+    kinds = [kind for kind in _LINK_KINDS if interface.get(kind)]
+    if len(kinds) > 1:
+        return "it is both %s, which no one document is" % " and ".join(kinds)
+    if interface.get("bond"):
+        why = _bond_kept_why(interface["bond"])
+        if why:
             return why
+    if interface.get("wireguard"):
+        why = _wireguard_kept_why(interface["wireguard"])
+        if why:
+            return why
+    if interface.get("bridgePort") is not None:
+        unknown = sorted(set(interface["bridgePort"] or {}) - set(("master",)))
+        if unknown:
+            return "no document field is known to take bridgePort %s" % ", ".join(unknown)
+        if not (interface["bridgePort"] or {}).get("master"):
+            return "a bridge port without a master, which no BridgeConfig's links say"
     known = ("interface", "addresses", "cidr", "routes", "mtu", "dhcp", "dhcpOptions", "vlans", "vip", "ignore", "bond",
              "bridge", "bridgePort", "wireguard", "dummy")
     unknown = sorted(key for key in interface if key not in known and interface[key] not in (None, False, "", [], {}))
     if unknown:
         return "no document field is known to take %s" % ", ".join(unknown)
     for holder in [interface] + list(interface.get("vlans") or []):
-        if (holder.get("dhcpOptions") or {}).get("duidv6"):
-            return "DHCPv6Config takes its DUID in another form (duidRaw), to be written by hand"
+        duid = (holder.get("dhcpOptions") or {}).get("duidv6")
+        if duid and not _HEX.match(str(duid)):
+            return ("Talos's v1alpha1 path ignores DUID %s, which is not plain hex (hex.DecodeString in "
+                    "controllers/network/operator/client_identifier.go), where DHCPv6Config's duidRaw would send it" % duid)
         unknown = sorted(set(holder.get("dhcpOptions") or {}) - set(_DHCP_OPTIONS))
         if unknown:
             return "no document field is known to take dhcpOptions %s" % ", ".join(unknown)
         vip = holder.get("vip") or {}
         if vip.get("equinixMetal"):
-            return "an Equinix Metal VIP has no document"
+            return ("an Equinix Metal VIP has no document (Talos v1.14 has Layer2VIPConfig and HCloudVIPConfig; "
+                    "OperatorVIPConfigController reads equinixMetal from v1alpha1 only)")
         if set(vip) - set(("ip", "hcloud", "equinixMetal")):
             return "no document field is known to take vip %s" % ", ".join(sorted(set(vip) - set(("ip", "hcloud", "equinixMetal"))))
     bridge = interface.get("bridge") or {}
@@ -417,18 +521,41 @@ def _link_routes(holder):
     return routes
 
 
-def _link_kind(interface):
-    """The document of a v1alpha1 interface's link, and the fields its kind adds: a bridge's links and options."""
-    bridge = interface.get("bridge")
-    if bridge is None:
-        return "LinkConfig", None
-    extra = {"links": list(bridge.get("interfaces") or [])}
-    stp, vlan = bridge.get("stp") or {}, bridge.get("vlan") or {}
-    if stp.get("enabled") is not None:
-        extra["stp"] = {"enabled": stp["enabled"]}
-    if vlan.get("vlanFiltering") is not None:
-        extra["vlan"] = {"filtering": vlan["vlanFiltering"]}
-    return "BridgeConfig", extra
+def _link_kind(m, source, interface, ports):
+    """The document of a v1alpha1 interface's link, and the fields its kind adds: a bridge's links (its interfaces,
+    then the bridge ports naming it as master) and options, a bond's links and options, a WireGuard link's keys and
+    peers (a dummy link adds none)."""
+    if interface.get("bridge") is not None:
+        bridge = interface["bridge"]
+        links = list(bridge.get("interfaces") or [])
+        extra = {"links": links + [port for port in ports if port not in links]}
+        stp, vlan = bridge.get("stp") or {}, bridge.get("vlan") or {}
+        if stp.get("enabled") is not None:
+            extra["stp"] = {"enabled": stp["enabled"]}
+        if vlan.get("vlanFiltering") is not None:
+            extra["vlan"] = {"filtering": vlan["vlanFiltering"]}
+        return "BridgeConfig", extra
+    if interface.get("bond"):
+        bond = interface["bond"]
+        # SetBondMasterLegacy reads an empty mode as balance-rr; BondConfig needs one.
+        extra = {"links": list(bond["interfaces"]), "bondMode": bond.get("mode") or "balance-rr"}
+        for option, target, _names in _BOND_OPTIONS[1:]:
+            if bond.get(option) or (option == "useCarrier" and bond.get(option) is not None):
+                extra[target] = bond[option]
+        if bond.get("adActorSystem"):
+            m.plan.dropped.append(".%s.bond.adActorSystem: Talos's v1alpha1 path never sets it on the bond "
+                                  "(SetBondMasterLegacy) and BondConfig has no such field" % source)
+        return "BondConfig", extra
+    if interface.get("wireguard"):
+        wireguard = interface["wireguard"]
+        extra = dict((key, wireguard[key]) for key in ("privateKey", "listenPort", "firewallMark") if wireguard.get(key))
+        peers = [dict((key, peer[key]) for key in _WIREGUARD_PEER if peer.get(key)) for peer in wireguard.get("peers") or []]
+        if peers:
+            extra["peers"] = peers
+        return "WireguardConfig", extra
+    if interface.get("dummy"):
+        return "DummyLinkConfig", None
+    return "LinkConfig", None
 
 
 def _link(m, source, kind, extra, name, holder, host_prefix):
@@ -453,7 +580,13 @@ def _link(m, source, kind, extra, name, holder, host_prefix):
             dhcp = {"clientIdentifier": "none"}  # the v1alpha1 path sends no client identifier; the document a MAC one
             if options.get("routeMetric"):
                 dhcp["routeMetric"] = options["routeMetric"]
+            if family == "ipv6" and options.get("duidv6"):
+                # The v1alpha1 path sends the hex DUID as the client identifier; duidRaw takes its bytes colon-separated.
+                duid = str(options["duidv6"]).lower()
+                dhcp.update(clientIdentifier="duid", duidRaw=":".join(duid[i:i + 2] for i in range(0, len(duid), 2)))
             m.move(source + ".dhcp", kind_of_dhcp, None, dhcp, name=name)
+    if (holder.get("dhcpOptions") or {}).get("duidv6") and not (holder.get("dhcp") and holder["dhcpOptions"].get("ipv6")):
+        m.plan.dropped.append(".%s.dhcpOptions.duidv6: Talos runs no DHCPv6 on the link, so it sends no DUID" % source)
     vip = holder.get("vip") or {}
     if vip.get("hcloud"):
         m.move(source + ".vip", "HCloudVIPConfig", None, {"link": name, "apiToken": (vip["hcloud"] or {}).get("apiToken") or ""},
@@ -463,24 +596,39 @@ def _link(m, source, kind, extra, name, holder, host_prefix):
 
 
 def _interfaces(m):
-    """The v1alpha1 interfaces Talos's own v1alpha1 path reads as named links (or bridges) with addresses, routes, an
-    MTU, DHCP, VLANs and a VIP: to LinkConfig (BridgeConfig), VLANConfig, DHCPv4Config/DHCPv6Config,
-    Layer2VIPConfig/HCloudVIPConfig. The others stay in v1alpha1, which Talos v1.14 still reads beside the documents."""
+    """The v1alpha1 interfaces Talos's own v1alpha1 path reads as named links (bridges, bonds, WireGuard or dummy
+    links, bridge ports) with addresses, routes, an MTU, DHCP, VLANs and a VIP: to LinkConfig (BridgeConfig,
+    BondConfig, WireguardConfig, DummyLinkConfig; a port in its bridge's links), VLANConfig, DHCPv4Config/DHCPv6Config,
+    Layer2VIPConfig/HCloudVIPConfig, built by link_config.go and operator_config.go as before. The others stay in
+    v1alpha1 with why, which Talos v1.14 still reads beside the documents."""
     if not m.has("machine.network.interfaces"):
         return
     had_links = any(kind in _LINK_DOCUMENTS for kind, _name in m.existing)
     interfaces = m.get("machine.network.interfaces") or []
+    whys = [_interface_kept_why(interface) for interface in interfaces]
+    # A bridge port is a link of its master's BridgeConfig: it moves with a bridge that moves, and stays otherwise.
+    bridges = set(interface["interface"] for interface, why in zip(interfaces, whys) if not why and interface.get("bridge") is not None)
+    ports = {}
+    for index, interface in enumerate(interfaces):
+        master = (interface.get("bridgePort") or {}).get("master")
+        if whys[index] or not master:
+            continue
+        if master in bridges:
+            ports.setdefault(master, []).append(interface["interface"])
+        else:
+            whys[index] = ("its bridge %s is no v1alpha1 bridge this migration moves to a BridgeConfig, whose links "
+                           "would name it" % master)
     kept = []
     for index, interface in enumerate(interfaces):
         label = interface.get("interface") or str(index)
         source = "machine.network.interfaces.%s" % label
-        why = _interface_kept_why(interface)
-        if why:
+        if whys[index]:
             kept.append(interface)
-            m.plan.kept.append(".%s: %s; Talos v1.14 still reads it from v1alpha1" % (source, why))
+            m.plan.kept.append(".%s: %s; Talos v1.14 still reads it from v1alpha1" % (source, whys[index]))
             continue
         name = interface["interface"]
-        _link(m, source, *_link_kind(interface), name=name, holder=interface, host_prefix=True)
+        kind, extra = _link_kind(m, source, interface, ports.get(name, []))
+        _link(m, source, kind, extra, name=name, holder=interface, host_prefix=True)
         for vlan in interface.get("vlans") or []:
             vlan_name = "%s.%s" % (name, vlan.get("vlanId"))
             _link(m, "%s.vlans.%s" % (source, vlan.get("vlanId")), "VLANConfig", {"vlanID": vlan.get("vlanId"), "parent": name},
@@ -1063,9 +1211,9 @@ def plan(documents, accept_dropped=()):
     a name that matches no such field is refused, so that a typo drops nothing it did not mean.
     """
     m = _Migration(documents, accept_dropped)
-    for kept in KEPT:
+    for kept, why in KEPT:
         if m.has(kept):
-            m.plan.kept.append("." + kept)
+            m.plan.kept.append(".%s: %s; Talos v1.14 still reads it from v1alpha1" % (kept, why))
     for area in _AREAS:
         area(m)
     unmatched = sorted(m.accept_dropped - m.accepted)

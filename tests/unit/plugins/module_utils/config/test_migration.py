@@ -343,7 +343,8 @@ def test_accept_dropped_naming_no_homeless_field_is_refused():
 def test_sections_with_no_mechanical_translation_stay_and_are_listed():
     disks = [{"device": "/dev/sdb", "partitions": [{"mountpoint": "/var/mnt/data"}]}]
     plan, documents = migrated(config({"disks": disks, "network": {"hostname": "a"}}))
-    assert plan.kept == [".machine.disks"]
+    assert len(plan.kept) == 1 and plan.kept[0].startswith(".machine.disks: Talos v1.14 finds a UserVolumeConfig's partition by its label u-<name>")
+    assert "mount it under /var/mnt/<name> instead of the legacy mountpoint" in plan.kept[0]
     assert documents[("v1alpha1", None)]["machine"]["disks"] == disks
 
 
@@ -477,14 +478,25 @@ def test_a_named_interface_moves_to_its_link_dhcp_vlan_and_vip_documents():
 
 
 @pytest.mark.parametrize("interface,why", [
-    ({"deviceSelector": {"hardwareAddr": "00:00:5e:*"}, "dhcp": True}, "deviceSelector"),
-    ({"interface": "eth1", "ignore": True}, "ignore has no document"),
-    ({"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}, "dhcp": True}, "BondConfig's"),
+    ({"deviceSelector": {"hardwareAddr": "00:00:5e:*"}, "dhcp": True}, "configures every link its deviceSelector matches"),
+    ({"interface": "eth1", "ignore": True}, "no document leaves a link alone as ignore does"),
+    ({"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "active-backup", "primary": "eth1"}},
+     "BondConfig has no primary link"),
+    ({"interface": "bond0", "bond": {"interfaces": ["eth1"], "mode": "active-backup", "arpIPTarget": ["10.0.0.1"]}},
+     "leaves .bond.arpIPTarget out of the bond"),
+    ({"interface": "bond0", "bond": {"deviceSelectors": [{"hardwareAddr": "00:00:5e:*"}], "mode": "802.3ad"}}, "deviceSelectors"),
+    ({"interface": "bond0", "bond": {"interfaces": ["eth1"], "mode": "round-robin"}}, "refuses bond mode 'round-robin'"),
+    ({"interface": "bond0", "bond": {"interfaces": [], "mode": "802.3ad"}}, "a bond without interfaces"),
     ({"interface": "br0", "bridge": {"interfaces": ["eth1"], "stp": {"enabled": True, "forwardDelay": 4}}}, "bridge forwardDelay"),
-    ({"interface": "eth1", "bridgePort": {"master": "br0"}}, "a bridge port"),
-    ({"interface": "wg0", "wireguard": {"privateKey": "k"}}, "WireGuard"),
+    ({"interface": "eth1", "bridgePort": {"master": "br0"}}, "its bridge br0 is no v1alpha1 bridge this migration moves"),
+    ({"interface": "wg0", "wireguard": {"privateKey": "k", "peers": [{"publicKey": "p", "endpoint": "vpn.example:51820"}]}},
+     "vpn.example:51820 is not one"),
+    ({"interface": "wg0", "wireguard": {"privateKey": "k", "peers": [{"publicKey": "p", "allowedIPs": ["10.1.0.1"]}]}},
+     "refuses allowed IP 10.1.0.1 without a prefix length"),
+    ({"interface": "wg0", "wireguard": {"peers": [{"publicKey": "p"}]}}, "without a private key"),
+    ({"interface": "du0", "dummy": True, "bond": {"interfaces": ["eth1"]}}, "both bond and dummy"),
     ({"interface": "eth1", "vip": {"ip": "10.0.0.9", "equinixMetal": {"apiToken": "t"}}}, "an Equinix Metal VIP has no document"),
-    ({"interface": "eth1", "dhcp": True, "dhcpOptions": {"ipv6": True, "duidv6": "000100011234"}}, "duidRaw"),
+    ({"interface": "eth1", "dhcp": True, "dhcpOptions": {"ipv6": True, "duidv6": "00:01:00:01"}}, "ignores DUID 00:01:00:01"),
 ])
 def test_an_interface_without_a_mechanical_translation_stays_in_v1alpha1_beside_the_moved_ones(interface, why):
     interfaces = [interface, {"interface": "eth9", "dhcp": True}]
@@ -507,3 +519,118 @@ def test_a_bridge_moves_to_its_bridge_config():
     assert documents[("BridgeConfig", "br0")] == doc("BridgeConfig", name="br0", links=["eth1", "eth2"], stp={"enabled": True},
                                                      vlan={"filtering": False}, addresses=[{"address": "10.6.0.2/24"}])
     assert plan.kept == [] and ("DHCPv4Config", "br0") not in documents
+
+
+WG_PRIVATE = b64("p" * 32)
+WG_PEER = b64("q" * 32)
+WG_PSK_LIKE = b64("r" * 32)
+
+
+def test_a_bond_moves_to_its_bond_config_with_its_options():
+    bond = {"interface": "bond0", "bond": {
+        "interfaces": ["eth1", "eth2"], "mode": "802.3ad", "lacpRate": "fast", "xmitHashPolicy": "layer3+4", "miimon": 100,
+        "updelay": 200, "downdelay": 200, "adActorSysPrio": 0, "tlbDynamicLb": 1, "resendIgmp": 3, "peerNotifyDelay": 5,
+        "useCarrier": True, "adActorSystem": "00:11:22:33:44:55"},
+        "addresses": ["10.7.0.2/24"], "mtu": 9000, "dhcp": False}
+    plan, documents = migrated(config({"network": {"interfaces": [bond]}}))
+    # A zero option is the v1alpha1 default, which BondConfig leaves out; its names differ from v1alpha1's in places.
+    assert documents[("BondConfig", "bond0")] == doc(
+        "BondConfig", name="bond0", links=["eth1", "eth2"], bondMode="802.3ad", lacpRate="fast", xmitHashPolicy="layer3+4",
+        miimon=100, updelay=200, downdelay=200, tlbLogicalLb=1, resendIGMP=3, peerNotifDelay=5, useCarrier=True,
+        mtu=9000, addresses=[{"address": "10.7.0.2/24"}])
+    assert plan.kept == [] and "network" not in documents[("v1alpha1", None)]["machine"]
+    assert plan.dropped == [".machine.network.interfaces.bond0.bond.adActorSystem: Talos's v1alpha1 path never sets it on "
+                            "the bond (SetBondMasterLegacy) and BondConfig has no such field"]
+    assert {"from": ".machine.network.interfaces.bond0", "to": "BondConfig/bond0", "field": None} == dict(
+        (key, step.as_dict()[key]) for key in ("from", "to", "field") for step in plan.steps if step.kind == "BondConfig")
+
+
+def test_a_bond_without_a_mode_is_balance_rr_as_the_v1alpha1_path_reads_it():
+    bond = {"interface": "bond0", "bond": {"interfaces": ["eth1"], "mode": ""}, "dhcp": True}
+    _plan, documents = migrated(config({"network": {"interfaces": [bond]}}))
+    assert documents[("BondConfig", "bond0")] == doc("BondConfig", name="bond0", links=["eth1"], bondMode="balance-rr")
+    assert documents[("DHCPv4Config", "bond0")] == doc("DHCPv4Config", name="bond0", clientIdentifier="none")
+
+
+def test_a_bond_in_a_mode_without_a_primary_moves_and_a_primary_keeps_it():
+    moved = {"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "active-backup"}}
+    _plan, documents = migrated(config({"network": {"interfaces": [moved]}}))
+    assert documents[("BondConfig", "bond0")]["bondMode"] == "active-backup"
+    kept = {"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "active-backup", "primary": "eth2"}}
+    plan = migration.plan(config({"network": {"interfaces": [kept]}}))
+    # Nothing else to migrate: the config stays as it is.
+    assert plan.documents is None and plan.steps == [] and "SetBondMasterLegacy" in plan.kept[0]
+
+
+def test_a_wireguard_link_moves_to_its_wireguard_config_without_showing_its_keys():
+    wireguard = {"interface": "wg0", "addresses": ["10.8.0.1/24"], "mtu": 1420, "wireguard": {
+        "privateKey": WG_PRIVATE, "listenPort": 51820, "firewallMark": 7,
+        "peers": [{"publicKey": WG_PEER, "endpoint": "192.0.2.1:51820", "persistentKeepaliveInterval": "25s",
+                   "allowedIPs": ["10.8.0.0/24", "fd08::/64"]},
+                  {"publicKey": WG_PSK_LIKE, "endpoint": "[2001:db8::1]:51820"}]}}
+    plan, documents = migrated(config({"network": {"interfaces": [wireguard]}}))
+    assert documents[("WireguardConfig", "wg0")] == doc(
+        "WireguardConfig", name="wg0", privateKey=WG_PRIVATE, listenPort=51820, firewallMark=7, mtu=1420,
+        addresses=[{"address": "10.8.0.1/24"}],
+        peers=[{"publicKey": WG_PEER, "endpoint": "192.0.2.1:51820", "persistentKeepaliveInterval": "25s",
+                "allowedIPs": ["10.8.0.0/24", "fd08::/64"]}, {"publicKey": WG_PSK_LIKE, "endpoint": "[2001:db8::1]:51820"}])
+    assert plan.kept == [] and WG_PRIVATE not in repr([step.as_dict() for step in plan.steps])
+
+
+def test_a_dummy_link_moves_to_its_dummy_link_config():
+    dummy = {"interface": "dummy0", "dummy": True, "addresses": ["169.254.10.1/32"]}
+    plan, documents = migrated(config({"network": {"interfaces": [dummy]}}))
+    assert documents[("DummyLinkConfig", "dummy0")] == doc("DummyLinkConfig", name="dummy0", addresses=[{"address": "169.254.10.1/32"}])
+    assert ("LinkConfig", "dummy0") not in documents and plan.kept == []
+
+
+def test_bridge_ports_join_their_moved_bridges_links_and_keep_their_own_settings():
+    interfaces = [
+        {"interface": "eth3", "bridgePort": {"master": "br0"}, "mtu": 9000},
+        {"interface": "br0", "bridge": {"interfaces": ["eth1"]}, "addresses": ["10.6.0.2/24"]},
+        {"interface": "bond0", "bond": {"interfaces": ["eth4", "eth5"], "mode": "802.3ad"}, "bridgePort": {"master": "br0"}},
+        {"interface": "eth1", "bridgePort": {"master": "br0"}},
+    ]
+    plan, documents = migrated(config({"network": {"interfaces": interfaces}}))
+    # The bridge's own interfaces first, then its ports in the config's order, each once.
+    assert documents[("BridgeConfig", "br0")]["links"] == ["eth1", "eth3", "bond0"]
+    assert documents[("LinkConfig", "eth3")] == doc("LinkConfig", name="eth3", mtu=9000)
+    assert documents[("BondConfig", "bond0")]["links"] == ["eth4", "eth5"]
+    assert plan.kept == [] and "network" not in documents[("v1alpha1", None)]["machine"]
+
+
+def test_a_bridge_port_stays_with_a_bridge_that_stays():
+    interfaces = [{"interface": "br0", "bridge": {"interfaces": [], "stp": {"forwardDelay": 4}}},
+                  {"interface": "eth3", "bridgePort": {"master": "br0"}}]
+    plan, documents = migrated(config({"network": {"interfaces": interfaces}, "env": {"A": "b"}}))
+    assert documents[("v1alpha1", None)]["machine"]["network"]["interfaces"] == interfaces
+    assert [entry.split(":")[0] for entry in plan.kept] == [".machine.network.interfaces.br0", ".machine.network.interfaces.eth3"]
+
+
+def test_a_dhcpv6_duid_moves_to_duid_raw_and_an_unused_one_is_dropped():
+    interfaces = [{"interface": "eth0", "dhcp": True, "dhcpOptions": {"ipv6": True, "duidv6": "000100011A2B3C4D5E6F"},
+                   "vlans": [{"vlanId": 5, "dhcp": True, "dhcpOptions": {"duidv6": "0003000102030405"}}]}]
+    plan, documents = migrated(config({"network": {"interfaces": interfaces}}))
+    assert documents[("DHCPv6Config", "eth0")] == doc("DHCPv6Config", name="eth0", clientIdentifier="duid",
+                                                      duidRaw="00:01:00:01:1a:2b:3c:4d:5e:6f")
+    # DHCPv4 never sent the DUID in v1alpha1.
+    assert documents[("DHCPv4Config", "eth0")] == doc("DHCPv4Config", name="eth0", clientIdentifier="none")
+    assert ("DHCPv6Config", "eth0.5") not in documents
+    assert plan.dropped == [".machine.network.interfaces.eth0.vlans.5.dhcpOptions.duidv6: Talos runs no DHCPv6 on the link, "
+                            "so it sends no DUID"]
+
+
+@pytest.mark.parametrize("interface,existing,field", [
+    ({"interface": "bond0", "bond": {"interfaces": ["eth1"], "mode": "802.3ad"}},
+     doc("BondConfig", name="bond0", links=["eth1"], bondMode="active-backup"), "bondMode"),
+    ({"interface": "wg0", "wireguard": {"privateKey": WG_PRIVATE}}, doc("WireguardConfig", name="wg0", privateKey=WG_PEER), "privateKey"),
+    ({"interface": "dummy0", "dummy": True, "mtu": 1500}, doc("DummyLinkConfig", name="dummy0", mtu=9000), "mtu"),
+    ({"interface": "eth0", "dhcp": True, "dhcpOptions": {"ipv4": False, "ipv6": True, "duidv6": "0003000102030405"}},
+     doc("DHCPv6Config", name="eth0", clientIdentifier="mac"), "clientIdentifier"),
+])
+def test_a_moved_link_conflicts_with_its_document_set_otherwise_and_merges_with_an_equal_one(interface, existing, field):
+    plan = migration.plan(config({"network": {"interfaces": [interface]}}, {}, "worker", existing))
+    assert len(plan.conflicts) == 1 and " %s in its %s/%s document to another value" % (field, existing["kind"], existing["name"]) in plan.conflicts[0]
+    equal = migrated(config({"network": {"interfaces": [interface]}}))[1][(existing["kind"], existing["name"])]
+    equal_plan, documents = migrated(config({"network": {"interfaces": [interface]}}, {}, "worker", equal))
+    assert documents[(existing["kind"], existing["name"])] == equal and equal_plan.warnings == []
