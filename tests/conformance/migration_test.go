@@ -4,6 +4,7 @@ package conformance
 
 import (
 	"cmp"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -119,8 +120,10 @@ const (
           - name: nginx
             image: nginx
 `
-	// Network interfaces the migration moves (eth0, its VLAN, a bridge) and one it leaves in v1alpha1 (a bond); VIPs
-	// only on a control plane, as Talos allows, merged into eth0 and its VLAN by the patcher.
+	// Network interfaces the migration moves (eth0, its VLAN, a bond, a bridge and its ports - one of them a bond -, a
+	// WireGuard and a dummy link, a DHCPv6 DUID) and those it leaves in v1alpha1 (a bond with a primary link, an
+	// interface picked by deviceSelector); VIPs only on a control plane, as Talos allows, merged into eth0 and its VLAN by
+	// the patcher.
 	interfacesPatch = `machine:
   network:
     interfaces:
@@ -150,14 +153,62 @@ const (
         bond:
           interfaces: [eth1, eth2]
           mode: 802.3ad
+          lacpRate: fast
+          xmitHashPolicy: layer3+4
+          miimon: 100
+          updelay: 200
+          downdelay: 200
+          adActorSysPrio: 1000
         dhcp: true
+      - interface: bond1
+        bond:
+          interfaces: [eth7, eth8]
+          mode: active-backup
+          primary: eth7
+      - interface: bond2
+        bond:
+          interfaces: [eth9]
+        bridgePort:
+          master: br0
       - interface: br0
         bridge:
-          interfaces: [eth3, eth4]
+          interfaces: [eth3]
           stp:
             enabled: true
         addresses: [10.6.0.2/24]
+      - interface: eth4
+        mtu: 9000
+        bridgePort:
+          master: br0
+      - interface: wg0
+        mtu: 1420
+        addresses: [10.8.0.1/24]
+        wireguard:
+          privateKey: ` + wireguardPrivateKey + `
+          listenPort: 51820
+          firewallMark: 7
+          peers:
+            - publicKey: ` + wireguardPeerKey + `
+              endpoint: 192.0.2.1:51820
+              persistentKeepaliveInterval: 25s
+              allowedIPs: [10.8.0.0/24, fd08::/64]
+      - interface: dummy0
+        dummy: true
+        addresses: [169.254.10.1/32]
+      - interface: eth5
+        dhcp: true
+        dhcpOptions:
+          ipv4: false
+          ipv6: true
+          duidv6: 000100011A2B3C4D5E6F0011
+      - deviceSelector:
+          hardwareAddr: "00:00:5e:*"
+          physical: true
+        dhcp: true
 `
+	// WireGuard keys (base64 of 32 bytes) for the interfaces above.
+	wireguardPrivateKey  = "cHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHA="
+	wireguardPeerKey     = "cXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFxcXE="
 	controlPlaneVIPPatch = `machine:
   network:
     interfaces:
@@ -532,8 +583,10 @@ func diskEncryption(cfg config.Provider, volume string) configconfig.EncryptionC
 
 // effectiveNetwork is what Talos's network controllers make of a config's links (link_config.go, address_config.go,
 // route_config.go, operator_config.go, operator_vip_config.go): links, addresses, routes, DHCP operators and VIPs, from
-// the v1alpha1 interfaces as the legacy path reads them and from the documents, one sorted line each. An interface
-// the migration leaves in v1alpha1 (a bond here) is its accessor's whole value.
+// the v1alpha1 interfaces as the legacy path reads them and from the documents, one sorted line each: a bond's options
+// and links, a bridge's ports, a WireGuard link's keys and peers, a dummy link, a DHCPv6 DUID as link_config.go,
+// network.go and operator_config.go read them. An interface picked by deviceSelector, or ignored, is its accessor's
+// whole value.
 func effectiveNetwork(cfg config.Provider) []string {
 	var lines []string
 
@@ -579,7 +632,13 @@ func effectiveNetwork(cfg config.Provider) []string {
 		}
 
 		if dhcp && options.IPv6() {
-			add("dhcp6 %s metric %d client-id none", link, cmp.Or(options.RouteMetric(), 1024))
+			// The DUID goes as hex text to the operator, which decodes it (operator/client_identifier.go).
+			clientID := "none"
+			if duid, err := hex.DecodeString(options.DUIDv6()); err == nil && len(duid) > 0 {
+				clientID = "duid " + hex.EncodeToString(duid)
+			}
+
+			add("dhcp6 %s metric %d client-id %s", link, cmp.Or(options.RouteMetric(), 1024), clientID)
 		}
 
 		if vip != nil {
@@ -593,7 +652,7 @@ func effectiveNetwork(cfg config.Provider) []string {
 	}
 
 	for _, device := range cfg.Machine().Network().Devices() {
-		if device.Bond() != nil || device.BridgePort() != nil || device.Selector() != nil || device.Ignore() {
+		if device.Selector() != nil || device.Ignore() {
 			add("v1alpha1 %v", accessorValue(reflect.ValueOf(device), reflect.TypeFor[configconfig.Device](), 0))
 
 			continue
@@ -603,8 +662,38 @@ func effectiveNetwork(cfg config.Provider) []string {
 			device.DHCPOptions(), device.VIPConfig())
 
 		if bridge := device.Bridge(); bridge != nil {
-			add("bridge %s links %v stp %v filtering %v", device.Interface(), bridge.Interfaces(), bridge.STP().Enabled(),
-				bridge.VLAN().FilteringEnabled())
+			add("bridge %s stp %v filtering %v", device.Interface(), bridge.STP().Enabled(), bridge.VLAN().FilteringEnabled())
+
+			for _, port := range bridge.Interfaces() {
+				add("bridge-port %s master %s", port, device.Interface())
+			}
+		}
+
+		if port := device.BridgePort(); port != nil {
+			add("bridge-port %s master %s", device.Interface(), port.Master())
+		}
+
+		if bond := device.Bond(); bond != nil {
+			add("%s", legacyBond(device.Interface(), bond))
+		}
+
+		if wireguard := device.WireguardConfig(); wireguard != nil {
+			add("wireguard %s key %s port %d mark %d", device.Interface(), wireguard.PrivateKey(), wireguard.ListenPort(), wireguard.FirewallMark())
+
+			for _, peer := range wireguard.Peers() {
+				// wireguardLinkLegacy parses the allowed IPs as prefixes and sends no preshared key.
+				allowed := make([]netip.Prefix, 0, len(peer.AllowedIPs()))
+				for _, prefix := range peer.AllowedIPs() {
+					allowed = append(allowed, netip.MustParsePrefix(prefix))
+				}
+
+				add("wireguard-peer %s %s psk %q endpoint %s keepalive %v allowed %v", device.Interface(), peer.PublicKey(), "",
+					peer.Endpoint(), peer.PersistentKeepaliveInterval(), allowed)
+			}
+		}
+
+		if device.Dummy() {
+			add("dummy %s", device.Interface())
 		}
 
 		for _, vlan := range device.Vlans() {
@@ -622,8 +711,30 @@ func effectiveNetwork(cfg config.Provider) []string {
 		}
 
 		if bridge, ok := link.(configconfig.NetworkBridgeConfig); ok {
-			add("bridge %s links %v stp %v filtering %v", link.Name(), bridge.Links(), bridge.STP().Enabled().ValueOrZero(),
+			add("bridge %s stp %v filtering %v", link.Name(), bridge.STP().Enabled().ValueOrZero(),
 				bridge.VLAN().FilteringEnabled().ValueOrZero())
+
+			for _, port := range bridge.Links() {
+				add("bridge-port %s master %s", port, link.Name())
+			}
+		}
+
+		if bond, ok := link.(configconfig.NetworkBondConfig); ok {
+			add("%s", documentBond(link.Name(), bond))
+		}
+
+		if wireguard, ok := link.(configconfig.NetworkWireguardConfig); ok {
+			add("wireguard %s key %s port %d mark %d", link.Name(), wireguard.PrivateKey(), wireguard.ListenPort().ValueOrZero(),
+				wireguard.FirewallMark().ValueOrZero())
+
+			for _, peer := range wireguard.Peers() {
+				add("wireguard-peer %s %s psk %q endpoint %s keepalive %v allowed %v", link.Name(), peer.PublicKey(),
+					peer.PresharedKey().ValueOrZero(), peer.Endpoint().ValueOrZero(), peer.PersistentKeepalive().ValueOrZero(), peer.AllowedIPs())
+			}
+		}
+
+		if _, ok := link.(configconfig.NetworkDummyLinkConfig); ok {
+			add("dummy %s", link.Name())
 		}
 
 		if vlan, ok := link.(configconfig.NetworkVLANConfig); ok {
@@ -650,7 +761,12 @@ func effectiveNetwork(cfg config.Provider) []string {
 	}
 
 	for _, dhcp := range cfg.NetworkDHCPv6Configs() {
-		add("dhcp6 %s metric %d client-id %s", dhcp.Name(), dhcp.RouteMetric().ValueOr(1024), dhcp.ClientIdentifier())
+		clientID := dhcp.ClientIdentifier().String()
+		if duid, ok := dhcp.DUIDRaw().Get(); ok {
+			clientID += " " + hex.EncodeToString(duid)
+		}
+
+		add("dhcp6 %s metric %d client-id %s", dhcp.Name(), dhcp.RouteMetric().ValueOr(1024), clientID)
 	}
 
 	for _, vip := range cfg.NetworkVirtualIPConfigs() {
@@ -665,6 +781,50 @@ func effectiveNetwork(cfg config.Provider) []string {
 	slices.Sort(lines)
 
 	return lines
+}
+
+// legacyBond is the bond SetBondMasterLegacy (controllers/network/network.go) builds from a v1alpha1 bond: its options
+// by name (an empty one is the first), its primary link, no ARP or NS targets, no LACP active, no missed max; the
+// links in order (their index is the slave's). useCarrier is left out: Talos forces it either way.
+func legacyBond(name string, bond configconfig.Bond) string {
+	mode, _ := nethelpers.BondModeByName(bond.Mode())                       //nolint:errcheck
+	hash, _ := nethelpers.BondXmitHashPolicyByName(bond.HashPolicy())       //nolint:errcheck
+	lacp, _ := nethelpers.LACPRateByName(bond.LACPRate())                   //nolint:errcheck
+	validate, _ := nethelpers.ARPValidateByName(bond.ARPValidate())         //nolint:errcheck
+	all, _ := nethelpers.ARPAllTargetsByName(bond.ARPAllTargets())          //nolint:errcheck
+	reselect, _ := nethelpers.PrimaryReselectByName(bond.PrimaryReselect()) //nolint:errcheck
+	failOver, _ := nethelpers.FailOverMACByName(bond.FailOverMac())         //nolint:errcheck
+	adSelect, _ := nethelpers.ADSelectByName(bond.ADSelect())               //nolint:errcheck
+
+	return fmt.Sprintf("bond %s links %v mode %s hash %s lacp %s arp-validate %s arp-all %s primary %q reselect %s failover %s "+
+		"ad-select %s miimon %d updelay %d downdelay %d arp-interval %d arp-targets %v ns-targets %v resend-igmp %d min-links %d "+
+		"lp-interval %d packets-per-slave %d peer-notif %d tlb %d all-active %d sys-prio %d port-key %d lacp-active %v "+
+		"notify-delay %d missed-max %d",
+		name, bond.Interfaces(), mode, hash, lacp, validate, all, bond.Primary(), reselect, failOver, adSelect, bond.MIIMon(),
+		bond.UpDelay(), bond.DownDelay(), bond.ARPInterval(), []netip.Addr(nil), []netip.Addr(nil), bond.ResendIGMP(), bond.MinLinks(),
+		bond.LPInterval(), bond.PacketsPerSlave(), bond.NumPeerNotif(), bond.TLBDynamicLB(), bond.AllSlavesActive(),
+		bond.ADActorSysPrio(), bond.ADUserPortKey(), "unset", bond.PeerNotifyDelay(), 0)
+}
+
+// documentBond is the bond SendBondMaster builds from a BondConfig: what it leaves unset is zero, it has no primary link.
+func documentBond(name string, bond configconfig.NetworkBondConfig) string {
+	lacpActive := "unset"
+	if active, ok := bond.ADLACPActive().Get(); ok {
+		lacpActive = active.String()
+	}
+
+	return fmt.Sprintf("bond %s links %v mode %s hash %s lacp %s arp-validate %s arp-all %s primary %q reselect %s failover %s "+
+		"ad-select %s miimon %d updelay %d downdelay %d arp-interval %d arp-targets %v ns-targets %v resend-igmp %d min-links %d "+
+		"lp-interval %d packets-per-slave %d peer-notif %d tlb %d all-active %d sys-prio %d port-key %d lacp-active %v "+
+		"notify-delay %d missed-max %d",
+		name, bond.Links(), bond.Mode(), bond.XmitHashPolicy().ValueOrZero(), bond.LACPRate().ValueOrZero(),
+		bond.ARPValidate().ValueOrZero(), bond.ARPAllTargets().ValueOrZero(), "", bond.PrimaryReselect().ValueOrZero(),
+		bond.FailOverMAC().ValueOrZero(), bond.ADSelect().ValueOrZero(), bond.MIIMon().ValueOrZero(), bond.UpDelay().ValueOrZero(),
+		bond.DownDelay().ValueOrZero(), bond.ARPInterval().ValueOrZero(), bond.ARPIPTargets(), bond.NSIP6Targets(),
+		bond.ResendIGMP().ValueOrZero(), bond.MinLinks().ValueOrZero(), bond.LPInterval().ValueOrZero(),
+		bond.PacketsPerSlave().ValueOrZero(), bond.NumPeerNotif().ValueOrZero(), bond.TLBDynamicLB().ValueOrZero(),
+		bond.AllSlavesActive().ValueOrZero(), bond.ADActorSysPrio().ValueOrZero(), bond.ADUserPortKey().ValueOrZero(), lacpActive,
+		bond.PeerNotifyDelay().ValueOrZero(), bond.MissedMax().ValueOrZero())
 }
 
 // etcFiles is what Talos writes under /etc from a config: the v1alpha1 files that replace one there (bind-mounted over
@@ -760,6 +920,8 @@ func accessorValue(value reflect.Value, static reflect.Type, depth int) any {
 	switch value.Kind() { //nolint:exhaustive
 	case reflect.Interface:
 		return accessorValue(value.Elem(), value.Elem().Type(), depth+1)
+	case reflect.Pointer: // what it points to (a selector's *bool), never its address
+		return accessorValue(value.Elem(), value.Type().Elem(), depth+1)
 	case reflect.Slice, reflect.Array:
 		if value.Type().Elem().Kind() == reflect.Uint8 {
 			return string(value.Bytes())
