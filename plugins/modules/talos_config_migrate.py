@@ -42,14 +42,21 @@ description:
     A file outside C(/etc), one appended to or created under C(/etc), one Talos manages and one without permissions have
     no home; O(accept_dropped) names them as C(machine.files.<path>).
   - A network interface named by C(interface) moves as Talos's v1alpha1 path reads it - its addresses (one without a
-    prefix length a host address), routes, MTU and DHCP (IPv4 unless told otherwise, no client identifier) to
-    C(LinkConfig) (C(BridgeConfig) for a bridge), C(DHCPv4Config) and C(DHCPv6Config), its VLANs to C(VLANConfig), its
-    VIP to C(Layer2VIPConfig) or C(HCloudVIPConfig). An interface picked by C(deviceSelector), ignored, a bond, a
-    bridge port, a WireGuard or dummy link, an Equinix Metal VIP or a DHCPv6 DUID stays in the v1alpha1 document, which
-    Talos v1.14 still reads beside the documents; RV(plan) lists it in C(kept) with why. With the first link document
-    Talos stops the DHCP it runs by default on links no configuration names, and the task warns so.
-  - Deprecated sections without a mechanical translation that Talos v1.14 still honours (C(machine.disks)) stay in
-    the v1alpha1 document; RV(plan) lists them in C(kept). Talos v1.14's new
+    prefix length a host address), routes, MTU and DHCP (IPv4 unless told otherwise, no client identifier; a DHCPv6
+    C(duidv6) as C(clientIdentifier=duid) and C(duidRaw)) to C(LinkConfig) (C(BridgeConfig) for a bridge, with the
+    bridge ports naming it in its C(links); C(BondConfig) for a bond, its options under their C(BondConfig) names;
+    C(WireguardConfig) for a WireGuard link; C(DummyLinkConfig) for a dummy link), C(DHCPv4Config) and
+    C(DHCPv6Config), its VLANs to C(VLANConfig), its VIP to C(Layer2VIPConfig) or C(HCloudVIPConfig).
+  - What Talos v1.14 would configure otherwise from a document stays in the v1alpha1 document, which Talos v1.14
+    still reads beside the documents, and RV(plan) lists it in C(kept) with why - an interface picked by
+    C(deviceSelector) (Talos configures every link it matches, a C(LinkAliasConfig) only a physical link it matches
+    alone), an ignored one, an Equinix Metal VIP, a bond with C(primary) (C(BondConfig) has none) or C(arpIPTarget)
+    (which Talos never applied), a WireGuard peer whose endpoint is a host name, a bridge port whose bridge stays.
+    With the first link document Talos stops the DHCP it runs by default on links no configuration names, and the
+    task warns so.
+  - C(machine.disks) stays in the v1alpha1 document, which Talos v1.14 still honours, and RV(plan) lists it in
+    C(kept) - Talos finds a C(UserVolumeConfig)'s partition by its label C(u-<name>), which the partitions it made for
+    C(machine.disks) do not carry, so it would create a new one and mount it under C(/var/mnt/<name>). Talos v1.14's new
     defaults (C(VolumeConfig) C(EPHEMERAL), C(FilesystemTrimConfig), C(SecurityProfileConfig)) are not added - they
     would change what the node runs.
 author:
@@ -172,7 +179,7 @@ plan:
       elements: str
     kept:
       description: Deprecated sections left in the v1alpha1 document, which Talos v1.14 still honours, each with why
-        where only part of a section stays (a network interface that is a bond, for example).
+        (C(machine.disks), a network interface picked by C(deviceSelector) or a bond with a primary link, for example).
       type: list
       elements: str
     warnings:

@@ -109,7 +109,8 @@ def test_configs_on_the_controller_are_planned_and_written_through_both_doors(ru
     volumes = {"cluster": {"apiServer": {"extraVolumes": [{"hostPath": "/var/lib/a", "mountPath": "/var/lib/a"}]}}}
     interfaces = {"machine": {"network": {"interfaces": [
         {"interface": "eth0", "addresses": ["10.5.0.2/24"], "dhcp": True},
-        {"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}}]}}}
+        {"interface": "bond0", "bond": {"interfaces": ["eth1", "eth2"], "mode": "802.3ad"}},
+        {"interface": "bond1", "bond": {"interfaces": ["eth3", "eth4"], "mode": "active-backup", "primary": "eth3"}}]}}}
     tasks = [
         {"name": "bundle", "talos_linux.talos.talos_machine_secrets": {"path": str(secrets)}},
         {"name": "render", "talos_linux.talos.talos_machine_config": dict(options, dest=str(tmp_path / "cp.yaml"))},
@@ -151,8 +152,12 @@ def test_configs_on_the_controller_are_planned_and_written_through_both_doors(ru
         moved = run.task("interfaces (%s door)" % door)["result"]
         assert moved["plan"]["warnings"] == [moved["warnings"][0]] and len(moved["warnings"]) == 1
         assert moved["warnings"][0].startswith("With a link document in the config, Talos v1.14 stops the DHCP it runs by default")
-        assert moved["plan"]["kept"] == [".machine.network.interfaces.bond0: Talos builds a v1alpha1 bond's link otherwise than a "
-                                         "BondConfig's (its primary index), so it is not moved; Talos v1.14 still reads it from v1alpha1"]
+        assert moved["plan"]["kept"] == [
+            ".machine.network.interfaces.bond1: BondConfig has no primary link: Talos's v1alpha1 path sets .bond.primary on the "
+            "bond by its link's index (SetBondMasterLegacy, controllers/network/network.go), a BondConfig never sets one; Talos "
+            "v1.14 still reads it from v1alpha1"]
+        assert {"from": ".machine.network.interfaces.bond0", "to": "BondConfig/bond0", "field": None,
+                "value": {"links": ["eth1", "eth2"], "bondMode": "802.3ad"}} in moved["plan"]["steps"]
         assert {"from": ".machine.network.interfaces.eth0.dhcp", "to": "DHCPv4Config/eth0", "field": None,
                 "value": {"clientIdentifier": "none"}} in moved["plan"]["steps"]
     written = list(yaml.safe_load_all((tmp_path / "cp-1.14.yaml").read_text()))
