@@ -437,14 +437,15 @@ def _interface_kept_why(interface):
     if interface.get("ignore"):
         return ("no document leaves a link alone as ignore does (Talos's v1alpha1 path skips the link, its addresses, "
                 "routes and DHCP: LinkConfigController.processDevicesConfiguration, OperatorConfigController)")
-    kinds = [kind for kind in _LINK_KINDS if interface.get(kind)]
+    # Talos reads a bond, bridge or WireGuard section that is present, even empty, as the link's kind.
+    kinds = [kind for kind in _LINK_KINDS if interface.get(kind) not in (None, False)]
     if len(kinds) > 1:
         return "it is both %s, which no one document is" % " and ".join(kinds)
-    if interface.get("bond"):
+    if interface.get("bond") is not None:
         why = _bond_kept_why(interface["bond"])
         if why:
             return why
-    if interface.get("wireguard"):
+    if interface.get("wireguard") is not None:
         why = _wireguard_kept_why(interface["wireguard"])
         if why:
             return why
@@ -535,7 +536,7 @@ def _link_kind(m, source, interface, ports):
         if vlan.get("vlanFiltering") is not None:
             extra["vlan"] = {"filtering": vlan["vlanFiltering"]}
         return "BridgeConfig", extra
-    if interface.get("bond"):
+    if interface.get("bond") is not None:
         bond = interface["bond"]
         # SetBondMasterLegacy reads an empty mode as balance-rr; BondConfig needs one.
         extra = {"links": list(bond["interfaces"]), "bondMode": bond.get("mode") or "balance-rr"}
@@ -546,7 +547,7 @@ def _link_kind(m, source, interface, ports):
             m.plan.dropped.append(".%s.bond.adActorSystem: Talos's v1alpha1 path never sets it on the bond "
                                   "(SetBondMasterLegacy) and BondConfig has no such field" % source)
         return "BondConfig", extra
-    if interface.get("wireguard"):
+    if interface.get("wireguard") is not None:
         wireguard = interface["wireguard"]
         extra = dict((key, wireguard[key]) for key in ("privateKey", "listenPort", "firewallMark") if wireguard.get(key))
         peers = [dict((key, peer[key]) for key in _WIREGUARD_PEER if peer.get(key)) for peer in wireguard.get("peers") or []]

@@ -487,6 +487,8 @@ def test_a_named_interface_moves_to_its_link_dhcp_vlan_and_vip_documents():
     ({"interface": "bond0", "bond": {"deviceSelectors": [{"hardwareAddr": "00:00:5e:*"}], "mode": "802.3ad"}}, "deviceSelectors"),
     ({"interface": "bond0", "bond": {"interfaces": ["eth1"], "mode": "round-robin"}}, "refuses bond mode 'round-robin'"),
     ({"interface": "bond0", "bond": {"interfaces": [], "mode": "802.3ad"}}, "a bond without interfaces"),
+    ({"interface": "bond0", "bond": {}}, "a bond without interfaces"),
+    ({"interface": "wg0", "wireguard": {}}, "without a private key"),
     ({"interface": "br0", "bridge": {"interfaces": ["eth1"], "stp": {"enabled": True, "forwardDelay": 4}}}, "bridge forwardDelay"),
     ({"interface": "eth1", "bridgePort": {"master": "br0"}}, "its bridge br0 is no v1alpha1 bridge this migration moves"),
     ({"interface": "wg0", "wireguard": {"privateKey": "k", "peers": [{"publicKey": "p", "endpoint": "vpn.example:51820"}]}},
