@@ -124,6 +124,11 @@ notes:
   - In maintenance mode (O(insecure=true)) the task always reports a change, since the node has no configuration to
     compare with. With O(wait=true) the module then waits until the node serves its API over mutual TLS with the
     CA and client certificate of the talosconfig (or O(ca), O(crt), O(key)), so that the next task can use them.
+  - A configuration that would lock the task's own credentials out of the nodes is refused before any node is sent
+    anything, in check mode too - its Talos CA (C(machine.ca)) is not one the talosconfig trusts, or the
+    talosconfig's client certificate was issued by neither that CA nor one of C(machine.acceptedCAs). The usual cause
+    is a configuration rendered before a CA rotation (M(talos_linux.talos.talos_rotate_ca)). A maintenance-mode apply
+    without O(wait) is not checked; nothing reaches the node with these credentials afterwards.
   - A node in maintenance mode does not forward calls to other nodes; reach it through itself as the only
     endpoint, one task per node (O(endpoints) set to the node's own address, with O(insecure=true)).
   - When another apply is in progress on the node (C(FailedPrecondition)), the apply is retried with backoff until
@@ -298,6 +303,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.config.machine_c
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.module_door import run_module
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.redaction import maskable_literals
 from ansible_collections.talos_linux.talos.plugins.module_utils.task.task import TaskSpec
+from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import trust
 
 SPEC = TaskSpec(
     argument_spec=dict(
@@ -344,6 +350,10 @@ def run(task):
 
     task.result["rebooted"] = False
     task.result["valid_for"] = config.valid_for()
+    # A config that would lock the task's own credentials out of the nodes is refused before any node is touched
+    # (once a maintenance node installed it, the wait reaches it with them).
+    if not params["insecure"] or params["wait"]:
+        trust.check_talosconfig_reaches(config.documents, task.settings, "config_file" if params["config_file"] else "config")
     # Every node's Talos is checked before any node is touched: a config one of them cannot decode changes none.
     versions = check_nodes_fit(task.client, config, task.target_nodes, maintenance=params["insecure"],
                                max_concurrency=params["max_concurrency"])

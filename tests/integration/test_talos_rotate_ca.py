@@ -223,6 +223,15 @@ def test_check_mode_plans_and_the_rotation_revokes_the_old_talosconfig(rotation_
     _assert_rotated(setup, old_ca, str(old_talosconfig))
     # Only the Talos API CAs changed: every other document stays.
     assert setup.kinds() == kinds
+    # A config rendered before the rotation still names the old CA: applied now, it would lock the new talosconfig out.
+    configs, audited = [node.config_bytes for node in cluster.nodes], len(cluster.audit())
+    _run, stale = setup.play("talos_apply_config", {"node": setup.addresses[0],
+                                                    "config_file": str(setup.workdir / "generated" / "controlplane.yaml")},
+                             expect_rc=2)
+    assert stale["result"]["msg"].startswith(
+        "The Talos CA of config_file (machine.ca.crt, sha256 %s) is not a CA the talosconfig trusts"
+        % result["talos_ca"]["old"]["fingerprint_sha256"][:23]), stale["result"]["msg"]
+    assert [node.config_bytes for node in cluster.nodes] == configs and len(cluster.audit()) == audited
 
     # The same issued_after again: the CA is younger now, nothing is due.
     _run, again = setup.rotate(result["talos_ca"]["new"]["not_before"])

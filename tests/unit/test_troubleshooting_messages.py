@@ -27,7 +27,7 @@ SOURCES = [os.path.join(ROOT, "plugins", path) for path in (
     "modules/talos_etcd_snapshot.py", "modules/talos_etcd_restore.py", "modules/talos_rotate_ca.py",
     "modules/talos_support_bundle.py", "modules/talos_fetch.py", "modules/talos_config_backup.py", "modules/talos_adopt.py",
     "module_utils/etcd/snapshot.py", "module_utils/etcd/recovery.py", "module_utils/certificates/rotation.py",
-    "module_utils/certificates/rotate_ca.py", "module_utils/cluster/support_bundle.py", "module_utils/nodes/files.py",
+    "module_utils/certificates/rotate_ca.py", "module_utils/certificates/trust.py", "module_utils/cluster/support_bundle.py", "module_utils/nodes/files.py",
     "module_utils/common/files.py", "module_utils/config/running.py", "module_utils/config/adoption.py")]
 ROLE_TASKS = sorted(glob.glob(os.path.join(ROOT, "roles", "etcd_backup", "tasks", "*.yml"))
                     + glob.glob(os.path.join(ROOT, "roles", "etcd_restore", "tasks", "*.yml"))

@@ -83,7 +83,12 @@ class ConfigAuthorities:
     @classmethod
     def from_config(cls, text, source):
         """The CAs of the machine config ``text``; TalosConfigError names ``source`` and the field at fault."""
-        documents = [document for document in parse_yaml_stream(text, source) if isinstance(document, dict)]
+        return cls.from_documents([document for document in parse_yaml_stream(text, source) if isinstance(document, dict)],
+                                  source)
+
+    @classmethod
+    def from_documents(cls, documents, source):
+        """The CAs of a machine config's parsed ``documents``; TalosConfigError names ``source`` and the field at fault."""
         v1alpha1 = next((document for document in documents if is_v1alpha1(document)), None)
         if v1alpha1 is None:
             raise TalosConfigError("The machine config of %s holds no v1alpha1 document." % source)
