@@ -353,7 +353,8 @@ def run(task):
     # A config that would lock the task's own credentials out of the nodes is refused before any node is touched
     # (once a maintenance node installed it, the wait reaches it with them).
     if not params["insecure"] or params["wait"]:
-        trust.check_talosconfig_reaches(config.documents, task.settings, "config_file" if params["config_file"] else "config")
+        trust.check_apply_keeps_access(task.client, config.documents, task.target_nodes,
+                                       "config_file" if params["config_file"] else "config")
     # Every node's Talos is checked before any node is touched: a config one of them cannot decode changes none.
     versions = check_nodes_fit(task.client, config, task.target_nodes, maintenance=params["insecure"],
                                max_concurrency=params["max_concurrency"])

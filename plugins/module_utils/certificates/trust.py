@@ -16,7 +16,8 @@ __metaclass__ = type
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.certificates.expiry import ConfigAuthorities, load_certificates
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError, TalosUnimplementedError
+from ansible_collections.talos_linux.talos.plugins.module_utils.nodes import node as talos_node
 
 _AFTER = ("Render the config from the secrets bundle the talosconfig was issued from (after a CA rotation, the rotated "
           "one), or use a talosconfig of the config's CA. Nothing was applied.")
@@ -58,3 +59,18 @@ def check_talosconfig_reaches(documents, settings, what):
             "The talosconfig's client certificate (%s) was issued by neither the Talos CA of %s (machine.ca.crt) nor "
             "one of its machine.acceptedCAs: once a node runs it, it would refuse this talosconfig. %s"
             % (settings.certificate_source, what, _AFTER))
+
+
+def check_apply_keeps_access(client, documents, nodes, what):
+    """Refuse applying a machine config (its parsed ``documents``) to ``nodes`` with ``client`` when it would lock the
+    client's credentials out of them (check_talosconfig_reaches), before anything is sent. A refusal waits for the
+    first node's answer: a node that refuses the client now (a talosconfig of another CA, a configured node reached as
+    if in maintenance mode) is the fault, and its answer says so in its own words."""
+    try:
+        check_talosconfig_reaches(documents, client.settings, what)
+    except TalosConfigError as refusal:
+        try:
+            talos_node.read_version_tag(client, nodes[0])
+        except TalosUnimplementedError:
+            pass  # a node in maintenance mode that does not tell its version answered
+        raise refusal

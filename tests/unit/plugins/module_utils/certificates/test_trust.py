@@ -11,9 +11,11 @@ import datetime
 import pytest
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.certificates import trust
+from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import ConnectionSettings
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
-from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import TalosConfigError
+from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
+    TalosConfigError, TalosTLSError, TalosUnimplementedError)
 
 NOW = datetime.datetime(2026, 11, 29, tzinfo=datetime.timezone.utc)
 
@@ -97,3 +99,42 @@ def test_an_unreadable_ca_is_left_to_the_nodes_validation():
     unreadable = config(new)
     unreadable[0]["machine"]["ca"]["crt"] = "not base64"
     trust.check_talosconfig_reaches(unreadable, talosconfig([new], new), "config")
+
+
+class ClientOf(object):
+    """A client of ``settings`` whose Version calls answer ``answer`` (a tag, or an error to raise)."""
+
+    def __init__(self, settings, answer):
+        self.settings = settings
+        self.answer = answer
+        self.calls = []
+
+    def call(self, method, request=None, node=None, **_options):
+        self.calls.append((method, node))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+
+        class Reply(object):
+            class version(object):
+                tag = self.answer
+        return [Reply]
+
+
+def test_a_node_that_refuses_the_talosconfig_now_is_the_fault_in_its_own_words():
+    old, new = authority(), authority()
+    unverified = TalosTLSError("Certificate verification of endpoint 10.5.0.2:50000 failed.")
+    client = ClientOf(talosconfig([new], new), unverified)
+    with pytest.raises(TalosTLSError) as refused:
+        trust.check_apply_keeps_access(client, config(old), ["10.5.0.3"], "config_file")
+    assert refused.value is unverified and client.calls == [(rpc.VERSION, "10.5.0.3")]
+    # A node that answers, or a node in maintenance mode that does not tell its version: the config is the fault.
+    for answer in ("v1.14.0", TalosUnimplementedError("Version is not implemented")):
+        client = ClientOf(talosconfig([new], new), answer)
+        with pytest.raises(TalosConfigError) as refused:
+            trust.check_apply_keeps_access(client, config(old), ["10.5.0.3"], "config_file")
+        assert str(refused.value).startswith("The Talos CA of config_file (machine.ca.crt")
+        assert client.calls == [(rpc.VERSION, "10.5.0.3")]
+    # A config that keeps the access costs no call.
+    client = ClientOf(talosconfig([new], new), unverified)
+    trust.check_apply_keeps_access(client, config(new), ["10.5.0.3"], "config")
+    assert client.calls == []
