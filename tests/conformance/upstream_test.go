@@ -19,10 +19,11 @@ import (
 )
 
 // writeUpstreamArtifacts writes, with Talos's own generator, what a talosctl user would
-// hand the collection: a secrets bundle (gen secrets), configs from it for a
-// multi-document (v1.14) and a single-document (v1.11) contract (gen config), and a
-// talosconfig for the emulated cluster from the cluster's bundle. It returns the
-// secret strings that must never appear in the collection's output.
+// hand the collection: a secrets bundle (gen secrets), configs for the emulated cluster
+// from the cluster's bundle for a multi-document (v1.14) and a single-document (v1.11)
+// contract (gen config: a config of another CA would lock the talosconfig out, which the
+// collection refuses), and a talosconfig for the emulated cluster from the cluster's
+// bundle. It returns the secret strings that must never appear in the collection's output.
 func writeUpstreamArtifacts(t *testing.T, dir string, emu *emulatedCluster) []string {
 	t.Helper()
 
@@ -43,6 +44,11 @@ func writeUpstreamArtifacts(t *testing.T, dir string, emu *emulatedCluster) []st
 
 	writeFile(t, filepath.Join(dir, "secrets.yaml"), raw)
 
+	clusterBundle, err := secrets.LoadBundle(emu.path("secrets.yaml"))
+	if err != nil {
+		t.Fatalf("the machinery loader refuses the emulator's secrets bundle: %v", err)
+	}
+
 	for _, version := range []string{"v1.14", "v1.11"} {
 		contract, err := config.ParseContractFromVersion(version)
 		if err != nil {
@@ -50,7 +56,7 @@ func writeUpstreamArtifacts(t *testing.T, dir string, emu *emulatedCluster) []st
 		}
 
 		input, err := generate.NewInput("upstream", "https://cp.upstream.example:6443", "1.37.0",
-			generate.WithSecretsBundle(bundle), generate.WithVersionContract(contract))
+			generate.WithSecretsBundle(clusterBundle), generate.WithVersionContract(contract))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,11 +75,6 @@ func writeUpstreamArtifacts(t *testing.T, dir string, emu *emulatedCluster) []st
 
 			writeFile(t, filepath.Join(dir, version+"-"+machineType.String()+".yaml"), out)
 		}
-	}
-
-	clusterBundle, err := secrets.LoadBundle(emu.path("secrets.yaml"))
-	if err != nil {
-		t.Fatalf("the machinery loader refuses the emulator's secrets bundle: %v", err)
 	}
 
 	input, err := generate.NewInput(emu.Name, "https://"+emu.Nodes[0].Address+":6443", "1.37.0",
@@ -97,12 +98,17 @@ func writeUpstreamArtifacts(t *testing.T, dir string, emu *emulatedCluster) []st
 		t.Fatal(err)
 	}
 
-	secretValues := []string{
-		bundle.Secrets.BootstrapToken, bundle.Secrets.SecretboxEncryptionSecret, bundle.TrustdInfo.Token,
-		bundle.Cluster.Secret, clientKey,
+	secretValues := []string{clientKey}
+	keys := [][]byte{decodedKey}
+
+	for _, each := range []*secrets.Bundle{bundle, clusterBundle} {
+		secretValues = append(secretValues, each.Secrets.BootstrapToken, each.Secrets.SecretboxEncryptionSecret,
+			each.TrustdInfo.Token, each.Cluster.Secret)
+		keys = append(keys, each.Certs.OS.Key, each.Certs.K8s.Key, each.Certs.Etcd.Key, each.Certs.K8sAggregator.Key,
+			each.Certs.K8sServiceAccount.Key)
 	}
 
-	for _, pem := range [][]byte{bundle.Certs.OS.Key, bundle.Certs.K8s.Key, bundle.Certs.Etcd.Key, bundle.Certs.K8sAggregator.Key, bundle.Certs.K8sServiceAccount.Key, decodedKey} {
+	for _, pem := range keys {
 		secretValues = append(secretValues, base64.StdEncoding.EncodeToString(pem), pemBody(pem))
 	}
 
