@@ -96,11 +96,12 @@ def check_backed_up(configs, backup, key_of):
     """Refuse ``configs`` (RunningConfigs) that are not the ones ``backup`` read: talos_config_backup's registered
     result for the same nodes (``nodes`` keyed by node, or one node's keys at the top). ``key_of(node)`` is a node's
     key in ``nodes``. A config that changed between the two reads would be adopted in a state no backup holds."""
-    if not isinstance(backup.get("nodes"), dict) and "sha256" not in backup:
+    by_node = backup.get("nodes")
+    if not isinstance(by_node, dict) and "sha256" not in backup:
         raise TalosConfigError("backup must be the result talos_config_backup registered for these nodes: it has neither "
                                "nodes nor sha256.")
     for config in configs:
-        entry = backup["nodes"].get(key_of(config.node)) if isinstance(backup.get("nodes"), dict) else backup
+        entry = by_node.get(key_of(config.node)) if isinstance(by_node, dict) else backup
         if not isinstance(entry, dict) or not entry.get("sha256"):
             raise TalosConfigError("backup holds no config of %s: back up every node of the task first. Nothing was "
                                    "written." % label(config.node))
