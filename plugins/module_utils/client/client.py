@@ -45,11 +45,9 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.client import tr
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import go_yaml
 from ansible_collections.talos_linux.talos.plugins.module_utils.client import rpc
 from ansible_collections.talos_linux.talos.plugins.module_utils.common.errors import (
-    TalosConnectionError,
     TalosError,
     TalosTLSError,
     TalosUnreachableError,
-    label,
 )
 from ansible_collections.talos_linux.talos.plugins.module_utils.client.talosconfig import split_endpoint
 
@@ -545,13 +543,9 @@ class TalosClient:
             err = channel.lost_reason
         if isinstance(err, ssl.SSLError):
             return errors.tls_error(err, endpoint, split_endpoint(endpoint)[0], self.settings.ca_source)
-        target = label(node)
         if isinstance(err, StreamTerminatedError):
-            return TalosConnectionError("%s on %s was interrupted through endpoint %s (%s)."
-                                        % (method, target, endpoint, str(err).lower() or "stream terminated"),
-                                        code="Unavailable", node=node)
-        return TalosConnectionError("The connection to endpoint %s was lost during %s on %s (%s)."
-                                    % (endpoint, method, target, errors.describe_os_error(err)), code="Unavailable", node=node)
+            return errors.connection_lost(method, node, endpoint, str(err).lower() or "stream terminated", relayed=True)
+        return errors.connection_lost(method, node, endpoint, errors.describe_os_error(err), relayed=False)
 
     async def _attempt(self, spec, node, remaining, exchange):
         """One try: connect (with failover), run ``exchange(stream, progress)``, translate failures.

@@ -259,6 +259,20 @@ def describe_os_error(err):
     return str(err) or type(err).__name__
 
 
+def connection_lost(method, node, endpoint, reason, relayed):
+    """The connection broke mid-call: ``relayed``, the endpoint's stream ended while it relayed the call (the endpoint
+    itself went down, or restarted its API); else the connection to the endpoint was lost. A change may or may not
+    have reached the node by then, and nothing repeats it blindly: the sentence says so."""
+    target = label(node)
+    if relayed:
+        text = "%s on %s was interrupted through endpoint %s (%s)" % (method, target, endpoint, reason)
+    else:
+        text = "The connection to endpoint %s was lost during %s on %s (%s)" % (endpoint, method, target, reason)
+    if not rpc.is_read(method):
+        text += ", so whether %s took the request is unknown: check it before running the task again" % target
+    return TalosConnectionError(text + ".", code="Unavailable", node=node)
+
+
 def timeout_error(method, node, seconds, last_error=None, option=None):
     """An operation that ran out of time (including retries); ``option`` names the setting that gave the time."""
     tail = " (%s)" % option if option else ""

@@ -234,3 +234,22 @@ def test_a_node_whose_certificate_the_endpoint_does_not_trust_is_a_final_tls_err
     assert error.message.endswith("(x509: certificate signed by unknown authority), so the node is probably in "
                                   "maintenance mode (not configured yet, or reset) or belongs to another cluster; reach it "
                                   "directly with endpoints: [10.5.0.5] and insecure: true.")
+
+
+@pytest.mark.parametrize("relayed, start", [
+    (True, "machine.MachineService/Reset on node 10.5.0.4 was interrupted through endpoint 10.5.0.2:50000 (connection lost)"),
+    (False, "The connection to endpoint 10.5.0.2:50000 was lost during machine.MachineService/Reset on node 10.5.0.4 "
+            "(connection lost)"),
+])
+def test_a_change_cut_off_mid_call_says_whether_the_node_took_it_is_unknown(relayed, start):
+    err = errors.connection_lost("machine.MachineService/Reset", "10.5.0.4", "10.5.0.2:50000", "connection lost", relayed)
+    assert isinstance(err, TalosConnectionError) and not isinstance(err, TalosUnreachableError)
+    assert err.code == "Unavailable" and err.node == "10.5.0.4"
+    assert err.message == start + (", so whether node 10.5.0.4 took the request is unknown: check it before running the "
+                                   "task again.")
+
+
+def test_a_read_cut_off_mid_call_is_only_said_to_be_cut_off():
+    err = errors.connection_lost("machine.MachineService/Version", "10.5.0.4", "10.5.0.2:50000", "connection lost", True)
+    assert err.message == ("machine.MachineService/Version on node 10.5.0.4 was interrupted through endpoint "
+                           "10.5.0.2:50000 (connection lost).")
