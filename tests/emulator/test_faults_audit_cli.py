@@ -47,6 +47,22 @@ def test_an_action_runs_before_the_node_answers_the_named_rpc(emulator, api):
     assert seen == [("worker-1", "running")] * 2
 
 
+def test_a_node_powered_off_when_a_change_is_seen_loses_the_call_that_meets_it(emulator, api):
+    cluster = emulator(workers=1)
+    client = api(cluster)
+    worker = cluster.workers[0]
+    changed = []
+    cluster.faults.power_off_when("worker-1", lambda node: bool(changed))
+    assert client.call(M + "Hostname", node=worker.address).messages
+    changed.append(True)
+    with pytest.raises(GRPCError) as excinfo:
+        client.call(M + "Hostname", node=worker.address)
+    assert (excinfo.value.status, excinfo.value.message) == (Status.UNAVAILABLE, "error reading from server: EOF")
+    cluster.wait_until(lambda: not worker.powered, 5)
+    cluster.power_on(worker)
+    assert client.call(M + "Hostname", node=worker.address).messages, "the node is powered off once only"
+
+
 def test_latency_makes_a_short_deadline_expire(emulator, api):
     cluster = emulator()
     client = api(cluster)

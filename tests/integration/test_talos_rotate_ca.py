@@ -249,9 +249,9 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
 
     # The second worker loses power right after it accepted the new CA.
     old_bundle = setup.bundle()
-    watcher = when(lambda: "acceptedCAs" in setup.machine(other), lambda: cluster.power_off(other))
+    cluster.faults.power_off_when(other.name, lambda node: "acceptedCAs" in setup.machine(node))
     run, failed = setup.rotate(_now(), expect_rc=2, verbosity=3)
-    watcher.join(5)
+    cluster.faults.clear()
     assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
     assert failed["status"] == "failed"
     message = failed["result"]["msg"]
@@ -267,10 +267,9 @@ def test_a_node_off_after_its_accept_step_and_another_after_its_swap_are_finishe
     cluster.power_on(other)
     # The first worker loses power right after it swapped to the new CA.
     new_ca = setup.talos_ca()
-    watcher = when(lambda: base64.b64decode(setup.machine(worker)["ca"]["crt"]).decode() == new_ca,
-                   lambda: cluster.power_off(worker))
+    cluster.faults.power_off_when(worker.name, lambda node: base64.b64decode(setup.machine(node)["ca"]["crt"]).decode() == new_ca)
     _run, failed = setup.rotate(_now(), expect_rc=2)
-    watcher.join(5)
+    cluster.faults.clear()
     assert failed["result"]["msg"].startswith("The Talos API CA rotation stopped at the swap step on node %s" % worker.address)
     assert failed["result"]["rotation"] == "a rotation in progress is continued"
     phases = dict((node, entry["phase"]) for node, entry in failed["result"]["node_phases"].items())
@@ -446,10 +445,9 @@ def test_a_rotation_that_failed_half_way_is_rolled_back_with_abandon(rotation_cl
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     # The first worker loses power right after it swapped to the new CA: control planes swapped, the other worker not.
-    watcher = when(lambda: base64.b64decode(setup.machine(worker)["ca"]["crt"]).decode() != old_ca,
-                   lambda: cluster.power_off(worker))
+    cluster.faults.power_off_when(worker.name, lambda node: base64.b64decode(setup.machine(node)["ca"]["crt"]).decode() != old_ca)
     _run, failed = setup.rotate(_now(), expect_rc=2)
-    watcher.join(5)
+    cluster.faults.clear()
     assert failed["result"]["msg"].startswith("The Talos API CA rotation stopped at the swap step on node %s" % worker.address)
     assert "or with abandon: true to roll the rotation back" in failed["result"]["msg"]
     new_bundle, new_ca = setup.bundle(), setup.talos_ca()

@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 import kubernetes_cluster
-from playbook_runner import run_playbook_in, when
+from playbook_runner import run_playbook_in
 
 from ansible_collections.talos_linux.talos.plugins.module_utils.common import x509 as talos_pki
 from talos_emulator import configgen
@@ -255,10 +255,10 @@ def test_a_worker_off_after_its_swap_leaves_both_credentials_working_and_a_rerun
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     old_bundle = setup.bundle()
-    watcher = when(lambda: setup.node_cas(worker)[0] != old_ca, lambda: cluster.power_off(worker))
-    # The run waits for the API to show every Node Ready: the worker's stays NotReady until the wait gives up.
+    # The worker loses power right after its swap step's change: the step's wait for its kubelet fails.
+    cluster.faults.power_off_when(worker.name, lambda node: setup.node_cas(node)[0] != old_ca)
     run, failed = setup.rotate(["kubernetes"], _now(), wait_timeout=15, expect_rc=2, verbosity=3)
-    watcher.join(5)
+    cluster.faults.clear()
     assert_no_secret(run.stdout + run.stderr, setup.secret_strings(old_bundle, setup.bundle()))
     message = failed["result"]["msg"]
     assert message.startswith("The Kubernetes CA rotation stopped at the swap step on node %s" % worker.address), message
@@ -326,9 +326,10 @@ def test_a_rotation_that_failed_half_way_is_abandoned_and_a_talos_ca_rotation_th
     time.sleep(1)  # issued_after below falls after the second in which the current CA was made
 
     old_bundle = setup.bundle()
-    watcher = when(lambda: setup.node_cas(worker)[0] != old_ca, lambda: cluster.power_off(worker))
+    # The worker loses power right after its swap step's change: the step's wait for its kubelet fails.
+    cluster.faults.power_off_when(worker.name, lambda node: setup.node_cas(node)[0] != old_ca)
     _run, failed = setup.rotate(["kubernetes"], _now(), wait_timeout=15, expect_rc=2)
-    watcher.join(5)
+    cluster.faults.clear()
     message = failed["result"]["msg"]
     assert message.startswith("The Kubernetes CA rotation stopped at the swap step on node %s" % worker.address), message
     assert "or with abandon: true to roll the rotation back" in message

@@ -127,6 +127,20 @@ class Faults:
         with self._lock:
             self._actions.append(_Rule(method, node, times, action=action))
 
+    def power_off_when(self, node, predicate):
+        """Cut ``node``'s power as it serves its first call once ``predicate(node)`` holds (a change a task just
+        applied, say): that call is lost with the node, as a client meets a machine that died right after the change,
+        however slowly the test's own thread would have noticed it."""
+        fired = []
+
+        def power_off(served):
+            if not fired and predicate(served):
+                fired.append(served)
+                served.cluster.spawn(served.power_off())
+                raise GRPCError(status_from_name("Unavailable"), "error reading from server: EOF")
+
+        self.on_call("*", power_off, times=-1, node=node)
+
     def fail_installer(self, exit_code=1, times=1, node=None):
         """Make the next ``times`` installer runs (LifecycleService) end with ``exit_code``."""
         with self._lock:
