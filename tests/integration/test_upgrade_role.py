@@ -7,8 +7,6 @@ import os
 
 import pytest
 
-from playbook_runner import when
-
 UPGRADE = "machine.LifecycleService/Upgrade"
 
 PLAYBOOK = """
@@ -245,9 +243,9 @@ def test_a_node_upgraded_before_a_failed_health_wait_is_counted(emulator, run_pl
     cluster = emulator(controlplanes=1, workers=1, bootstrapped=True, talos_version="v1.13.0", reboot_seconds=0.2)
     inventory = os.path.join(cluster.state_dir, "inventory.yml")
     worker = cluster.workers[0]
-    # The worker turns unhealthy while the control plane reboots into the new version.
-    when(lambda: cluster.audit(method="Reboot"),
-         lambda: cluster.add_diagnostic(worker, "address-overlap", "host and pod addresses overlap"))
+    # The worker turns unhealthy as the control plane is told to reboot into the new version.
+    cluster.faults.on_call("Reboot", lambda _node: worker.diagnostics.__setitem__(
+        "address-overlap", {"message": "host and pod addresses overlap", "details": []}))
 
     stopped = run_playbook(PLAYBOOK, inventory=inventory, extra_vars={"upgrade_force_quorum_loss": True,
                                                                       "upgrade_health_wait_timeout": 2}, expect_rc=2)
