@@ -24,6 +24,7 @@ from ansible_collections.talos_linux.talos.plugins.module_utils.talos_api.machin
 
 from emulator_client import ApiClient
 from talos_emulator import configgen, kubernetes
+from talos_emulator.kubelets import CONDITION_TAINTS
 from talos_emulator.pki import to_standard_pem
 from talos_emulator.runners import started_message
 
@@ -132,8 +133,11 @@ def kube(module_emulator, kube_apiserver_factory):
     talos = ApiClient(cluster)
     kube = KubeCluster(cluster, server, talos, k8s.client.CoreV1Api(api_client), k8s.client.AppsV1Api(api_client))
     try:
+        # Ready, and the condition taints gone: the taints follow the Ready condition one write later, as the node
+        # lifecycle controller's do.
         _wait_for(lambda: kube.core.list_node().items,
-                  lambda nodes: len(nodes) == 3 and all(kube.ready(node) == "True" for node in nodes))
+                  lambda nodes: len(nodes) == 3 and all(kube.ready(node) == "True" and not any(
+                      taint.key in dict(CONDITION_TAINTS) for taint in node.spec.taints or ()) for node in nodes))
     except AssertionError:
         assert kubelets.errors == [], kubelets.errors[-1]
         raise

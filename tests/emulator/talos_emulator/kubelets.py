@@ -48,7 +48,8 @@ from .services.cosi import resource_version, static_pod_secrets_version
 ROLLOUT_SECONDS = 0.3
 _MERGE = "application/merge-patch+json"
 _TIMEOUT = 10
-_CONDITION_TAINTS = (("node.kubernetes.io/not-ready", "False"), ("node.kubernetes.io/unreachable", "Unknown"))
+# The node lifecycle controller's taint for each Ready status but True (TaintNodesByCondition).
+CONDITION_TAINTS = (("node.kubernetes.io/not-ready", "False"), ("node.kubernetes.io/unreachable", "Unknown"))
 
 
 def _node_view(node):
@@ -309,7 +310,7 @@ class Kubelets:
             self._write(("NodeStatus", name, uid), {"status": status}, core.patch_node_status, name)
             # The node lifecycle controller's taints follow the Ready condition (TaintNodesByCondition adds not-ready).
             ready = status["conditions"][-1]["status"]
-            taints = view["taints"] + [{"key": key, "effect": "NoSchedule"} for key, condition in _CONDITION_TAINTS if ready == condition]
+            taints = view["taints"] + [{"key": key, "effect": "NoSchedule"} for key, condition in CONDITION_TAINTS if ready == condition]
             self._write(("Node", name, uid), {"metadata": {"labels": view["labels"]}, "spec": {"taints": taints}}, core.patch_node, name)
         return registered
 
