@@ -15,6 +15,7 @@ from grpclib.exceptions import GRPCError
 
 from .audit import method_matches
 from .codes import status_from_name
+from .routing import node_went_away
 
 # How Go's dialer in an endpoint's apid says it could not connect to a node,
 # per cause of make_unreachable (relayed as Unavailable "connection error: desc
@@ -137,7 +138,7 @@ class Faults:
             if not fired and predicate(served):
                 fired.append(served)
                 served.cluster.spawn(served.power_off())
-                raise GRPCError(status_from_name("Unavailable"), "error reading from server: EOF")
+                raise node_went_away()
 
         self.on_call("*", power_off, times=-1, node=node)
 

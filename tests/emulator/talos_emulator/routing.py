@@ -73,6 +73,11 @@ class _RelayedStream:
         return message
 
 
+def node_went_away():
+    """What an endpoint reports when the node it relays to goes away mid-call."""
+    return GRPCError(Status.UNAVAILABLE, "error reading from server: EOF")
+
+
 class _StreamCut(Exception):
     pass
 
@@ -123,8 +128,7 @@ class Machined:
         except asyncio.CancelledError:
             if task not in self._dropped:
                 raise
-            # What an endpoint reports when the node it relays to goes away mid-call.
-            raise GRPCError(Status.UNAVAILABLE, "error reading from server: EOF")
+            raise node_went_away()
         finally:
             self._calls.discard(task)
             self._dropped.discard(task)
